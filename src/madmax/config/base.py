@@ -1,0 +1,37 @@
+"""The base of every input schema: frozen, no unknown keys, a description with units on every field."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict
+
+
+class Schema(BaseModel):
+    """Frozen pydantic model that rejects unknown keys, so a typo in a file is an error, not a no-op."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class DType(StrEnum):
+    """Numeric formats. Peak FLOP/s in the catalog are dense (no structured sparsity) per format."""
+
+    FP64 = "fp64"
+    FP32 = "fp32"
+    TF32 = "tf32"
+    BF16 = "bf16"
+    FP16 = "fp16"
+    FP8 = "fp8"
+    INT8 = "int8"
+    FP4 = "fp4"
+
+    @property
+    def num_bytes(self) -> float:
+        """Bytes per element of a tensor stored in this format (tf32 is stored as fp32)."""
+        return _DTYPE_BYTES[self]
+
+
+_DTYPE_BYTES = {
+    DType.FP64: 8, DType.FP32: 4, DType.TF32: 4, DType.BF16: 2, DType.FP16: 2,
+    DType.FP8: 1, DType.INT8: 1, DType.FP4: 0.5,
+}

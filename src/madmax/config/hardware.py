@@ -1,0 +1,103 @@
+"""Hardware descriptions: a GPU, and a system of GPUs joined by a scale-up and a scale-out network.
+
+Bandwidths are per GPU per direction (a DGX A100's NVLink: 300 GB/s per direction of its 600 GB/s
+bidirectional figure; a 200 Gb/s HDR NIC per GPU: 25 GB/s). FLOP/s are dense peaks per dtype.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import Field, PositiveInt, model_validator
+
+from madmax.config.base import DType, Schema
+from madmax.config.units import Bytes, BytesPerS, FlopsPerS, Seconds, Watts
+
+
+class GPU(Schema):
+    """One accelerator: peak dense FLOP/s per dtype, HBM and power, each number with a source."""
+
+    name: str = Field(description="Catalog name, e.g. 'h100-sxm'.")
+    vendor: str = Field("nvidia", description="Vendor name, informational.")
+    flops_per_s: dict[DType, FlopsPerS] = Field(
+        description="Dense peak FLOP/s per dtype (no 2:4 sparsity), e.g. {bf16: '989 TFLOPS'}."
+    )
+    hbm_bytes: Bytes = Field(gt=0, description="HBM capacity in bytes.")
+    hbm_bytes_per_s: BytesPerS = Field(gt=0, description="Peak HBM bandwidth in bytes/s.")
+    tdp_w: Watts = Field(gt=0, description="Board power (TDP) in watts.")
+    sources: dict[str, str] = Field(default_factory=dict, description="Source of each number, by field name.")
+
+    @model_validator(mode="after")
+    def _positive_peaks(self) -> GPU:
+        for dtype, value in self.flops_per_s.items():
+            if value <= 0:
+                raise ValueError(f"flops_per_s.{dtype} must be > 0, got {value}")
+        if not self.flops_per_s:
+            raise ValueError("flops_per_s must name at least one dtype")
+        return self
+
+    def peak_flops_per_s(self, dtype: DType) -> float:
+        """Dense peak FLOP/s of `dtype`; raises KeyError if the part has no such unit."""
+        return self.flops_per_s[dtype]
+
+
+class FabricKind(StrEnum):
+    NVLINK = "nvlink"
+    PCIE = "pcie"
+    XGMI = "xgmi"
+    INFINIBAND = "infiniband"
+    ROCE = "roce"
+    ETHERNET = "ethernet"
+
+
+class Fabric(Schema):
+    """One level of the network: bandwidth per GPU per direction and the latency of one message."""
+
+    kind: FabricKind = Field(description="Link technology.")
+    bytes_per_s: BytesPerS = Field(gt=0, description="Peak bandwidth per GPU per direction, bytes/s.")
+    latency_s: Seconds = Field(ge=0, description="Latency of one point-to-point message, seconds.")
+
+
+class ScaleUp(Fabric):
+    """The scale-up domain (NVLink/NVSwitch, xGMI or PCIe) joining `domain_size` GPUs at full bandwidth."""
+
+    domain_size: PositiveInt = Field(description="GPUs in one scale-up domain, e.g. 8 (DGX) or 72 (NVL72).")
+
+
+class System(Schema):
+    """A cluster of identical nodes; `num_gpus` may be changed per run (`--num-gpus`)."""
+
+    name: str = Field(description="Catalog name, e.g. 'dgx-h100'.")
+    gpu: GPU = Field(description="The GPU of every node (a catalog name in files, resolved on load).")
+    gpus_per_node: PositiveInt = Field(description="GPUs in one node (server or tray).")
+    num_gpus: PositiveInt | None = Field(None, description="Cluster size in GPUs; default one node.")
+    scale_up: ScaleUp = Field(description="Intra-domain network (NVLink/NVSwitch or PCIe).")
+    scale_out: Fabric = Field(description="Inter-domain network; bandwidth is per GPU per direction.")
+    host_link: Fabric | None = Field(None, description="GPU-to-host link (PCIe/C2C), for offload.")
+    price_per_gpu_hour_usd: float | None = Field(None, ge=0, description="On-demand price per GPU-hour, USD.")
+    node_power_w: Watts | None = Field(None, gt=0, description="Power of one node at load (GPUs and rest), W.")
+    provider: str | None = Field(None, description="Cloud provider or owner, informational.")
+    aliases: list[str] = Field(default_factory=list, description="Other names, e.g. a cloud instance name.")
+    sources: dict[str, str] = Field(default_factory=dict, description="Source of each number, by field name.")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> System:
+        if self.num_gpus is not None and self.num_gpus % self.gpus_per_node and self.num_gpus > self.gpus_per_node:
+            raise ValueError(
+                f"num_gpus={self.num_gpus} is not a multiple of gpus_per_node={self.gpus_per_node}"
+            )
+        return self
+
+    @property
+    def cluster_gpus(self) -> int:
+        """GPUs in the cluster: `num_gpus`, or one node when unset."""
+        return self.num_gpus or self.gpus_per_node
+
+    @property
+    def scale_up_domain(self) -> int:
+        """GPUs sharing the scale-up network (at most the cluster)."""
+        return min(self.scale_up.domain_size, self.cluster_gpus)
+
+    def with_gpus(self, num_gpus: int) -> System:
+        """The same system sized to `num_gpus` GPUs."""
+        return System.model_validate({**self.model_dump(), "num_gpus": num_gpus})

@@ -1,0 +1,155 @@
+"""Resolve a name or a file into a validated GPU, System or Model.
+
+A name is looked up in the catalog (YAML shipped in `madmax/catalog/`, aliases included, case
+insensitive); anything else is read as a YAML or JSON file of our schema, or as a Hugging Face
+`config.json` (recognized by its `model_type` key). Every failure is a `MadmaxError` with one sentence.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from madmax.config.hardware import GPU, System
+from madmax.config.model import MODEL_FAMILIES, ModelSpec
+from madmax.errors import CatalogError, ConfigError
+
+CATALOG_KINDS = ("gpus", "systems", "models")
+
+
+@cache
+def catalog_entries(kind: str) -> dict[str, dict[str, Any]]:
+    """Raw catalog entries of `kind` ('gpus', 'systems', 'models') by lower-case name."""
+    if kind not in CATALOG_KINDS:
+        raise CatalogError(f"catalog kind {kind!r} is unknown; allowed: {', '.join(CATALOG_KINDS)}")
+    text = resources.files("madmax.catalog").joinpath(f"{kind}.yaml").read_text(encoding="utf-8")
+    entries = yaml.safe_load(text) or []
+    return {entry["name"].lower(): entry for entry in entries}
+
+
+@cache
+def _alias_index(kind: str) -> dict[str, str]:
+    index: dict[str, str] = {}
+    for name, entry in catalog_entries(kind).items():
+        index[name] = name
+        for alias in entry.get("aliases", []):
+            index[alias.lower()] = name
+    return index
+
+
+def catalog_names(kind: str) -> list[str]:
+    return [entry["name"] for entry in catalog_entries(kind).values()]
+
+
+def find_in_catalog(kind: str, name: str) -> dict[str, Any] | None:
+    key = _alias_index(kind).get(name.strip().lower())
+    return None if key is None else catalog_entries(kind)[key]
+
+
+def _unknown(kind: str, field: str, name: str) -> CatalogError:
+    names = catalog_names(kind)
+    close = difflib.get_close_matches(name.lower(), [n.lower() for n in names], n=3)
+    hint = f"did you mean {', '.join(close)}? " if close else ""
+    return CatalogError(
+        f"{field} {name!r} is neither a catalog name nor a file; {hint}see `madmax catalog list {kind}`"
+    )
+
+
+def read_file(path: Path, field: str) -> dict[str, Any]:
+    """A mapping from a YAML or JSON file, or a ConfigError naming the file and the problem."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{field} file {str(path)!r} cannot be read: {exc.__class__.__name__}") from None
+    try:
+        data = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
+        raise ConfigError(f"{field} file {str(path)!r} is not valid YAML/JSON: {first}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{field} file {str(path)!r} must hold a mapping of fields, got {type(data).__name__}")
+    return data
+
+
+def validate(schema: type[BaseModel], data: dict[str, Any], field: str) -> Any:
+    """`schema` validated from `data`, turning the first pydantic error into one sentence."""
+    try:
+        return schema.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"])
+        where = f"{field}.{loc}" if loc else field
+        value = err.get("input")
+        shown = f"={value!r}" if loc and not isinstance(value, dict | list) else ""
+        msg = err["msg"].removeprefix("Value error, ")
+        raise ConfigError(f"{where}{shown}: {msg}") from None
+
+
+def _lookup(kind: str, field: str, spec: str | Path | dict) -> tuple[dict[str, Any], bool]:
+    """Raw data for `spec` and whether it came from a file."""
+    if isinstance(spec, dict):
+        return spec, True
+    entry = find_in_catalog(kind, str(spec)) if isinstance(spec, str) else None
+    if entry is not None:
+        return dict(entry), False
+    path = Path(spec)
+    if path.is_file():
+        return read_file(path, field), True
+    if path.suffix.lower() in {".yaml", ".yml", ".json"}:
+        raise ConfigError(f"{field} file {str(path)!r} does not exist")
+    raise _unknown(kind, field, str(spec))
+
+
+def load_gpu(spec: str | Path | dict | GPU) -> GPU:
+    if isinstance(spec, GPU):
+        return spec
+    data, _ = _lookup("gpus", "gpu", spec)
+    return validate(GPU, data, "gpu")
+
+
+def load_system(spec: str | Path | dict | System, num_gpus: int | None = None) -> System:
+    """A system from the catalog or a file, with its GPU resolved and sized to `num_gpus`."""
+    if isinstance(spec, System):
+        system = spec
+    else:
+        data, _ = _lookup("systems", "system", spec)
+        data = dict(data)
+        gpu = data.get("gpu")
+        if isinstance(gpu, str):
+            data["gpu"] = load_gpu(gpu)
+        system = validate(System, data, "system")
+    if num_gpus is not None:
+        if num_gpus <= 0:
+            raise ConfigError(f"num_gpus={num_gpus} must be a positive number of GPUs")
+        if num_gpus > system.gpus_per_node and num_gpus % system.gpus_per_node:
+            raise ConfigError(
+                f"num_gpus={num_gpus} is not a whole number of {system.name} nodes of "
+                f"{system.gpus_per_node} GPUs; allowed: 1..{system.gpus_per_node} or a multiple of "
+                f"{system.gpus_per_node}"
+            )
+        system = system.model_copy(update={"num_gpus": num_gpus})
+    return system
+
+
+def load_model(spec: str | Path | dict | ModelSpec) -> ModelSpec:
+    """A model from the catalog (name or alias), our YAML/JSON schema, or a Hugging Face config.json."""
+    if isinstance(spec, BaseModel):
+        return spec  # type: ignore[return-value]
+    data, from_file = _lookup("models", "model", spec)
+    if from_file and "model_type" in data:
+        from madmax.config.hf import from_hf_config
+
+        name = Path(spec).parent.name if isinstance(spec, str | Path) else "hf-model"
+        data = from_hf_config(data, name=name or "hf-model")
+    family = data.get("family", "decoder")
+    schema = MODEL_FAMILIES.get(family)
+    if schema is None:
+        raise ConfigError(f"model.family={family!r} is unknown; allowed: {', '.join(MODEL_FAMILIES)}")
+    return validate(schema, data, "model")

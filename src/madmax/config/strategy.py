@@ -1,0 +1,212 @@
+"""Parallelization strategy: the grammar `tp=8,pp=4,dp=32,cp=1,ep=1,vp=1,mbs=1,zero=1,recompute=selective,sp=1`.
+
+Cross-axis rules (the degrees multiply to the GPU count, TP divides the heads, PP splits the layers,
+the global batch splits into micro-batches) are checked here, once, by `resolve`; the transforms in
+`madmax.parallel` trust a resolved strategy.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import Field, PositiveInt, ValidationError, field_validator
+
+from madmax.config.base import Schema
+from madmax.errors import StrategyError
+
+
+class Axis(StrEnum):
+    """Parallel axes. 'axis' is a parallel axis, 'dim' a tensor dimension."""
+
+    TP = "tp"
+    CP = "cp"
+    EP = "ep"
+    DP = "dp"
+    PP = "pp"
+
+
+class Recompute(StrEnum):
+    NONE = "none"
+    SELECTIVE = "selective"
+    FULL = "full"
+
+
+DEFAULT_ORDER = "tp-cp-ep-dp-pp"
+
+
+class Strategy(Schema):
+    """Degrees of each parallel axis and the memory/overlap options of one training or serving run."""
+
+    tp: PositiveInt = Field(1, description="Tensor (Megatron) parallel degree.")
+    pp: PositiveInt = Field(1, description="Pipeline parallel degree (stages).")
+    dp: PositiveInt | None = Field(None, description="Data parallel degree; default GPUs / (tp*pp*cp).")
+    cp: PositiveInt = Field(1, description="Context parallel degree (sequence split, ring K/V exchange).")
+    ep: PositiveInt = Field(1, description="Expert parallel degree (MoE models only).")
+    vp: PositiveInt = Field(1, description="Virtual pipeline chunks per stage (interleaved 1F1B when > 1).")
+    mbs: PositiveInt = Field(1, description="Micro-batch size in sequences.")
+    zero: int = Field(1, ge=0, le=3, description="ZeRO stage: 0 DDP, 1 optimizer, 2 +gradients, 3 +weights (FSDP).")
+    shard: PositiveInt | None = Field(
+        None, description="ZeRO/FSDP sharding group (hybrid sharding: shard within, replicate across); default dp."
+    )
+    recompute: Recompute = Field(Recompute.NONE, description="Activation recompute: none, selective, full.")
+    sp: bool | None = Field(None, description="Megatron sequence parallelism; default on when tp > 1.")
+    flash: bool = Field(True, description="Fused (flash) attention: no s^2 activations, one kernel.")
+    dp_overlap: bool = Field(True, description="Overlap the gradient reduction with the backward pass.")
+    order: str = Field(DEFAULT_ORDER, description="Placement of axes on the network, innermost first.")
+
+    @field_validator("order")
+    @classmethod
+    def _order(cls, value: str) -> str:
+        axes = value.split("-")
+        if sorted(axes) != sorted(a.value for a in Axis):
+            raise ValueError(f"order={value!r} must name each of tp, cp, ep, dp, pp once, e.g. {DEFAULT_ORDER}")
+        return value
+
+    @property
+    def sequence_parallel(self) -> bool:
+        return self.tp > 1 if self.sp is None else self.sp and self.tp > 1
+
+    @property
+    def shard_degree(self) -> int:
+        """Ranks that share one copy of the sharded state (ZeRO >= 1), 1 for plain DDP."""
+        if self.zero == 0:
+            return 1
+        return self.shard or self.dp or 1
+
+    def degree(self, axis: Axis) -> int:
+        return {Axis.TP: self.tp, Axis.PP: self.pp, Axis.DP: self.dp or 1, Axis.CP: self.cp,
+                Axis.EP: self.ep}[axis]
+
+    def describe(self) -> str:
+        """The strategy in the grammar of `parse_strategy`, every key spelled out."""
+        parts = [f"tp={self.tp}", f"pp={self.pp}", f"dp={self.dp}", f"cp={self.cp}", f"ep={self.ep}",
+                 f"vp={self.vp}", f"mbs={self.mbs}", f"zero={self.zero}"]
+        if self.shard and self.shard != self.dp:
+            parts.append(f"shard={self.shard}")
+        parts += [f"recompute={self.recompute}", f"sp={int(self.sequence_parallel)}"]
+        return ",".join(parts)
+
+
+STRATEGY_KEYS = tuple(Strategy.model_fields)
+_ALIASES = {"fsdp": "zero", "micro_batch": "mbs", "vpp": "vp", "dp_shard": "shard"}
+
+
+def parse_strategy(text: str | dict | Strategy | None) -> Strategy:
+    """A Strategy from the `key=value,...` grammar, a mapping, or an existing Strategy.
+
+    `fsdp=1` is ZeRO-3; boolean keys take 1/0, true/false, on/off.
+    """
+    if text is None:
+        return Strategy()
+    if isinstance(text, Strategy):
+        return text
+    if isinstance(text, str):
+        items: dict[str, str] = {}
+        for part in filter(None, (p.strip() for p in text.split(","))):
+            key, sep, value = part.partition("=")
+            key = key.strip()
+            if not sep or not value.strip():
+                raise StrategyError(f"strategy item {part!r} is not key=value; example: tp=8,pp=4,dp=32")
+            items[key] = value.strip()
+        raw: dict = items
+    else:
+        raw = dict(text)
+    data: dict = {}
+    for key, value in raw.items():
+        name = _ALIASES.get(key, key)
+        if name not in STRATEGY_KEYS:
+            raise StrategyError(f"strategy key {key!r} is unknown; allowed: {', '.join(STRATEGY_KEYS)}")
+        if key == "fsdp":
+            value = 3 if str(value).lower() in {"1", "true", "on", "yes"} else 0
+        data[name] = value
+    try:
+        return Strategy.model_validate(data)
+    except ValidationError as exc:
+        raise StrategyError(_first_error("strategy", exc)) from None
+
+
+def _first_error(prefix: str, exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    field = ".".join(str(p) for p in err["loc"])
+    where = f"{prefix}.{field}" if field else prefix
+    value = err.get("input")
+    shown = f"={value!r}" if field and not isinstance(value, dict) else ""
+    return f"{where}{shown}: {err['msg']}"
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _allowed(values: list[int], limit: int = 12) -> str:
+    shown = ", ".join(map(str, values[:limit]))
+    return shown + (", ..." if len(values) > limit else "")
+
+
+def resolve_strategy(
+    strategy: Strategy,
+    *,
+    num_gpus: int,
+    model_name: str,
+    constraints: dict[Axis, list[tuple[str, int]]],
+    num_pipeline_units: int,
+    has_experts: bool,
+    global_batch: int | None,
+    seq_len: int,
+) -> tuple[Strategy, int]:
+    """Check every cross-axis rule; return the strategy with `dp` filled in and the global batch.
+
+    constraints: per axis, the model sizes its degree must divide (e.g. tp: num_heads, num_kv_heads).
+    num_pipeline_units: layers that pipeline stages can split (pp*vp must not exceed it).
+    A missing global batch becomes dp*mbs*pp sequences (one micro-batch per stage in flight).
+    """
+    s = strategy
+    inner = s.tp * s.pp * s.cp
+    if num_gpus % inner:
+        raise StrategyError(
+            f"tp*pp*cp={s.tp}*{s.pp}*{s.cp}={inner} does not divide num_gpus={num_gpus}; "
+            f"allowed products: {_allowed(_divisors(num_gpus))}"
+        )
+    dp = num_gpus // inner
+    if s.dp is not None and s.dp != dp:
+        raise StrategyError(
+            f"strategy.dp={s.dp} but num_gpus={num_gpus} / (tp*pp*cp={inner}) = {dp}; omit dp or set dp={dp}"
+        )
+    for axis, sizes in constraints.items():
+        degree = s.degree(axis)
+        for field, size in sizes:
+            if size % degree:
+                common = sorted(set.intersection(*(set(_divisors(v)) for _, v in sizes)))
+                raise StrategyError(
+                    f"strategy.{axis}={degree} does not divide {field}={size} of {model_name}; "
+                    f"allowed: {_allowed(common)}"
+                )
+    if s.ep > 1 and not has_experts:
+        raise StrategyError(f"strategy.ep={s.ep} needs a mixture-of-experts model; {model_name} has none; allowed: 1")
+    if s.pp * s.vp > num_pipeline_units:
+        raise StrategyError(
+            f"strategy.pp*vp={s.pp}*{s.vp} exceeds the {num_pipeline_units} layers of {model_name}"
+        )
+    if s.vp > 1 and s.pp == 1:
+        raise StrategyError(f"strategy.vp={s.vp} needs pipeline parallelism (pp > 1); allowed with pp=1: 1")
+    if seq_len % s.cp:
+        raise StrategyError(f"strategy.cp={s.cp} does not divide seq_len={seq_len}")
+    if s.shard is not None and (s.zero == 0 or dp % s.shard):
+        allowed = _allowed(_divisors(dp)) if s.zero else "none (shard needs zero >= 1)"
+        raise StrategyError(f"strategy.shard={s.shard} must divide dp={dp} with zero >= 1; allowed: {allowed}")
+    if global_batch is None:
+        global_batch = dp * s.mbs * s.pp
+    if global_batch % (dp * s.mbs):
+        raise StrategyError(
+            f"global_batch={global_batch} is not a multiple of dp*mbs={dp}*{s.mbs}={dp * s.mbs}; "
+            f"allowed mbs: {_allowed([d for d in _divisors(global_batch // dp) if global_batch % dp == 0])}"
+            if global_batch % dp == 0
+            else f"global_batch={global_batch} is not a multiple of dp={dp}"
+        )
+    microbatches = global_batch // (dp * s.mbs)
+    if s.vp > 1 and microbatches % s.pp:
+        raise StrategyError(
+            f"interleaved pipeline (vp={s.vp}) needs micro-batches per replica ({microbatches}) "
+            f"to be a multiple of pp={s.pp}"
+        )
+    return s.model_copy(update={"dp": dp}), global_batch

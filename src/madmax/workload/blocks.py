@@ -1,0 +1,116 @@
+"""Building blocks shared by model families: attention, feed-forward, norms, embeddings, LM head.
+
+Each returns forward ops per token (see `Op`). Saved activations follow Korthikanti et al. 2022
+("Reducing Activation Recomputation in Large Transformer Models", Sec. 4.1), counted in elements:
+their 34*s*b*h bytes per layer at 2 bytes per element are 17*h elements per token.
+"""
+
+from __future__ import annotations
+
+from madmax.workload.ops import Op, OpKind, TPSplit
+
+# Read the input, write the output: an element-wise op moves two tensors.
+READ_WRITE = 2
+
+
+def norm_op(name: str, hidden: int, params_per_feature: int, dropout: bool = False) -> Op:
+    """LayerNorm/RMSNorm over `hidden` features; saves its input (h elements per token).
+
+    params_per_feature: 2 for LayerNorm (gain and bias), 1 for RMSNorm.
+    """
+    return Op(name=name, kind=OpKind.ELEMENTWISE, tp=TPSplit.SEQUENCE,
+              moved_elems_per_token=READ_WRITE * hidden, flops_per_token=5 * hidden,
+              params=params_per_feature * hidden, saved_elems_per_token=hidden)
+
+
+def residual_op(name: str, hidden: int, dropout: bool) -> Op:
+    """Residual add (read two tensors, write one), after an optional dropout that keeps a 1-byte mask
+    (half an element) per feature (Korthikanti Sec. 4.1)."""
+    return Op(name=name, kind=OpKind.ELEMENTWISE, tp=TPSplit.SEQUENCE,
+              moved_elems_per_token=3 * hidden, flops_per_token=hidden,
+              saved_elems_per_token=hidden / 2 if dropout else 0.0)
+
+
+def attention_ops(layer: str, hidden: int, heads: int, kv_heads: int, head_dim: int, *,
+                  bias: bool, qkv_bias: bool, dropout: bool, flash: bool) -> list[Op]:
+    """Self-attention with grouped-query heads: QKV projection, causal attention core, output projection.
+
+    QKV: (tokens x h) @ (h x (a + 2g) d); core: scores and values, 4*s*a*d FLOPs per token halved by
+    causality; output projection: (tokens x a d) @ (a d x h). Saved: the QKV input (h), Q, K, V
+    ((a + 2g) d), the output-projection input (a d); a non-fused core also keeps the softmax output
+    (a*s per token), plus a dropout mask and dropped copy (1.5*a*s) with attention dropout.
+    """
+    q_dim, kv_dim = heads * head_dim, kv_heads * head_dim
+    qkv_n = q_dim + 2 * kv_dim
+    per_seq = 0.0 if flash else heads * (2.5 if dropout else 1.0)
+    return [
+        Op(name=f"{layer}.qkv", kind=OpKind.GEMM, tp=TPSplit.COLUMN, k=hidden, n=qkv_n,
+           params=hidden * qkv_n + (qkv_n if bias or qkv_bias else 0),
+           saved_elems_per_token=hidden, saved_outside_tp=True, lora_target="qkv"),
+        Op(name=f"{layer}.attn", kind=OpKind.ATTENTION, tp=TPSplit.HEADS, heads=heads, kv_heads=kv_heads,
+           head_dim=head_dim, causal=True, saved_elems_per_token=qkv_n,
+           saved_elems_per_token_per_seq=per_seq),
+        Op(name=f"{layer}.out", kind=OpKind.GEMM, tp=TPSplit.ROW, k=q_dim, n=hidden,
+           params=q_dim * hidden + (hidden if bias else 0), saved_elems_per_token=q_dim,
+           lora_target="out"),
+    ]
+
+
+def ffn_ops(layer: str, hidden: int, ffn_hidden: int, *, gated: bool, bias: bool) -> list[Op]:
+    """Feed-forward block: up (and gate) (h x f), activation, down (f x h).
+
+    Each GEMM costs 2*h*f FLOPs per token; gated FFNs (SwiGLU, Shazeer 2020, arXiv 2002.05202) have
+    three matrices, plain ones two. Saved: the up input (h), the activation input (f, or gate and up
+    outputs 2f when gated), the down input (f).
+    """
+    ops = [Op(name=f"{layer}.up", kind=OpKind.GEMM, tp=TPSplit.COLUMN, k=hidden, n=ffn_hidden,
+              params=hidden * ffn_hidden + (ffn_hidden if bias else 0),
+              saved_elems_per_token=hidden, saved_outside_tp=True, lora_target="up")]
+    if gated:
+        ops.append(Op(name=f"{layer}.gate", kind=OpKind.GEMM, tp=TPSplit.COLUMN, k=hidden, n=ffn_hidden,
+                      params=hidden * ffn_hidden + (ffn_hidden if bias else 0), lora_target="gate"))
+    act_in = (2 if gated else 1) * ffn_hidden
+    ops.append(Op(name=f"{layer}.act", kind=OpKind.ELEMENTWISE, tp=TPSplit.TP_REGION,
+                  moved_elems_per_token=act_in + ffn_hidden, flops_per_token=8 * ffn_hidden,
+                  saved_elems_per_token=act_in))
+    ops.append(Op(name=f"{layer}.down", kind=OpKind.GEMM, tp=TPSplit.ROW, k=ffn_hidden, n=hidden,
+                  params=ffn_hidden * hidden + (hidden if bias else 0), saved_elems_per_token=ffn_hidden,
+                  lora_target="down"))
+    return ops
+
+
+def embedding_op(name: str, rows: int, hidden: int) -> Op:
+    """Embedding lookup: gather h elements per token from a (rows x h) table (a memory-bound gather,
+    not a GEMM); split over tp by rows (vocabulary-parallel)."""
+    return Op(name=name, kind=OpKind.EMBEDDING, tp=TPSplit.VOCAB, n=hidden,
+              moved_elems_per_token=READ_WRITE * hidden, params=rows * hidden)
+
+
+def lm_head_ops(hidden: int, vocab: int, *, params: int) -> list[Op]:
+    """LM head (h x V) GEMM, vocabulary-parallel, and the cross-entropy over the logits.
+
+    The loss reads the logits a few times (max, exp-sum, gradient) and keeps the fp32 softmax for
+    backward: 2 elements of 2 bytes per logit. `params` is 0 when the head is tied to the embedding.
+    """
+    return [
+        Op(name="head.lm", kind=OpKind.GEMM, tp=TPSplit.COLUMN, k=hidden, n=vocab, params=params,
+           saved_elems_per_token=hidden, saved_outside_tp=True),
+        Op(name="head.loss", kind=OpKind.ELEMENTWISE, tp=TPSplit.TP_REGION,
+           moved_elems_per_token=4 * vocab, flops_per_token=5 * vocab, saved_elems_per_token=2 * vocab),
+    ]
+
+
+def lora_ops(base: Op, rank: int) -> list[Op]:
+    """LoRA adapter of `base` (Hu et al. 2021, arXiv 2106.09685): A (k x r) then B (r x n), trainable.
+
+    Splits follow the base op: a column-parallel base shards B by column; a row-parallel one shards A
+    by row; the rank dimension stays whole.
+    """
+    a_split = TPSplit.ROW if base.tp is TPSplit.ROW else TPSplit.REPLICATED
+    b_split = TPSplit.COLUMN if base.tp is TPSplit.COLUMN else TPSplit.REPLICATED
+    return [
+        Op(name=f"{base.name}.lora_a", kind=OpKind.GEMM, tp=a_split, k=base.k, n=rank, params=base.k * rank,
+           saved_elems_per_token=0.0),
+        Op(name=f"{base.name}.lora_b", kind=OpKind.GEMM, tp=b_split, k=rank, n=base.n, params=rank * base.n,
+           saved_elems_per_token=rank),
+    ]

@@ -1,0 +1,121 @@
+"""The vocabulary of workloads: operators with FLOPs, bytes, parameters and saved activations.
+
+Ops are written per token of a micro-batch, so one workload serves every batch size and sequence
+length: a GEMM is (tokens x k) @ (k x n); an attention core is described by its heads and widths and
+gets its sequence length from the plan. The plan (`madmax.parallel`) divides ops by the axes they
+declare and the cost models (`madmax.hardware`) turn them into seconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class OpKind(StrEnum):
+    """What runs, which decides the cost model: GEMMs and attention are compute-bound rooflines,
+    the rest move bytes (norms, activations, residual adds, embedding gathers, the optimizer)."""
+
+    GEMM = "gemm"
+    ATTENTION = "attention"
+    ELEMENTWISE = "elementwise"
+    EMBEDDING = "embedding"
+    OPTIMIZER = "optimizer"
+
+
+class TPSplit(StrEnum):
+    """How Megatron tensor parallelism divides an op among the `tp` ranks.
+
+    COLUMN: the output width n (QKV, FFN up/gate, LM head over the vocabulary); ROW: the input width k
+    (attention output, FFN down), followed by a reduction; HEADS: attention heads; TP_REGION: an
+    element-wise op inside the TP region (on n/tp features); SEQUENCE: an element-wise op outside the TP
+    region, split by tp only under sequence parallelism, otherwise replicated; VOCAB: embedding rows;
+    REPLICATED: computed whole on every tp rank (small LoRA matrices).
+    """
+
+    COLUMN = "column"
+    ROW = "row"
+    HEADS = "heads"
+    TP_REGION = "tp_region"
+    SEQUENCE = "sequence"
+    VOCAB = "vocab"
+    REPLICATED = "replicated"
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """One forward operator of one layer, per token of a micro-batch.
+
+    GEMM: (tokens x k) @ (k x n), 2*k*n FLOPs per token. ATTENTION: `heads` query heads and
+    `kv_heads` key/value heads of width `head_dim` over the sequence (its FLOPs depend on the sequence
+    length: 4*s*heads*head_dim per token, halved when causal). Memory-bound ops move
+    `moved_elems_per_token` activation elements (read plus write) and do `flops_per_token`.
+    saved_elems_per_token: activation elements kept for the backward pass (Korthikanti et al. 2022,
+    Sec. 4.1); `saved_elems_per_token_per_seq` times the sequence length is the part that grows with
+    it (the s^2 attention scores of a non-fused attention). `saved_outside_tp`: the saved tensor is the
+    (replicated) input of a column-parallel GEMM, divided by tp only under sequence parallelism.
+    `trainable`: False for frozen weights (no weight gradient, no optimizer state).
+    """
+
+    name: str
+    kind: OpKind
+    tp: TPSplit
+    k: int = 0
+    n: int = 0
+    heads: int = 0
+    kv_heads: int = 0
+    head_dim: int = 0
+    causal: bool = True
+    moved_elems_per_token: float = 0.0
+    flops_per_token: float = 0.0
+    params: int = 0
+    saved_elems_per_token: float = 0.0
+    saved_elems_per_token_per_seq: float = 0.0
+    saved_outside_tp: bool = False
+    trainable: bool = True
+    lora_target: str | None = None
+
+    def forward_flops(self, tokens: int, seq_len: int) -> float:
+        """Forward FLOPs of this op over `tokens` tokens of sequences of length `seq_len` (unsharded)."""
+        if self.kind is OpKind.GEMM:
+            return 2.0 * tokens * self.k * self.n
+        if self.kind is OpKind.ATTENTION:
+            # scores Q K^T and values P V: 2 GEMMs of 2*s*d FLOPs per token per head; causal halves them.
+            per_token = 2 * 2 * seq_len * self.head_dim * self.heads
+            return tokens * per_token / (2 if self.causal else 1)
+        return tokens * self.flops_per_token
+
+
+@dataclass(frozen=True)
+class Block:
+    """A group of ops repeated `count` times (a transformer layer), or once (embedding, LM head)."""
+
+    name: str
+    ops: tuple[Op, ...]
+    count: int = 1
+    is_layer: bool = True
+    trainable: bool = True
+
+    @property
+    def params(self) -> int:
+        return sum(op.params for op in self.ops)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A model as blocks in execution order, plus what the family reports about its parameters."""
+
+    name: str
+    blocks: tuple[Block, ...]
+    params_by_component: dict[str, int] = field(default_factory=dict)
+    tied_params: int = 0
+
+    @property
+    def total_params(self) -> int:
+        return sum(self.params_by_component.values())
+
+    def forward_flops_per_token(self, seq_len: int) -> float:
+        """Model FLOPs per token of one forward pass at sequence length `seq_len`."""
+        return sum(
+            b.count * op.forward_flops(1, seq_len) for b in self.blocks for op in b.ops
+        )
