@@ -18,6 +18,7 @@ class GPU(Schema):
     """One accelerator: peak dense FLOP/s per dtype, HBM and power, each number with a source."""
 
     name: str = Field(description="Catalog name, e.g. 'h100-sxm'.")
+    aliases: list[str] = Field(default_factory=list, description="Other names, e.g. 'h100'.")
     vendor: str = Field("nvidia", description="Vendor name, informational.")
     flops_per_s: dict[DType, FlopsPerS] = Field(
         description="Dense peak FLOP/s per dtype (no 2:4 sparsity), e.g. {bf16: '989 TFLOPS'}."

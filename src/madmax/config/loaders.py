@@ -73,6 +73,8 @@ def read_file(path: Path, field: str) -> dict[str, Any]:
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
         raise ConfigError(f"{field} file {str(path)!r} is not valid YAML/JSON: {first}") from None
+    if data is None:
+        raise ConfigError(f"{field} file {str(path)!r} is empty; it must hold a mapping of fields")
     if not isinstance(data, dict):
         raise ConfigError(f"{field} file {str(path)!r} must hold a mapping of fields, got {type(data).__name__}")
     return data
@@ -83,13 +85,25 @@ def validate(schema: type[BaseModel], data: dict[str, Any], field: str) -> Any:
     try:
         return schema.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(p) for p in err["loc"])
-        where = f"{field}.{loc}" if loc else field
+        raise ConfigError(_sentence(schema, exc, field, data)) from None
+
+
+def _sentence(schema: type[BaseModel], exc: ValidationError, field: str, data: dict[str, Any]) -> str:
+    """The first validation error as one sentence naming the field, the value given and what is allowed."""
+    err = exc.errors()[0]
+    loc = [str(p) for p in err["loc"] if str(p) != "[key]"]
+    where = ".".join([field, *loc])
+    if err["type"] == "extra_forbidden" and len(loc) == 1:
+        return f"{where} is not a field of {field}; allowed: {', '.join(schema.model_fields)}"
+    if err["type"] == "missing":
+        return f"{where} is required"
+    value = data
+    for part in loc:  # show what the user wrote, not a parsed number
+        value = value.get(part) if isinstance(value, dict) else err.get("input")
+    if isinstance(value, dict | list) or value is None:
         value = err.get("input")
-        shown = f"={value!r}" if loc and not isinstance(value, dict | list) else ""
-        msg = err["msg"].removeprefix("Value error, ")
-        raise ConfigError(f"{where}{shown}: {msg}") from None
+    shown = f"={value!r}" if loc and not isinstance(value, dict | list) else ""
+    return f"{where}{shown}: {err['msg'].removeprefix('Value error, ')}"
 
 
 def _lookup(kind: str, field: str, spec: str | Path | dict) -> tuple[dict[str, Any], bool]:
@@ -143,7 +157,9 @@ def load_model(spec: str | Path | dict | ModelSpec) -> ModelSpec:
     if isinstance(spec, BaseModel):
         return spec  # type: ignore[return-value]
     data, from_file = _lookup("models", "model", spec)
-    if from_file and "model_type" in data:
+    is_hf = "model_type" in data or "architectures" in data or (
+        isinstance(spec, str | Path) and Path(spec).name == "config.json")
+    if from_file and is_hf:
         from madmax.config.hf import from_hf_config
 
         name = Path(spec).parent.name if isinstance(spec, str | Path) else "hf-model"

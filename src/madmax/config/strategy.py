@@ -131,7 +131,7 @@ def _first_error(prefix: str, exc: ValidationError) -> str:
     where = f"{prefix}.{field}" if field else prefix
     value = err.get("input")
     shown = f"={value!r}" if field and not isinstance(value, dict) else ""
-    return f"{where}{shown}: {err['msg']}"
+    return f"{where}{shown}: {err['msg'].removeprefix('Value error, ')}"
 
 
 def _divisors(n: int) -> list[int]:

@@ -35,7 +35,8 @@ class Task(Schema):
     )
     lora_rank: PositiveInt = Field(16, description="Rank r of LoRA adapters.")
     lora_targets: list[str] = Field(
-        default_factory=lambda: ["qkv", "out"], description="Projections carrying LoRA adapters: qkv, out, up, gate, down."
+        default_factory=lambda: ["qkv", "out"],
+        description="Projections carrying LoRA adapters: qkv, out, up, gate, down.",
     )
     batch: PositiveInt | None = Field(None, description="Concurrent requests (inference).")
     prompt_len: PositiveInt | None = Field(None, description="Prompt tokens per request (inference).")

@@ -9,6 +9,7 @@ madmax is SI: bytes, bytes/s, FLOP/s, seconds, watts. Decimal prefixes are power
 from __future__ import annotations
 
 import math
+import numbers
 import re
 from typing import Annotated
 
@@ -16,7 +17,9 @@ from pydantic import BeforeValidator
 
 _DECIMAL = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
 _BINARY = {"Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50}
-_TIME = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9, "min": 60.0, "h": 3600.0}
+# Micro: "us", the micro sign U+00B5 and the Greek mu U+03BC (both are typed for "µs").
+_TIME = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "\u00b5s": 1e-6, "\u03bcs": 1e-6, "ns": 1e-9,
+         "min": 60.0, "h": 3600.0}
 
 
 def _prefixed(base_units: dict[str, float], *, binary: bool) -> dict[str, float]:
@@ -58,12 +61,17 @@ def parse_quantity(value: object, kind: str) -> float:
     """
     if isinstance(value, bool):
         raise ValueError(f"expected a number or a quantity in {kind}, got {value!r}")
-    if isinstance(value, int | float):
-        number = float(value)
+    if isinstance(value, numbers.Real):  # int, float and their NumPy kin
+        try:
+            number = float(value)
+        except OverflowError:
+            raise ValueError(f"expected a finite number in {kind}, got an integer too large") from None
     elif isinstance(value, str):
         match = _QUANTITY.match(value.replace("_", ""))
         if not match:
-            raise ValueError(f"expected a number or a quantity in {kind} such as {_example(kind)}, got {value!r}")
+            raise ValueError(
+                f"expected a number or a quantity in {kind} such as {_example(kind)}, got {value!r}"
+            )
         number = float(match.group(1))
         unit = (match.group(2) or "").strip()
         if unit:

@@ -42,7 +42,8 @@ def attention_ops(layer: str, hidden: int, heads: int, kv_heads: int, head_dim: 
     """
     q_dim, kv_dim = heads * head_dim, kv_heads * head_dim
     qkv_n = q_dim + 2 * kv_dim
-    per_seq = 0.0 if flash else heads * (2.5 if dropout else 1.0)
+    # softmax output (1 element per score); with dropout also its 1-byte mask and the dropped copy
+    per_seq = 0.0 if flash else heads * ((1 + 1 / 2 + 1) if dropout else 1)
     return [
         Op(name=f"{layer}.qkv", kind=OpKind.GEMM, tp=TPSplit.COLUMN, k=hidden, n=qkv_n,
            params=hidden * qkv_n + (qkv_n if bias or qkv_bias else 0),

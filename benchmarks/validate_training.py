@@ -1,0 +1,85 @@
+"""Accuracy of the training engine against published and measured dense-model training runs.
+
+    python benchmarks/validate_training.py [--check] [--sample N] [--jobs J] [--json out.json]
+
+Runs every mappable dense training row of the packaged validation datasets (Narayanan 2021,
+Korthikanti 2022, NeMo, vTrain single- and multi-node) through `madmax.api.simulate`, prints the
+error tables (markdown) and the targets below. With --check, exits 1 when a target is missed.
+
+Targets:
+- Korthikanti et al. 2022 iteration times: mean |error| <= 5 %;
+- all dense rows run: median |error| <= 10 %;
+- no row crashes the engine (an exception other than MadmaxError).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from madmax.validate import run_validation
+from madmax.validate.datasets import LOADERS
+from madmax.validate.runner import Report, RowResult
+
+KORTHIKANTI_MEAN_ABS_PCT = 5.0
+ALL_MEDIAN_ABS_PCT = 10.0
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    value: float | None
+    limit: float
+
+    @property
+    def met(self) -> bool:
+        return self.value is not None and self.value <= self.limit
+
+
+def targets(report: Report) -> list[Target]:
+    """The accuracy targets and the figures of `report` they judge."""
+    def is_korthikanti_time(r: RowResult) -> bool:
+        return r.case.dataset == "korthikanti2022" and r.case.metric == "iteration_time_s"
+
+    korth = report.select(is_korthikanti_time, "korthikanti2022 iteration times")
+    return [
+        Target("Korthikanti 2022 iteration times: mean |error| %",
+               korth.stats.mean_abs_pct if korth.stats else None, KORTHIKANTI_MEAN_ABS_PCT),
+        Target("all dense rows: median |error| %",
+               report.overall.stats.median_abs_pct if report.overall.stats else None, ALL_MEDIAN_ABS_PCT),
+        Target("rows that crashed the engine", float(report.overall.crashed), 0.0),
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
+    parser.add_argument("--sample", type=int, default=None,
+                        help="at most N rows per dataset (vtrain_single has 1,440); default all")
+    parser.add_argument("--seed", type=int, default=0, help="seed of --sample")
+    parser.add_argument("--jobs", type=int, default=1, help="worker processes")
+    parser.add_argument("--datasets", nargs="+", choices=list(LOADERS), default=None)
+    parser.add_argument("--json", type=Path, default=None, help="write the full report as JSON here")
+    args = parser.parse_args(argv)
+
+    start = time.perf_counter()
+    report = run_validation(args.datasets, sample=args.sample, seed=args.seed, jobs=args.jobs)
+    elapsed = time.perf_counter() - start
+    print(report.to_markdown())
+    print("## Targets\n")
+    checked = targets(report)
+    for t in checked:
+        shown = "-" if t.value is None else f"{t.value:.2f}"
+        print(f"- {'met   ' if t.met else 'MISSED'} {t.name}: {shown} (limit {t.limit:g})")
+    print(f"\n{report.overall.run} rows run in {elapsed:.1f} s")
+    if args.json:
+        args.json.write_text(json.dumps(report.to_dict(), indent=1, default=str))
+    return 1 if args.check and not all(t.met for t in checked) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,165 @@
+"""The public Python API; the CLI is a thin layer over it. `simulate(...).to_dict()` equals `--json`."""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from madmax.config.base import DType
+from madmax.config.hardware import System
+from madmax.config.loaders import load_model, load_system, validate
+from madmax.config.model import ModelSpec
+from madmax.config.strategy import Axis, Strategy, parse_strategy, resolve_strategy
+from madmax.config.task import Task, TaskKind
+from madmax.config.units import parse_quantity
+from madmax.errors import ConfigError
+from madmax.results import Result, stream_breakdown
+
+__all__ = ["Result", "inspect", "simulate"]
+
+
+@cache
+def _runtime() -> dict[str, Any]:
+    return yaml.safe_load(resources.files("madmax.catalog").joinpath("runtime.yaml").read_text())
+
+
+def make_task(task: str | Task | dict, **fields: Any) -> Task:
+    """A Task from its kind and the fields given (None means not given)."""
+    if isinstance(task, Task):
+        return task
+    data = dict(task) if isinstance(task, dict) else {"kind": task}
+    data.update({k: v for k, v in fields.items() if v is not None})
+    if isinstance(data.get("kind"), str) and data["kind"] not in {k.value for k in TaskKind}:
+        raise ConfigError(f"task={data['kind']!r} is unknown; allowed: {', '.join(k.value for k in TaskKind)}")
+    return validate(Task, data, "task")
+
+
+def _constraints(model: ModelSpec) -> dict[Axis, list[tuple[str, int]]]:
+    return {Axis.TP: [("num_heads", model.num_heads), ("num_kv_heads", model.kv_heads),
+                      ("ffn_hidden_size", model.ffn_hidden_size)]}
+
+
+def simulate(model: str | Path | dict | ModelSpec, system: str | Path | dict | System, num_gpus: int | None = None,
+             task: str | Task | dict = "pretrain", global_batch: int | None = None, seq_len: int | None = None,
+             dtype: str | None = None, strategy: str | dict | Strategy | None = None, *,
+             batch: int | None = None, prompt_len: int | None = None, output_len: int | None = None,
+             finetune: str | None = None, lora_rank: int | None = None, frozen_layers: int | None = None,
+             keep_schedule: bool = False) -> Result:
+    """Predict one training iteration of `model` on `system` with `strategy`.
+
+    Mirrors `madmax simulate`: names are catalog names or files; `strategy` uses the grammar
+    `tp=8,pp=4,dp=32,cp=1,ep=1,vp=1,mbs=1,zero=1,recompute=selective,sp=1`; keys not given take
+    defaults and dp is derived from the GPU count. Raises `MadmaxError` for bad input; a strategy that
+    does not fit in memory is a result with `fits == False`.
+    """
+    from madmax.engine import simulate_plan
+    from madmax.hardware.collectives import network_model
+    from madmax.hardware.compute import compute_model
+    from madmax.parallel.memory import stage_memory
+    from madmax.parallel.plan import build_plan
+    from madmax.workload import build_workload
+
+    spec = load_model(model)
+    sysm = load_system(system, num_gpus)
+    t = make_task(task, global_batch=global_batch, seq_len=seq_len, dtype=dtype, batch=batch,
+                  prompt_len=prompt_len, output_len=output_len, finetune=finetune, lora_rank=lora_rank,
+                  frozen_layers=frozen_layers)
+    if t.kind is TaskKind.INFERENCE:
+        raise ConfigError("task=inference is not supported yet; allowed: pretrain, finetune")
+    if t.dtype not in sysm.gpu.flops_per_s:
+        allowed = ", ".join(d.value for d in sysm.gpu.flops_per_s if d in (DType.BF16, DType.FP16, DType.FP8,
+                                                                           DType.FP32))
+        raise ConfigError(f"dtype={t.dtype.value} has no peak on gpu {sysm.gpu.name}; allowed: {allowed}")
+    seq = t.seq_len or spec.default_seq_len
+    if seq > spec.max_seq_len:
+        raise ConfigError(f"seq_len={seq} exceeds max_seq_len={spec.max_seq_len} of {spec.name}")
+    n = sysm.cluster_gpus
+    strat, batch_size = resolve_strategy(
+        parse_strategy(strategy), num_gpus=n, model_name=spec.name, constraints=_constraints(spec),
+        num_pipeline_units=spec.num_layers, has_experts=False, global_batch=t.global_batch, seq_len=seq)
+    assumptions = []
+    if t.global_batch is None:
+        assumptions.append(f"global_batch not given: {batch_size} = dp*mbs*pp sequences")
+    workload = build_workload(spec, t, flash=strat.flash)
+    plan = build_plan(workload, strat, domain_size=sysm.scale_up_domain, seq_len=seq, global_batch=batch_size,
+                      dtype=t.dtype)
+    compute = compute_model(sysm.gpu)
+    network = network_model(sysm)
+    sim = simulate_plan(plan, compute, network)
+    reserved = parse_quantity(_runtime()["reserved_memory_bytes"], "bytes")
+    memories = [stage_memory(plan, stage, reserved) for stage in range(plan.num_stages)]
+    worst = max(range(len(memories)), key=lambda i: memories[i].total_bytes)
+    peak = memories[worst].total_bytes
+
+    ends = _stage_ends(sim)
+    critical = max(range(len(ends)), key=lambda i: ends[i])
+    iteration = max(ends)
+    stage_view = stream_breakdown(sim.schedule, f"stage{critical}")
+    ranks_per_stage = strat.tp * strat.cp * strat.dp
+    model_flops = sum(sim.model_flops) * ranks_per_stage
+    hw_flops = sum(sim.hardware_flops) * ranks_per_stage
+    peak_flops = sysm.gpu.flops_per_s[t.dtype] * n
+    tokens = batch_size * seq
+    breakdown = {
+        "stage": critical,
+        "compute_s": _compute_summary(sim.compute_by_kind[critical], sim.optimizer_s[critical]),
+        "communication_s": stage_view["communication"],
+        "exposed_communication_s": stage_view["exposed_communication_s"],
+        "pipeline_bubble_s": stage_view["pipeline_bubble_s"],
+    }
+    return Result(
+        model=spec.name, system=sysm.name, num_gpus=n, task=t.kind.value, strategy=strat.describe(),
+        dtype=t.dtype.value, global_batch=batch_size, seq_len=seq, iteration_time_s=iteration,
+        samples_per_s=batch_size / iteration, tokens_per_s=tokens / iteration,
+        tokens_per_s_per_gpu=tokens / iteration / n, mfu=model_flops / iteration / peak_flops,
+        hfu=hw_flops / iteration / peak_flops, peak_memory_bytes=peak, fits=peak <= sysm.gpu.hbm_bytes,
+        breakdown=breakdown, memory={"stage": worst, **memories[worst].to_dict(),
+                                     "capacity": sysm.gpu.hbm_bytes},
+        assumptions=assumptions, schedule=sim.schedule if keep_schedule else None)
+
+
+def _stage_ends(sim) -> list[float]:
+    ends = [0.0] * len(sim.model_flops)
+    for task, stream in enumerate(sim.schedule.stream):
+        stage = sim.stage_of_process[sim.schedule.stream_names[stream][0]]
+        ends[stage] = max(ends[stage], sim.schedule.end_s[task])
+    return ends
+
+
+def _compute_summary(by_kind: dict[str, float], optimizer_s: float) -> dict[str, float]:
+    summary: dict[str, float] = {}
+    for kind, seconds in by_kind.items():
+        key = "recompute" if kind.startswith("recompute.") else kind
+        summary[key] = summary.get(key, 0.0) + seconds
+    summary["optimizer"] = optimizer_s
+    summary["total"] = sum(summary.values())
+    return summary
+
+
+def inspect(model: str | Path | dict | ModelSpec, seq_len: int | None = None) -> dict[str, Any]:
+    """The normalized model with parameter counts, FLOPs per token and bytes per parameter."""
+    from madmax.workload import build_workload, param_counts
+
+    spec = load_model(model)
+    seq = seq_len or spec.default_seq_len
+    if seq <= 0:
+        raise ConfigError(f"seq_len={seq} must be a positive number of tokens")
+    counts = param_counts(spec)
+    total = sum(counts.values())
+    workload = build_workload(spec, Task(kind=TaskKind.PRETRAIN))
+    fwd = workload.forward_flops_per_token(seq)
+    return {
+        "model": spec.model_dump(mode="json"),
+        "total_params": total,
+        "active_params": total,
+        "params_by_component": counts,
+        "seq_len": seq,
+        "forward_flops_per_token": fwd,
+        "training_flops_per_token": 3 * fwd,
+        "bytes_per_param": {d.value: d.num_bytes for d in (DType.FP32, DType.BF16, DType.FP8)},
+        "weights_bytes": {d.value: total * d.num_bytes for d in (DType.FP32, DType.BF16, DType.FP8)},
+    }

@@ -1,0 +1,162 @@
+"""The `madmax` command: a thin typer layer over `madmax.api`.
+
+Imports stay light at start-up (`madmax --help` loads no pandas or matplotlib); every MadmaxError
+becomes one sentence on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from madmax.errors import MadmaxError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Predict how fast large ML models train and serve on distributed GPU systems.")
+catalog_app = typer.Typer(no_args_is_help=True, help="List and show catalog GPUs, systems and models.")
+app.add_typer(catalog_app, name="catalog")
+
+
+class CatalogKind(StrEnum):
+    models = "models"
+    gpus = "gpus"
+    systems = "systems"
+
+
+class SchemaKind(StrEnum):
+    model = "model"
+    system = "system"
+    gpu = "gpu"
+    task = "task"
+    strategy = "strategy"
+
+
+def _fail(message: str) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(2)
+
+
+def _emit_json(data: Any) -> None:
+    typer.echo(json.dumps(data, indent=2, default=str))
+
+
+ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Catalog name, HF id, or a YAML/JSON/config.json file.")]
+SystemOpt = Annotated[str, typer.Option("--system", "-s", help="Catalog system name or a YAML/JSON file.")]
+
+
+@app.command()
+def simulate(
+    model: ModelOpt,
+    system: SystemOpt,
+    num_gpus: Annotated[int | None, typer.Option(help="Cluster size in GPUs (default: one node).")] = None,
+    task: Annotated[str, typer.Option(help="pretrain, finetune or inference.")] = "pretrain",
+    global_batch: Annotated[int | None, typer.Option(help="Sequences per optimizer step.")] = None,
+    seq_len: Annotated[int | None, typer.Option(help="Tokens per sequence (default: the model's).")] = None,
+    dtype: Annotated[str, typer.Option(help="Compute dtype: bf16, fp16, fp8, fp32.")] = "bf16",
+    strategy: Annotated[str | None, typer.Option(help='e.g. "tp=8,pp=4,dp=32,vp=1,mbs=1,zero=1,'
+                                                      'recompute=selective,sp=1".')] = None,
+    batch: Annotated[int | None, typer.Option(help="Concurrent requests (inference).")] = None,
+    prompt_len: Annotated[int | None, typer.Option(help="Prompt tokens (inference).")] = None,
+    output_len: Annotated[int | None, typer.Option(help="Generated tokens (inference).")] = None,
+    finetune: Annotated[str | None, typer.Option(help="Fine-tuning method: full or lora.")] = None,
+    lora_rank: Annotated[int | None, typer.Option(help="LoRA rank r.")] = None,
+    frozen_layers: Annotated[int | None, typer.Option(help="Bottom layers frozen (finetune).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+    trace: Annotated[Path | None, typer.Option(help="Write a Chrome/Perfetto trace JSON here.")] = None,
+) -> None:
+    """Predict one iteration: time, throughput, MFU, breakdown and memory."""
+    from madmax import api
+
+    try:
+        result = api.simulate(model=model, system=system, num_gpus=num_gpus, task=task,
+                              global_batch=global_batch, seq_len=seq_len, dtype=dtype, strategy=strategy,
+                              batch=batch, prompt_len=prompt_len, output_len=output_len, finetune=finetune,
+                              lora_rank=lora_rank, frozen_layers=frozen_layers, keep_schedule=trace is not None)
+        if trace is not None:
+            from madmax.report.trace import write_trace
+
+            write_trace(result, trace)
+    except MadmaxError as exc:
+        _fail(str(exc))
+        return
+    if as_json:
+        _emit_json(result.to_dict())
+        return
+    from madmax.report.text import print_result
+
+    print_result(result)
+
+
+@app.command()
+def inspect(
+    model: Annotated[str, typer.Argument(help="Catalog name, HF id, or a model file.")],
+    seq_len: Annotated[int | None, typer.Option(help="Sequence length for FLOPs per token.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,
+) -> None:
+    """Show a model's normalized shape, parameter counts and FLOPs per token."""
+    from madmax import api
+
+    try:
+        info = api.inspect(model, seq_len=seq_len)
+    except MadmaxError as exc:
+        _fail(str(exc))
+        return
+    if as_json:
+        _emit_json(info)
+        return
+    from madmax.report.text import print_inspect
+
+    print_inspect(info)
+
+
+@catalog_app.command("list")
+def catalog_list(kind: Annotated[CatalogKind, typer.Argument(help="models, gpus or systems.")]) -> None:
+    """List catalog entries of one kind."""
+    from madmax.report.text import print_catalog_list
+
+    print_catalog_list(kind.value)
+
+
+@catalog_app.command("show")
+def catalog_show(name: Annotated[str, typer.Argument(help="A GPU, system or model name or alias.")]) -> None:
+    """Show one catalog entry with its sources."""
+    from madmax.config.loaders import find_in_catalog
+
+    for kind in ("models", "systems", "gpus"):
+        entry = find_in_catalog(kind, name)
+        if entry is not None:
+            import yaml
+
+            typer.echo(f"# {kind[:-1]} {entry['name']}")
+            typer.echo(yaml.safe_dump(entry, sort_keys=False, allow_unicode=True).rstrip())
+            return
+    _fail(f"catalog name {name!r} is not a model, system or GPU; see `madmax catalog list models|systems|gpus`")
+
+
+@app.command()
+def schema(kind: Annotated[SchemaKind, typer.Argument(help="model, system, gpu, task or strategy.")]) -> None:
+    """Print the JSON Schema of an input file kind."""
+    from madmax.config.hardware import GPU, System
+    from madmax.config.model import DecoderModel
+    from madmax.config.strategy import Strategy
+    from madmax.config.task import Task
+
+    schema_of = {"model": DecoderModel, "system": System, "gpu": GPU, "task": Task, "strategy": Strategy}
+    _emit_json(schema_of[kind.value].model_json_schema())
+
+
+def main() -> None:
+    try:
+        app()
+    except MadmaxError as exc:  # a last guard: library errors never escape as tracebacks
+        typer.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

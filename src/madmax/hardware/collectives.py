@@ -1,0 +1,230 @@
+"""Collective communication cost model: alpha-beta with participant counts, hierarchical across domains.
+
+For a group of n GPUs, a message of S bytes (nccl-tests size convention, below), a per-step latency
+alpha (s) and an achievable bus bandwidth B (bytes/s per GPU per direction, nccl-tests "busbw"):
+
+    all_reduce (ring)             t = 2(n-1) alpha + 2(n-1)/n * S / B
+    all_gather, reduce_scatter    t =  (n-1) alpha +  (n-1)/n * S / B
+    all_to_all                    t =  (n-1) alpha +  (n-1)/n * S / B
+    send_recv                     t =        alpha +            S / B
+
+Sizes (nccl-tests doc/PERFORMANCE.md): all_reduce: the buffer per GPU; all_gather: the gathered output
+per GPU; reduce_scatter: the input per GPU before the scatter; all_to_all: the bytes each GPU sends and
+keeps in total; send_recv: the message.
+
+A group spans `Span(intra, inter)`: `intra` GPUs in each of `inter` scale-up domains (n = intra*inter).
+Pure intra groups use the scale-up fabric (NVLink), pure inter groups (intra == 1) the scale-out
+fabric (NICs). A group over both runs hierarchically, as NCCL does across nodes:
+all_reduce = reduce_scatter inside each domain (S) + all_reduce across domains (S/intra, every GPU on
+its own NIC, so B_out is per GPU) + all_gather inside (S); all_gather = all_gather across domains
+(output S/intra) + inside (S); reduce_scatter the mirror; all_to_all sends (intra-1)/n of S over the
+scale-up and intra*(inter-1)/n of S over the scale-out fabric at the same time, and lasts as long as
+the slower one; send_recv between domains uses the scale-out fabric.
+
+alpha is the fabric's `latency_s` from the system description. B = fabric peak * busbw fraction, the
+fraction from `catalog/efficiency.yaml` by fabric kind, GPU and collective (nccl-tests measurements).
+Sources: Thakur, Rabenseifner, Gropp, IJHPCA 19(1), 2005 (ring algorithms); nccl-tests
+doc/PERFORMANCE.md (busbw); NCCL's hierarchical (tree/NVLS-tree) algorithms for the 2-level form.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from functools import lru_cache
+from typing import Any
+
+from madmax.config.hardware import Fabric, System
+from madmax.errors import ConfigError
+from madmax.hardware.profile import efficiency_table
+
+
+class Collective(StrEnum):
+    ALL_REDUCE = "all_reduce"
+    ALL_GATHER = "all_gather"
+    REDUCE_SCATTER = "reduce_scatter"
+    ALL_TO_ALL = "all_to_all"
+    SEND_RECV = "send_recv"
+
+
+@dataclass(frozen=True)
+class Span:
+    """The ranks of one collective group: `intra` ranks per scale-up domain, in `inter` domains."""
+
+    intra: int
+    inter: int
+
+    def __post_init__(self) -> None:
+        if self.intra < 1 or self.inter < 1:
+            raise ConfigError(f"span intra={self.intra}, inter={self.inter}: both must be >= 1")
+
+    @property
+    def size(self) -> int:
+        """Group size n = intra * inter."""
+        return self.intra * self.inter
+
+
+def ring_all_reduce_s(size_bytes: float, n: int, busbw_bytes_per_s: float, step_latency_s: float) -> float:
+    """Ring all-reduce of `size_bytes` per GPU among `n` GPUs: t = 2(n-1) alpha + 2(n-1)/n * S / B.
+
+    B: achievable bus bandwidth per GPU per direction (nccl-tests busbw, so the second term is S/algbw);
+    alpha: latency of one ring step. Sources: Thakur et al. 2005; nccl-tests doc/PERFORMANCE.md.
+    """
+    if n == 1:
+        return 0.0
+    return 2 * (n - 1) * step_latency_s + 2 * (n - 1) / n * size_bytes / busbw_bytes_per_s
+
+
+def ring_gather_s(size_bytes: float, n: int, busbw_bytes_per_s: float, step_latency_s: float) -> float:
+    """Ring all-gather (S = gathered output per GPU) or reduce-scatter (S = input per GPU), also the
+    all-to-all of S bytes per GPU: t = (n-1) alpha + (n-1)/n * S / B. Each GPU sends and receives
+    (n-1)/n of S. Sources: Thakur et al. 2005; nccl-tests doc/PERFORMANCE.md."""
+    if n == 1:
+        return 0.0
+    return (n - 1) * step_latency_s + (n - 1) / n * size_bytes / busbw_bytes_per_s
+
+
+def send_recv_s(size_bytes: float, bandwidth_bytes_per_s: float, latency_s: float) -> float:
+    """Point-to-point message: t = alpha + S / B (B per direction)."""
+    return latency_s + size_bytes / bandwidth_bytes_per_s
+
+
+Steps = tuple[tuple[int, float], ...]  # ((min_ranks, fraction), ...) sorted by min_ranks
+
+
+def _steps(value: Any, where: str) -> Steps:
+    """A busbw fraction from efficiency.yaml: a number, or {min_ranks: fraction}."""
+    table = value if isinstance(value, dict) else {1: value}
+    steps = tuple(sorted((int(n), float(f)) for n, f in table.items()))
+    if not steps or steps[0][0] != 1 or not all(0 < f for _, f in steps):
+        raise ConfigError(f"efficiency.yaml {where}={value!r}: need fractions > 0 and an entry from 1 rank")
+    return steps
+
+
+def _fraction(steps: Steps, n: int) -> float:
+    return next(f for min_ranks, f in reversed(steps) if min_ranks <= n)
+
+
+@dataclass(frozen=True)
+class _Level:
+    """One fabric of a system: peak per GPU per direction, step latency, busbw fractions by collective."""
+
+    bytes_per_s: float
+    latency_s: float
+    fractions: dict[str, Steps]
+
+    def busbw(self, kind: str, n: int) -> float:
+        return self.bytes_per_s * _fraction(self.fractions[kind], n)
+
+
+def _level(fabric: Fabric, gpu_names: set[str], label: str) -> tuple[_Level, list[str]]:
+    """The fabric's busbw fractions: a GPU-specific entry, else the fabric kind's, else `default`."""
+    table = efficiency_table()["collectives"]
+    kind = str(fabric.kind)
+    entry, notes = None, []
+    for override in table.get("gpus", []):
+        if override["fabric"] == kind and gpu_names & {name.lower() for name in override["names"]}:
+            entry = override
+            break
+    if entry is None:
+        entry = table["fabrics"].get(kind)
+        if entry is None:
+            entry = table["fabrics"]["default"]
+            notes.append(f"no bus-bandwidth measurement for {label} fabric {kind}; "
+                         f"using the default busbw fractions ({entry['source']})")
+    if entry.get("assumed"):
+        notes.append(f"{label} fabric {kind}: busbw fractions assumed ({entry['source']})")
+    fractions = {str(c): _steps(entry["busbw_fraction"][str(c)], f"{kind}.{c}") for c in Collective}
+    return _Level(fabric.bytes_per_s, fabric.latency_s, fractions), notes
+
+
+_KINDS = tuple(str(c) for c in Collective)
+
+# Registry of networks, so that the per-message cache is keyed by small ints and plain numbers.
+_NETWORKS: list[tuple[_Level, _Level, int]] = []
+
+
+@lru_cache(maxsize=1 << 18)
+def _collective_s(net: int, kind: str, size_bytes: float, intra: int, inter: int) -> float:
+    if kind not in _KINDS:
+        raise ConfigError(f"collective {kind!r} is unknown; allowed: {', '.join(_KINDS)}")
+    if size_bytes < 0:
+        raise ConfigError(f"collective size_bytes={size_bytes} must be >= 0")
+    up, out, domain = _NETWORKS[net]
+    if intra > domain:
+        raise ConfigError(f"span intra={intra} exceeds the scale-up domain of {domain} GPUs")
+    n = intra * inter
+    if n == 1 or size_bytes == 0:
+        return 0.0
+    if kind == Collective.SEND_RECV:
+        level = out if inter > 1 else up
+        return send_recv_s(size_bytes, level.busbw(kind, 2), level.latency_s)
+    if inter == 1 or intra == 1:
+        level, m = (up, intra) if inter == 1 else (out, inter)
+        ring = ring_all_reduce_s if kind == Collective.ALL_REDUCE else ring_gather_s
+        return ring(size_bytes, m, level.busbw(kind, m), level.latency_s)
+    return _hierarchical_s(up, out, kind, size_bytes, intra, inter)
+
+
+def _hierarchical_s(up: _Level, out: _Level, kind: str, s: float, intra: int, inter: int) -> float:
+    """A group over intra > 1 GPUs in each of inter > 1 domains (see the module docstring)."""
+    rs, ag = Collective.REDUCE_SCATTER, Collective.ALL_GATHER
+    inside = {c: ring_gather_s(s, intra, up.busbw(c, intra), up.latency_s) for c in (rs, ag)}
+    if kind == Collective.ALL_REDUCE:
+        across = ring_all_reduce_s(s / intra, inter, out.busbw(kind, inter), out.latency_s)
+        return inside[rs] + across + inside[ag]
+    if kind in (rs, ag):
+        return inside[kind] + ring_gather_s(s / intra, inter, out.busbw(kind, inter), out.latency_s)
+    # all_to_all: (intra-1) peers inside the domain, n-intra outside, both fabrics at once
+    n = intra * inter
+    t_up = (intra - 1) * up.latency_s + (intra - 1) / n * s / up.busbw(kind, intra)
+    t_out = (n - intra) * out.latency_s + (n - intra) / n * s / out.busbw(kind, n)
+    return max(t_up, t_out)
+
+
+@dataclass(frozen=True, eq=False)
+class NetworkModel:
+    """Collective times on one system. Build it with `network_model(system)` (cached per system).
+
+    `assumptions` lists the busbw fractions that are defaults rather than measurements.
+    """
+
+    system: System
+    assumptions: tuple[str, ...] = field(init=False, default=())
+    _net: int = field(init=False, repr=False, default=0)
+
+    def __post_init__(self) -> None:
+        gpu = self.system.gpu
+        names = {gpu.name.lower()}
+        up, up_notes = _level(self.system.scale_up, names, "scale-up")
+        out, out_notes = _level(self.system.scale_out, names, "scale-out")
+        _NETWORKS.append((up, out, self.system.scale_up.domain_size))
+        object.__setattr__(self, "_net", len(_NETWORKS) - 1)
+        object.__setattr__(self, "assumptions", tuple(up_notes + out_notes))
+
+    def collective_s(self, kind: Collective, size_bytes: float, span: Span) -> float:
+        """Seconds of one collective of `size_bytes` (nccl-tests convention) over `span`; 0 for n = 1."""
+        return _collective_s(self._net, kind, size_bytes, span.intra, span.inter)
+
+    def busbw_bytes_per_s(self, kind: Collective, span: Span) -> float:
+        """Achievable bus bandwidth per GPU per direction of the fabric a pure group uses (bytes/s)."""
+        up, out, _ = _NETWORKS[self._net]
+        return up.busbw(kind, span.size) if span.inter == 1 else out.busbw(kind, span.inter)
+
+
+def _system_key(system: System) -> tuple:
+    up, out = system.scale_up, system.scale_out
+    return (system.gpu.name, str(up.kind), up.bytes_per_s, up.latency_s, up.domain_size,
+            str(out.kind), out.bytes_per_s, out.latency_s)
+
+
+_MODELS: dict[tuple, NetworkModel] = {}
+
+
+def network_model(system: System) -> NetworkModel:
+    """The (cached) network model of `system`; the cluster size does not enter it."""
+    key = _system_key(system)
+    model = _MODELS.get(key)
+    if model is None:
+        model = _MODELS[key] = NetworkModel(system)
+    return model

@@ -1,0 +1,239 @@
+"""Compute cost model: the time of one kernel as a roofline with measured, shape-dependent efficiency.
+
+    t = max(t_launch, F / (P * e(shape)), t_lat + bytes / (H * e_bw))
+
+F: FLOPs of the kernel; P: the GPU's dense peak FLOP/s of the dtype; e(shape): the fraction of peak a
+kernel of that shape reaches; bytes: HBM traffic (read + write); H: the GPU's peak HBM bandwidth;
+e_bw: the fraction of it a streaming kernel reaches; t_lat: the fixed time of a streaming kernel
+(ramp-up and tail); t_launch: the shortest time of one kernel as the host issues them back to back.
+Units: FLOP, bytes, seconds, FLOP/s, bytes/s.
+
+Every efficiency comes from a compute profile fitted to kernel timings (default: one NVIDIA H200, torch
+2.11 + CUDA 13; `catalog/calibration/h200_profile.yaml`, fitted by `madmax.hardware.calibration`).
+Assumption: on another GPU the same efficiencies hold as fractions of that GPU's own peak FLOP/s and HBM
+bandwidth (same software, similar tensor-core architecture); `ComputeModel.assumptions` says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+from madmax.config.base import DType
+from madmax.config.hardware import GPU
+from madmax.errors import ConfigError
+from madmax.hardware.profile import ComputeProfile, dtype_fallbacks, load_profile
+
+# Flash-attention backward runs 5 matrix products per tile (S = QK^T recomputed, dV, dP, dQ, dK) against
+# 2 in the forward pass (Dao 2023, FlashAttention-2, arXiv 2307.08691, section 3.1.2).
+BACKWARD_MATMULS, FORWARD_MATMULS = 5, 2
+
+
+def gemm_flops(m: float, k: float, n: float) -> float:
+    """FLOPs of (m x k) @ (k x n): F = 2*m*k*n (one multiply and one add per term)."""
+    return 2 * m * k * n
+
+
+def gemm_bytes(m: float, k: float, n: float, width: float) -> float:
+    """HBM bytes of a GEMM reading A (m x k) and B (k x n) once and writing C (m x n): width*(mk+kn+mn)."""
+    return width * (m * k + k * n + m * n)
+
+
+def gemm_efficiency(k: float, n: float, peak_fraction: float, k0: float, n0: float, exponent: float) -> float:
+    """Fraction of peak FLOP/s reached by a compute-bound GEMM: e = e_d / ((1+(k0/k)^p) (1+(n0/n)^p)).
+
+    e_d: the large-GEMM fraction of the dtype; k0: the inner dimension at which its factor is 1/2 (too
+    short a k loop to hide the pipeline's prologue and epilogue); n0: the same for the output columns
+    (too few output tiles to fill the SMs); p: how sharply each factor saturates (a Hill function).
+    Smooth, rising monotonically with k and n, never above e_d <= 1. The rows m do not enter: in the
+    H200 data, small-m GEMMs are explained by the memory roof (a fitted m factor went to zero).
+    Source: the compute profile (fit to measured GEMM times).
+    """
+    return peak_fraction / ((1 + (k0 / k) ** exponent) * (1 + (n0 / n) ** exponent))
+
+
+def stream_s(num_bytes: float, bytes_per_s: float, latency_s: float) -> float:
+    """Memory-bound time: t = t_lat + bytes / (H * e_bw); `bytes_per_s` = H * e_bw."""
+    return latency_s + num_bytes / bytes_per_s
+
+
+def attention_pairs(q_len: float, kv_len: float, causal: bool) -> float:
+    """Query-key pairs per head: q*kv, or for causal masking with the queries last, q*kv - q^2/2.
+
+    With q = kv = s the causal count is s^2/2, the convention of the FlashAttention papers and of
+    the calibration file's README.
+    """
+    return q_len * kv_len - q_len * q_len / 2 if causal else q_len * kv_len
+
+
+def attention_flops(batch: int, heads: int, q_len: int, kv_len: int, head_dim: int, causal: bool) -> float:
+    """Forward FLOPs of attention: F = 2 products (QK^T, PV) * 2 FLOPs * b * h * d * pairs."""
+    return 2 * 2 * batch * heads * head_dim * attention_pairs(q_len, kv_len, causal)
+
+
+def attention_bytes(batch: int, heads: int, kv_heads: int, q_len: int, kv_len: int, head_dim: int,
+                    width: float) -> float:
+    """Forward HBM bytes of fused attention: read Q, K, V and write O once: width*2*b*d*(h*q + h_kv*kv)."""
+    return width * 2 * batch * head_dim * (heads * q_len + kv_heads * kv_len)
+
+
+def attention_compute_s(flops: float, kv_len: float, rate: float, kv0: float) -> float:
+    """Compute-bound attention time: t = F / (P * e_max * kv/(kv+kv0)); `rate` = P * e_max."""
+    return flops * (kv_len + kv0) / (kv_len * rate)
+
+
+# Registry of coefficient tuples, so the per-shape caches below are keyed by small ints and shapes.
+_COEFFS: list[tuple[float, ...]] = []
+_COEFF_IDS: dict[tuple[float, ...], int] = {}
+
+
+def _register(coeffs: tuple[float, ...]) -> int:
+    if coeffs not in _COEFF_IDS:
+        _COEFF_IDS[coeffs] = len(_COEFFS)
+        _COEFFS.append(coeffs)
+    return _COEFF_IDS[coeffs]
+
+
+def _check(name: str, value: float) -> None:
+    if value < 0:
+        raise ConfigError(f"{name}={value} must be >= 0")
+
+
+@lru_cache(maxsize=1 << 20)
+def _gemm_s(cid: int, m: int, k: int, n: int) -> float:
+    for name, value in (("m", m), ("k", k), ("n", n)):
+        _check(name, value)
+    if not (m and k and n):
+        return 0.0
+    peak, e_d, k0, n0, p, width, bw, lat, launch = _COEFFS[cid]
+    t_compute = gemm_flops(m, k, n) / (peak * gemm_efficiency(k, n, e_d, k0, n0, p))
+    t_memory = stream_s(gemm_bytes(m, k, n, width), bw, lat)
+    return max(launch, t_compute, t_memory)
+
+
+@lru_cache(maxsize=1 << 18)
+def _attention_s(cid: int, batch: int, heads: int, kv_heads: int, q_len: int, kv_len: int, head_dim: int,
+                 causal: bool, backward: bool) -> float:
+    shape = {"batch": batch, "heads": heads, "kv_heads": kv_heads, "q_len": q_len, "kv_len": kv_len,
+             "head_dim": head_dim}
+    for name, value in shape.items():
+        _check(name, value)
+    if causal and q_len > kv_len:
+        raise ConfigError(f"causal attention needs q_len <= kv_len, got q_len={q_len}, kv_len={kv_len}")
+    if not all(shape.values()):
+        return 0.0
+    rate_f, kv0_f, rate_b, kv0_b, width, bw, lat, launch = _COEFFS[cid]
+    flops = attention_flops(batch, heads, q_len, kv_len, head_dim, causal)
+    num_bytes = attention_bytes(batch, heads, kv_heads, q_len, kv_len, head_dim, width)
+    if backward:  # 5/2 the products; reads Q, K, V, O, dO and writes dQ, dK, dV: twice the bytes
+        flops, num_bytes = flops * BACKWARD_MATMULS / FORWARD_MATMULS, 2 * num_bytes
+        t_compute = attention_compute_s(flops, kv_len, rate_b, kv0_b)
+    else:
+        t_compute = attention_compute_s(flops, kv_len, rate_f, kv0_f)
+    return max(launch, t_compute, stream_s(num_bytes, bw, lat))
+
+
+@lru_cache(maxsize=1 << 16)
+def _memory_s(cid: int, num_bytes: float) -> float:
+    _check("num_bytes", num_bytes)
+    if not num_bytes:
+        return 0.0
+    bw, lat, launch = _COEFFS[cid]
+    return max(launch, stream_s(num_bytes, bw, lat))
+
+
+@dataclass(frozen=True, eq=False)
+class ComputeModel:
+    """Kernel times on one GPU from a compute profile (default: the shipped H200 calibration).
+
+    Efficiencies are fractions of the profile's reference peaks, applied to `gpu`'s own peaks. Build it
+    with `compute_model(gpu)` (cached). Instances compare and hash by identity.
+    """
+
+    gpu: GPU
+    profile: ComputeProfile = field(default_factory=load_profile)
+    assumptions: tuple[str, ...] = field(init=False, default=())
+    _gemm: dict[str, int] = field(init=False, repr=False, default_factory=dict)
+    _attention: dict[str, int] = field(init=False, repr=False, default_factory=dict)
+    _memory: int = field(init=False, repr=False, default=0)
+
+    def __post_init__(self) -> None:
+        p, gpu = self.profile, self.gpu
+        hbm = gpu.hbm_bytes_per_s
+        fallbacks = dtype_fallbacks()
+        notes = [f"kernel efficiencies measured on {p.device} ({p.software}) applied to gpu {gpu.name} "
+                 f"as fractions of its own peak FLOP/s and HBM bandwidth"]
+        gemm, attention = {}, {}
+        for dtype, peak in gpu.flops_per_s.items():
+            fitted = dtype if dtype in p.gemm.peak_fraction else fallbacks.get(dtype)
+            if fitted not in p.gemm.peak_fraction:
+                continue
+            if fitted != dtype:
+                notes.append(f"{dtype} GEMM efficiency taken from {fitted} (no {dtype} measurements)")
+            width = dtype.num_bytes
+            g = p.gemm
+            gemm[str(dtype)] = _register((
+                peak, g.peak_fraction[fitted], g.k0, g.n0, g.exponent, width,
+                hbm * g.read_fraction, p.memory.latency_s, p.launch_s))
+            # Attention was measured in bf16 only: its fractions of peak are used for every dtype.
+            a = p.attention
+            attention[str(dtype)] = _register((
+                peak * a.forward.peak_fraction, a.forward.kv0, peak * a.backward.peak_fraction,
+                a.backward.kv0, width, hbm * a.read_fraction, p.memory.latency_s, a.launch_s))
+        notes.append("attention efficiency measured in bf16 (flash attention) is used for every dtype")
+        memory = _register((hbm * p.memory.copy_fraction, p.memory.latency_s, p.launch_s))
+        object.__setattr__(self, "_gemm", gemm)
+        object.__setattr__(self, "_attention", attention)
+        object.__setattr__(self, "_memory", memory)
+        object.__setattr__(self, "assumptions", tuple(notes))
+
+    def _no_dtype(self, dtype: DType | str) -> ConfigError:
+        allowed = ", ".join(str(d) for d in self.gpu.flops_per_s if str(d) in self._gemm)
+        if dtype not in self.gpu.flops_per_s:
+            return ConfigError(f"gpu {self.gpu.name} has no {dtype} peak; allowed dtypes: {allowed}")
+        return ConfigError(f"profile of {self.profile.device} has no {dtype} efficiency and no fallback; "
+                           f"allowed dtypes: {allowed}")
+
+    def gemm_s(self, m: int, k: int, n: int, dtype: DType) -> float:
+        """Seconds of (m x k) @ (k x n) in `dtype`: max(t_launch, 2mkn / (P e(k,n)),
+        t_lat + width*(mk+kn+mn) / (H e_read)). See `gemm_efficiency` and `stream_s`."""
+        cid = self._gemm.get(dtype)
+        if cid is None:
+            raise self._no_dtype(dtype)
+        return _gemm_s(cid, m, k, n)
+
+    def attention_s(self, batch: int, heads: int, kv_heads: int, q_len: int, kv_len: int, head_dim: int,
+                    causal: bool, dtype: DType, backward: bool = False) -> float:
+        """Seconds of fused (flash) attention, forward or, with `backward`, the backward pass alone.
+
+        t = max(t_launch, F / (P e_max kv/(kv+kv0)), t_lat + bytes / (H e_read)), F from
+        `attention_flops` (x 5/2 backward), bytes from `attention_bytes` (x 2 backward). `heads` are
+        query heads, `kv_heads` key/value heads (grouped-query attention); lengths in tokens.
+        """
+        cid = self._attention.get(dtype)
+        if cid is None:
+            raise self._no_dtype(dtype)
+        return _attention_s(cid, batch, heads, kv_heads, q_len, kv_len, head_dim, causal, backward)
+
+    def memory_s(self, num_bytes: float) -> float:
+        """Seconds of a memory-bound kernel moving `num_bytes` (read + write): max(t_launch,
+        t_lat + bytes / (H e_copy)), e_copy from a measured device-to-device copy."""
+        return _memory_s(self._memory, num_bytes)
+
+
+def _gpu_key(gpu: GPU) -> tuple:
+    return (gpu.name, tuple(sorted((str(d), v) for d, v in gpu.flops_per_s.items())), gpu.hbm_bytes_per_s)
+
+
+_MODELS: dict[tuple, ComputeModel] = {}
+
+
+def compute_model(gpu: GPU, profile: str | Path | ComputeProfile | None = None) -> ComputeModel:
+    """The (cached) compute model of `gpu` under `profile` (None: the shipped default profile)."""
+    loaded = load_profile(profile)
+    key = (_gpu_key(gpu), id(loaded))
+    model = _MODELS.get(key)
+    if model is None or model.profile is not loaded:
+        model = _MODELS[key] = ComputeModel(gpu, loaded)
+    return model

@@ -1,0 +1,140 @@
+"""Calibration data of the cost models: a compute profile (fitted) and the efficiency table (sourced).
+
+Two kinds of file, both in `madmax/catalog/`:
+
+- `calibration/<device>_profile.yaml`: a **compute profile**, written by
+  `madmax.hardware.calibration.fit_profile` from kernel timings of one GPU and software stack; it names
+  the device, the software and the peaks its efficiencies are fractions of. A user may pass another
+  one (`compute_model(gpu, profile="my_profile.yaml")`).
+- `efficiency.yaml`: hand-entered numbers, each with its source: the datasheet peaks of calibration
+  devices, dtype fallbacks, and the achievable bus bandwidth of each fabric (nccl-tests busbw).
+
+Every failure to read or validate either file is a `ConfigError` naming the file and the field.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import Field
+
+from madmax.config.base import DType, Schema
+from madmax.config.loaders import read_file, validate
+from madmax.config.units import BytesPerS, FlopsPerS, Seconds
+from madmax.errors import ConfigError
+
+
+class ReferencePeaks(Schema):
+    """Datasheet peaks of the calibration device: measured efficiencies are fractions of these."""
+
+    flops_per_s: dict[DType, FlopsPerS] = Field(description="Dense peak FLOP/s per dtype.")
+    hbm_bytes_per_s: BytesPerS = Field(gt=0, description="Peak HBM bandwidth, bytes/s.")
+    source: str = Field("", description="Where the peaks come from.")
+
+
+class GemmFit(Schema):
+    """GEMM efficiency e = e_dtype / ((1+(k0/k)^p)(1+(n0/n)^p)) and the memory roof."""
+
+    reference_dtype: DType = Field(description="The dtype whose rows fixed k0, n0 and the exponent.")
+    peak_fraction: dict[DType, float] = Field(description="e_dtype: large-GEMM fraction of peak FLOP/s.")
+    k0: float = Field(ge=0, description="Inner dimension k at which the k factor is 1/2.")
+    n0: float = Field(ge=0, description="Output columns n at which the n factor is 1/2.")
+    exponent: float = Field(gt=0, description="p: sharpness of each factor's saturation.")
+    read_fraction: float = Field(gt=0, le=1, description="Fraction of peak HBM bandwidth of the memory roof.")
+
+
+class AttentionPassFit(Schema):
+    """Flash-attention efficiency e(kv) = e_max * kv / (kv + kv0) of one pass."""
+
+    peak_fraction: float = Field(gt=0, le=1, description="e_max: fraction of peak at long sequences.")
+    kv0: float = Field(ge=0, description="Key/value length at which efficiency is half of e_max.")
+
+
+class AttentionFit(Schema):
+    launch_s: Seconds = Field(ge=0, description="Shortest time of one attention call (host launch floor).")
+    read_fraction: float = Field(gt=0, le=1, description="Fraction of peak HBM bandwidth streaming K/V.")
+    forward: AttentionPassFit
+    backward: AttentionPassFit
+
+
+class MemoryFit(Schema):
+    latency_s: Seconds = Field(ge=0, description="Fixed time of a streaming kernel beyond bytes/bandwidth.")
+    copy_fraction: float = Field(gt=0, le=1, description="Fraction of peak HBM bandwidth of a copy.")
+
+
+class FitError(Schema):
+    count: int = Field(ge=0, description="Rows compared.")
+    median: float = Field(ge=0, description="Median of |predicted/measured - 1|.")
+    max: float = Field(ge=0, description="Largest |predicted/measured - 1|.")
+
+
+class ComputeProfile(Schema):
+    """Fitted efficiencies of one GPU and software stack, as fractions of `reference_peaks`."""
+
+    device: str = Field(description="The measured device, e.g. 'NVIDIA H200'.")
+    software: str = Field(description="Framework, CUDA and driver versions of the measurement.")
+    source: str = Field(description="The measurement file and the function that fitted it.")
+    reference_peaks: ReferencePeaks
+    launch_s: Seconds = Field(ge=0, description="Shortest time of one GEMM or memory kernel (launch floor).")
+    memory: MemoryFit
+    gemm: GemmFit
+    attention: AttentionFit
+    fit_errors: dict[str, dict[str, FitError]] = Field(
+        default_factory=dict, description="Relative errors by kernel kind: 'in_sample' and 'held_out'."
+    )
+
+
+CATALOG = resources.files("madmax.catalog")
+DEFAULT_PROFILE = "calibration/h200_profile.yaml"
+
+
+def catalog_path(relative: str) -> Path:
+    """Path of a file shipped in `madmax/catalog/`."""
+    return Path(str(CATALOG.joinpath(relative)))
+
+
+@cache
+def efficiency_table() -> dict[str, Any]:
+    """The parsed `catalog/efficiency.yaml` (hand-entered efficiencies with sources)."""
+    return yaml.safe_load(catalog_path("efficiency.yaml").read_text(encoding="utf-8"))
+
+
+@cache
+def _load_profile(path: str) -> ComputeProfile:
+    return validate(ComputeProfile, read_file(Path(path), "profile"), "profile")
+
+
+def load_profile(profile: str | Path | ComputeProfile | None = None) -> ComputeProfile:
+    """A compute profile: the shipped default (None), a catalog-relative name, or a YAML/JSON file."""
+    if isinstance(profile, ComputeProfile):
+        return profile
+    if profile is None:
+        return _load_profile(str(catalog_path(efficiency_table()["compute"]["default_profile"])))
+    path = Path(profile)
+    if not path.is_file():
+        shipped = catalog_path(str(profile))
+        if not shipped.is_file():
+            raise ConfigError(f"profile file {str(profile)!r} does not exist")
+        path = shipped
+    return _load_profile(str(path.resolve()))
+
+
+def reference_peaks(device: str) -> ReferencePeaks:
+    """Datasheet peaks of a calibration device named as in a measurement's `env` line."""
+    devices = efficiency_table()["compute"]["reference_devices"]
+    if device not in devices:
+        raise ConfigError(
+            f"calibration device {device!r} has no datasheet peaks in efficiency.yaml; "
+            f"allowed: {', '.join(devices)}"
+        )
+    return validate(ReferencePeaks, devices[device], f"efficiency.compute.reference_devices.{device}")
+
+
+def dtype_fallbacks() -> dict[DType, DType]:
+    """Dtype whose fitted efficiency stands in for a dtype without measurements."""
+    table = efficiency_table()["compute"]["dtype_fallbacks"]
+    return {DType(k): DType(v["use"]) for k, v in table.items()}

@@ -1,0 +1,94 @@
+"""Pipeline parallelism: the split of blocks into stages and the 1F1B / interleaved schedules.
+
+The schedules are orders of work, not formulas: `madmax.sim` turns them into events so bubbles and
+the number of micro-batches in flight (hence activation memory) come out of the simulation.
+Sources: Narayanan et al. 2021 (SC21, arXiv 2104.04473) Sec. 2.2 (1F1B, interleaved); Megatron-LM
+`schedules.py` (warm-up counts of the interleaved schedule).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Phase(StrEnum):
+    FORWARD = "F"
+    BACKWARD = "B"
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One unit of pipeline work on a stage: a phase of micro-batch `microbatch` on local chunk `chunk`."""
+
+    phase: Phase
+    microbatch: int
+    chunk: int
+
+
+def split_layers(num_layers: int, num_chunks: int) -> list[int]:
+    """Layers in each of `num_chunks` virtual stages, embedding on the first and LM head on the last.
+
+    When num_layers + 2 divides evenly, the embedding and the LM head each take the place of one layer
+    (Megatron's account-for-embedding/loss split; Llama 3 405B: 126 + 2 = 128 over 16 x 4 chunks gives
+    1, 2, ..., 2, 1). Otherwise layers spread evenly and the remainder goes to the middle chunks first.
+    """
+    assert 1 <= num_chunks <= num_layers
+    if num_chunks > 2 and (num_layers + 2) % num_chunks == 0:
+        per = (num_layers + 2) // num_chunks
+        return [per - 1] + [per] * (num_chunks - 2) + [per - 1]
+    base, extra = divmod(num_layers, num_chunks)
+    counts = [base] * num_chunks
+    # Middle chunks first (ends carry the embedding and the head), then the ends.
+    order = [*list(range(1, num_chunks - 1)), 0, num_chunks - 1] if num_chunks > 2 else list(range(num_chunks))
+    for i in order[:extra]:
+        counts[i] += 1
+    return counts
+
+
+def schedule(stage: int, pp: int, vp: int, microbatches: int) -> list[Step]:
+    """Program order of one stage: 1F1B when vp == 1, Megatron's interleaved 1F1B when vp > 1.
+
+    1F1B: pp - stage - 1 warm-up forwards, then alternate one forward and one backward, then the
+    remaining backwards. Interleaved: forward k runs chunk (k // pp) % vp of micro-batch
+    (k // (pp*vp))*pp + k % pp; warm-up is (pp - stage - 1)*2 + (vp - 1)*pp forwards.
+    """
+    m = microbatches
+    if vp == 1:
+        warmup = min(pp - stage - 1, m)
+        steps = [Step(Phase.FORWARD, i, 0) for i in range(warmup)]
+        for i in range(m - warmup):
+            steps.append(Step(Phase.FORWARD, warmup + i, 0))
+            steps.append(Step(Phase.BACKWARD, i, 0))
+        steps += [Step(Phase.BACKWARD, i, 0) for i in range(m - warmup, m)]
+        return steps
+    total = m * vp
+    warmup = min((pp - stage - 1) * 2 + (vp - 1) * pp, total)
+
+    def unit(k: int, phase: Phase) -> Step:
+        group, pos = divmod(k, pp * vp)
+        chunk = pos // pp
+        if phase is Phase.BACKWARD:
+            chunk = vp - 1 - chunk
+        return Step(phase, group * pp + pos % pp, chunk)
+
+    steps = [unit(k, Phase.FORWARD) for k in range(warmup)]
+    for i in range(total - warmup):
+        steps.append(unit(warmup + i, Phase.FORWARD))
+        steps.append(unit(i, Phase.BACKWARD))
+    steps += [unit(k, Phase.BACKWARD) for k in range(total - warmup, total)]
+    return steps
+
+
+def peak_in_flight(steps: list[Step], chunk_weights: list[float]) -> float:
+    """Largest weighted count of forwards whose backward has not run yet, over the program order.
+
+    chunk_weights: the activation memory one micro-batch leaves on each local chunk (any unit), so
+    the result is the peak activation memory of the stage in that unit.
+    """
+    current = peak = 0.0
+    for step in steps:
+        weight = chunk_weights[step.chunk]
+        current += weight if step.phase is Phase.FORWARD else -weight
+        peak = max(peak, current)
+    return peak

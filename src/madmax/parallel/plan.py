@@ -1,0 +1,193 @@
+"""The plan: a workload under a strategy, as per-rank units, pipeline stages and data-parallel traffic.
+
+The order of the transforms is written once, here: tensor (+ sequence) parallelism and context
+parallelism shard each op into per-rank kernels (`tensor`, `context`); recompute decides what is kept
+and what is redone; the pipeline splits the blocks into stages (`pipeline`); data parallelism and
+ZeRO/FSDP decide how gradients and weights travel (`data`). Timing is not done here: `madmax.engine`
+costs the plan and simulates it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from madmax.config.base import DType
+from madmax.config.strategy import Axis, Recompute, Strategy
+from madmax.hardware.collectives import Collective, Span
+from madmax.parallel.context import ring_kv
+from madmax.parallel.data import DataParallelPlan, data_parallel_plan
+from madmax.parallel.kernels import CommOp, Kernel
+from madmax.parallel.pipeline import split_layers
+from madmax.parallel.placement import span
+from madmax.parallel.tensor import Shape, backward_kernels, forward_kernels, saved_bytes
+from madmax.workload.ops import Block, OpKind, TPSplit, Workload
+
+# Megatron's vocabulary-parallel cross-entropy all-reduces three per-token fp32 values over tp
+# (the logit max, the target logit and the sum of exponentials).
+CROSS_ENTROPY_ALL_REDUCES = 3
+
+
+@dataclass(frozen=True)
+class UnitPlan:
+    """One block instance (a layer, the embedding or the head) on one rank for one micro-batch."""
+
+    name: str
+    fwd: tuple[Kernel, ...]
+    bwd: tuple[Kernel, ...]
+    recompute: tuple[Kernel, ...]
+    tp_fwd: tuple[CommOp, ...]
+    tp_bwd: tuple[CommOp, ...]
+    cp_fwd: tuple[CommOp, ...]
+    cp_bwd: tuple[CommOp, ...]
+    params: float
+    trainable_params: float
+    saved_bytes: float
+    working_bytes: float
+    is_layer: bool
+
+    @property
+    def has_backward(self) -> bool:
+        return bool(self.bwd)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything the engine needs to time one iteration of one strategy."""
+
+    strategy: Strategy
+    dtype: DType
+    seq_len: int
+    global_batch: int
+    microbatches: int
+    units: dict[str, UnitPlan]
+    stages: tuple[tuple[tuple[str, ...], ...], ...]
+    data: DataParallelPlan
+    pp_span: Span
+    p2p_bytes: float
+    tied_sync_bytes: float
+    act_bytes: float
+
+    @property
+    def num_stages(self) -> int:
+        return len(self.stages)
+
+
+def build_plan(workload: Workload, strategy: Strategy, *, domain_size: int, seq_len: int, global_batch: int,
+               dtype: DType) -> Plan:
+    """Plan of a resolved strategy (dp filled in, rules checked by `resolve_strategy`)."""
+    s = strategy
+    act_bytes = DType.BF16.num_bytes if dtype in (DType.FP8, DType.BF16, DType.FP16) else dtype.num_bytes
+    shape = Shape(batch=s.mbs, seq_len=seq_len, tp=s.tp, cp=s.cp, sp=s.sequence_parallel, act_bytes=act_bytes)
+    tp_span = span(s, (Axis.TP,), domain_size)
+    cp_span = span(s, (Axis.CP,), domain_size)
+    trainable_seen = False
+    units: dict[str, UnitPlan] = {}
+    order: list[str] = []
+    for block in workload.blocks:
+        trainable_seen = trainable_seen or any(op.trainable for op in block.ops)
+        key = block.name if block.trainable or not block.is_layer else f"{block.name}_frozen"
+        units[key] = _unit(key, block, shape, s, tp_span, cp_span, needs_backward=trainable_seen)
+        order += [key] * block.count
+    data = data_parallel_plan(s, domain_size, dtype)
+    stages = _stages(order, s.pp, s.vp)
+    p2p = shape.tokens * workload_hidden(workload) * act_bytes / (s.tp if s.sequence_parallel else 1)
+    tied = workload.tied_params / s.tp * act_bytes if (workload.tied_params and s.pp > 1) else 0.0
+    return Plan(strategy=s, dtype=dtype, seq_len=seq_len, global_batch=global_batch,
+                microbatches=global_batch // (s.dp * s.mbs), units=units, stages=stages, data=data,
+                pp_span=span(s, (Axis.PP,), domain_size), p2p_bytes=p2p, tied_sync_bytes=tied,
+                act_bytes=act_bytes)
+
+
+def workload_hidden(workload: Workload) -> int:
+    """Width of the activations passed between pipeline stages (the embedding output width)."""
+    for block in workload.blocks:
+        for op in block.ops:
+            if op.kind is OpKind.EMBEDDING:
+                return op.n
+    raise AssertionError("workload without an embedding")
+
+
+def _stages(order: list[str], pp: int, vp: int) -> tuple[tuple[tuple[str, ...], ...], ...]:
+    """Units of each stage's local chunks; virtual chunk v runs on stage v % pp as its chunk v // pp."""
+    layers = [i for i, key in enumerate(order) if not key.startswith(("embedding", "head"))]
+    counts = split_layers(len(layers), pp * vp)
+    chunks: list[list[str]] = []
+    pos = 0
+    for count in counts:
+        chunks.append([order[i] for i in layers[pos:pos + count]])
+        pos += count
+    chunks[0] = [k for k in order if k.startswith("embedding")] + chunks[0]
+    chunks[-1] = chunks[-1] + [k for k in order if k.startswith("head")]
+    return tuple(tuple(tuple(chunks[c * pp + stage]) for c in range(vp)) for stage in range(pp))
+
+
+def _unit(key: str, block: Block, shape: Shape, s: Strategy, tp_span: Span, cp_span: Span, *,
+          needs_backward: bool) -> UnitPlan:
+    flash = s.flash
+    fwd = [k for op in block.ops for k in forward_kernels(op, shape, flash=flash)]
+    bwd = [k for op in block.ops for k in backward_kernels(op, shape, flash=flash)] if needs_backward else []
+    keeps_s2 = not flash and not (s.recompute is Recompute.SELECTIVE and block.is_layer)
+    saved = sum(saved_bytes(op, shape, flash=not keeps_s2) for op in block.ops) if needs_backward else 0.0
+    recompute: list[Kernel] = []
+    tp_fwd, tp_bwd = _tp_comm(block, shape, tp_span)
+    working = 0.0
+    if block.is_layer and needs_backward and s.recompute is Recompute.SELECTIVE:
+        recompute = [k for op in block.ops if op.kind is OpKind.ATTENTION
+                     for k in forward_kernels(op, shape, flash=flash)]
+    elif block.is_layer and needs_backward and s.recompute is Recompute.FULL:
+        recompute = list(fwd)
+        working = saved
+        saved = shape.tokens * block.ops[0].saved_elems_per_token * shape.act_bytes / (
+            shape.tp if shape.sp else 1)
+        tp_bwd = tp_fwd + tp_bwd
+    cp_fwd: list[CommOp] = []
+    cp_bwd: list[CommOp] = []
+    for op in block.ops:
+        f, b = ring_kv(op, shape, cp_span)
+        cp_fwd += f
+        cp_bwd += b if needs_backward else []
+    params = sum(op.params / (1 if op.tp in (TPSplit.SEQUENCE, TPSplit.REPLICATED) else shape.tp)
+                 for op in block.ops)
+    trainable = sum(op.params / (1 if op.tp in (TPSplit.SEQUENCE, TPSplit.REPLICATED) else shape.tp)
+                    for op in block.ops if op.trainable)
+    return UnitPlan(name=key, fwd=tuple(fwd), bwd=tuple(bwd), recompute=tuple(recompute),
+                    tp_fwd=tuple(tp_fwd), tp_bwd=tuple(tp_bwd) if needs_backward else (),
+                    cp_fwd=tuple(cp_fwd), cp_bwd=tuple(cp_bwd), params=params, trainable_params=trainable,
+                    saved_bytes=saved, working_bytes=working, is_layer=block.is_layer)
+
+
+def _tp_comm(block: Block, shape: Shape, tp_span: Span) -> tuple[list[CommOp], list[CommOp]]:
+    """Tensor-parallel collectives of one block per micro-batch (Korthikanti et al. 2022, Fig. 5).
+
+    A layer has two TP regions (attention, FFN). Without sequence parallelism each ends in an
+    all-reduce of the T x h activation, and the backward all-reduces the input gradient of each
+    region; with it, an all-gather opens and a reduce-scatter closes each region, in both passes.
+    """
+    if shape.tp == 1:
+        return [], []
+    size = shape.tokens * _width(block) * shape.act_bytes
+    ar = lambda label: CommOp(Axis.TP, Collective.ALL_REDUCE, size, tp_span, label)  # noqa: E731
+    ag = lambda label: CommOp(Axis.TP, Collective.ALL_GATHER, size, tp_span, label)  # noqa: E731
+    rs = lambda label: CommOp(Axis.TP, Collective.REDUCE_SCATTER, size, tp_span, label)  # noqa: E731
+    names = {op.name.split(".")[0] for op in block.ops}
+    if block.is_layer:
+        if shape.sp:
+            both = [ag("tp.attn_in"), rs("tp.attn_out"), ag("tp.ffn_in"), rs("tp.ffn_out")]
+            return both, list(both)
+        return [ar("tp.attn_out"), ar("tp.ffn_out")], [ar("tp.attn_in_grad"), ar("tp.ffn_in_grad")]
+    if "embed" in names:
+        return [rs("tp.embed_out") if shape.sp else ar("tp.embed_out")], ([ag("tp.embed_grad")] if shape.sp else [])
+    loss = [CommOp(Axis.TP, Collective.ALL_REDUCE, shape.tokens * DType.FP32.num_bytes, tp_span, "tp.loss")
+            for _ in range(CROSS_ENTROPY_ALL_REDUCES)]
+    if shape.sp:
+        return [ag("tp.head_in"), *loss], [rs("tp.head_in_grad")]
+    return loss, [ar("tp.head_in_grad")]
+
+
+def _width(block: Block) -> int:
+    for op in block.ops:
+        if op.kind is OpKind.GEMM:
+            return op.k
+        if op.kind is OpKind.EMBEDDING:
+            return op.n
+    raise AssertionError(f"block {block.name} has no GEMM or embedding")

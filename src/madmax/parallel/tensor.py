@@ -1,0 +1,132 @@
+"""Tensor (Megatron) parallelism with sequence and context parallelism: ops -> per-rank kernels.
+
+A micro-batch of b sequences of s tokens has T = b*s/cp tokens on each rank (context parallelism
+splits the sequence). Column-parallel GEMMs divide n by tp, row-parallel ones k; attention divides
+heads. Element-wise ops outside the TP region run on T/tp tokens under sequence parallelism and on
+all T otherwise (Korthikanti et al. 2022, Sec. 4.2). Backward: a GEMM's input gradient
+(T x n) @ (n x k) and, for trainable weights, its weight gradient (k x T) @ (T x n), each the
+forward's FLOPs (Narayanan et al. 2021, Sec. 5.1); an element-wise op reads the saved input and the
+output gradient and writes the input gradient, moving twice its forward bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from madmax.parallel.kernels import Kernel, KernelKind
+from madmax.workload.ops import Op, OpKind, TPSplit
+
+BACKWARD_BYTES_FACTOR = 2  # read saved input + output gradient, write input gradient (vs read + write)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """Per-rank sizes of one micro-batch."""
+
+    batch: int  # sequences b
+    seq_len: int  # full sequence s
+    tp: int
+    cp: int
+    sp: bool
+    act_bytes: float  # bytes per activation element
+
+    @property
+    def tokens(self) -> int:
+        """Tokens of the micro-batch on one rank, T = b*s/cp."""
+        return self.batch * self.seq_len // self.cp
+
+
+def _gemm(op: Op, t: int, tp: int) -> tuple[int, int, int]:
+    k, n = op.k, op.n
+    if op.tp is TPSplit.COLUMN:
+        n = -(-n // tp)
+    elif op.tp is TPSplit.ROW:
+        k = -(-k // tp)
+    return t, k, n
+
+
+def forward_kernels(op: Op, shape: Shape, *, flash: bool) -> list[Kernel]:
+    """Kernels of the forward pass of `op` on one rank."""
+    t, tp = shape.tokens, shape.tp
+    cat = op.kind.value
+    if op.kind is OpKind.GEMM:
+        m, k, n = _gemm(op, t, tp)
+        return [Kernel(KernelKind.GEMM, cat, flops=2.0 * m * k * n, m=m, k=k, n=n)]
+    if op.kind is OpKind.ATTENTION:
+        return _attention(op, shape, flash=flash, backward=False)
+    return [Kernel(KernelKind.MEMORY, cat, flops=_elementwise_tokens(op, shape) * op.flops_per_token / _tp_div(op, tp),
+                   num_bytes=_elementwise_tokens(op, shape) * op.moved_elems_per_token / _tp_div(op, tp)
+                   * shape.act_bytes)]
+
+
+def backward_kernels(op: Op, shape: Shape, *, flash: bool) -> list[Kernel]:
+    """Kernels of the backward pass: input gradient always, weight gradient when trainable."""
+    t, tp = shape.tokens, shape.tp
+    cat = op.kind.value
+    if op.kind is OpKind.GEMM:
+        m, k, n = _gemm(op, t, tp)
+        kernels = [Kernel(KernelKind.GEMM, cat, flops=2.0 * m * k * n, m=m, k=n, n=k)]
+        if op.trainable:
+            kernels.append(Kernel(KernelKind.GEMM, cat, flops=2.0 * m * k * n, m=k, k=m, n=n))
+        return kernels
+    if op.kind is OpKind.ATTENTION:
+        return _attention(op, shape, flash=flash, backward=True)
+    (fwd,) = forward_kernels(op, shape, flash=flash)
+    return [Kernel(KernelKind.MEMORY, cat, flops=fwd.flops, num_bytes=BACKWARD_BYTES_FACTOR * fwd.num_bytes)]
+
+
+def _attention(op: Op, shape: Shape, *, flash: bool, backward: bool) -> list[Kernel]:
+    """Causal attention of a rank's heads: q_len = s/cp queries against the whole sequence.
+
+    FLOPs per direction of QK^T and PV: 2*b*h_loc*q*kv*d each, halved by causality (context
+    parallelism with load-balanced chunks keeps the half). Backward does 2.5x the forward FLOPs
+    (dQ, dK, dV, dP and the recomputed scores; FlashAttention-2, Dao 2023, Sec. 3).
+    A non-fused attention runs the two products as batched GEMMs plus a softmax pass over the
+    b*h*q*kv scores.
+    """
+    heads = op.heads // shape.tp
+    kv_heads = max(1, op.kv_heads // shape.tp)
+    q, kv, d, b = shape.seq_len // shape.cp, shape.seq_len, op.head_dim, shape.batch
+    fwd_flops = 2 * 2 * b * heads * q * kv * d / (2 if op.causal else 1)
+    flops = fwd_flops * (BWD_ATTENTION_FLOPS if backward else 1)
+    if flash:
+        return [Kernel(KernelKind.ATTENTION, "attention", flops=flops, batch=b, heads=heads, kv_heads=kv_heads,
+                       q_len=q, kv_len=kv, head_dim=d, causal=op.causal, backward=backward)]
+    gemms = 2 * (2 if backward else 1)
+    scores_bytes = b * heads * q * kv * shape.act_bytes
+    return [
+        *[Kernel(KernelKind.GEMM, "attention", flops=flops / gemms, m=q, k=d, n=kv, batch=b * heads)
+          for _ in range(gemms)],
+        Kernel(KernelKind.MEMORY, "attention", num_bytes=scores_bytes * (2 if backward else 1) * 2),
+    ]
+
+
+# dQ, dK, dV, dP products (4 GEMMs) plus the score recompute (1): 2.5x the 2 forward products.
+BWD_ATTENTION_FLOPS = 5 / 2
+
+
+def _tp_div(op: Op, tp: int) -> int:
+    return tp if op.tp in (TPSplit.TP_REGION, TPSplit.VOCAB, TPSplit.HEADS) else 1
+
+
+def _elementwise_tokens(op: Op, shape: Shape) -> float:
+    """Tokens an element-wise op touches on one rank: T/tp in the sequence-parallel region."""
+    if op.tp is TPSplit.SEQUENCE and shape.sp:
+        return shape.tokens / shape.tp
+    return shape.tokens
+
+
+def saved_bytes(op: Op, shape: Shape, *, flash: bool) -> float:
+    """Activation bytes `op` keeps for backward on one rank for one micro-batch.
+
+    Inside the TP region (column/row/heads outputs) divided by tp; outside it (norm inputs, residual
+    dropout masks, inputs of column-parallel GEMMs) divided by tp only under sequence parallelism
+    (Korthikanti et al. 2022, Eq. 2 vs Table 2). The s^2 part of a non-fused attention grows with s.
+    """
+    t = shape.tokens
+    outside = op.saved_outside_tp or op.tp in (TPSplit.SEQUENCE, TPSplit.REPLICATED)
+    div = shape.tp if (not outside or shape.sp) else 1
+    elems = op.saved_elems_per_token / div
+    if not flash:
+        elems += op.saved_elems_per_token_per_seq * shape.seq_len / shape.tp
+    return t * elems * shape.act_bytes

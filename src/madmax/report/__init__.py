@@ -1,0 +1,1 @@
+"""Presentation: terminal tables, Perfetto traces, plots. The only place that converts SI units for display."""

@@ -1,0 +1,86 @@
+"""Terminal output with rich: results, model inspection and catalog listings (display units only here)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from madmax.results import Result
+
+GIB = 2**30
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:,.2f} ms"
+
+
+def print_result(result: Result, console: Console | None = None) -> None:
+    """Headline metrics, the compute/communication breakdown and memory of one simulation."""
+    console = console or Console()
+    head = Table(title=f"{result.model} on {result.num_gpus} x {result.system} ({result.task}, {result.dtype})",
+                 show_header=False, title_justify="left")
+    head.add_column(style="bold")
+    head.add_column(justify="right")
+    rows = [
+        ("strategy", result.strategy),
+        ("global batch x seq", f"{result.global_batch} x {result.seq_len}"),
+        ("iteration time", _ms(result.iteration_time_s)),
+        ("samples/s", f"{result.samples_per_s:,.2f}"),
+        ("tokens/s per GPU", f"{result.tokens_per_s_per_gpu:,.0f}"),
+        ("MFU / HFU", f"{result.mfu:.1%} / {result.hfu:.1%}"),
+        ("peak memory per GPU", f"{result.peak_memory_bytes / GIB:,.1f} GiB of "
+                                f"{result.memory['capacity'] / GIB:,.0f} GiB"),
+        ("fits", "yes" if result.fits else "[red]NO[/red]"),
+    ]
+    for key, value in rows:
+        head.add_row(key, value)
+    console.print(head)
+    b = result.breakdown
+    table = Table(title=f"Breakdown of stage {b['stage']} (critical path)", title_justify="left")
+    table.add_column("part")
+    table.add_column("time", justify="right")
+    table.add_column("exposed", justify="right")
+    table.add_column("overlapped", justify="right")
+    for kind, seconds in b["compute_s"].items():
+        if kind != "total" and seconds:
+            table.add_row(f"compute: {kind}", _ms(seconds), "", "")
+    for kind, c in sorted(b["communication_s"].items()):
+        table.add_row(f"comm: {kind}", _ms(c["total"]), _ms(c["exposed"]), _ms(c["overlapped"]))
+    table.add_row("exposed communication", _ms(b["exposed_communication_s"]), "", "")
+    table.add_row("pipeline bubble", _ms(b["pipeline_bubble_s"]), "", "")
+    console.print(table)
+    mem = Table(title=f"Memory per GPU of stage {result.memory['stage']}", title_justify="left", show_header=False)
+    for key in ("weights", "gradients", "optimizer", "activations", "reserved", "total"):
+        mem.add_row(key, f"{result.memory[key] / GIB:,.2f} GiB")
+    console.print(mem)
+    for note in result.assumptions:
+        console.print(f"[dim]assumed: {note}[/dim]")
+
+
+def print_inspect(info: dict[str, Any], console: Console | None = None) -> None:
+    console = console or Console()
+    model = info["model"]
+    table = Table(title=f"{model['name']}", show_header=False, title_justify="left")
+    for key in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "ffn_hidden_size",
+                "is_gated_ffn", "activation", "vocab_size", "tied_embeddings", "max_seq_len"):
+        table.add_row(key, str(model.get(key)))
+    table.add_row("total params", f"{info['total_params'] / 1e9:,.3f} B")
+    for comp, count in info["params_by_component"].items():
+        table.add_row(f"  {comp}", f"{count / 1e9:,.3f} B")
+    table.add_row(f"forward FLOPs/token (s={info['seq_len']})", f"{info['forward_flops_per_token'] / 1e9:,.2f} GFLOP")
+    table.add_row("weights (bf16)", f"{info['weights_bytes']['bf16'] / GIB:,.1f} GiB")
+    console.print(table)
+
+
+def print_catalog_list(kind: str, console: Console | None = None) -> None:
+    from madmax.config.loaders import catalog_entries
+
+    console = console or Console()
+    table = Table(title=f"catalog {kind}", title_justify="left")
+    table.add_column("name")
+    table.add_column("aliases")
+    for entry in catalog_entries(kind).values():
+        table.add_row(entry["name"], ", ".join(entry.get("aliases", [])))
+    console.print(table)

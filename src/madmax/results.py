@@ -1,0 +1,122 @@
+"""Results of one simulated iteration: throughput, MFU/HFU, the breakdown and memory, in SI units.
+
+Exposed communication is the time a rank's communication streams are busy while its compute stream
+is not (the MAD-Max definition: iteration time minus compute time, split by collective); the rest of
+the idle time of the compute stream is the pipeline bubble. The breakdown is that of the critical
+stage: the one whose iteration ends last.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from madmax.sim import Schedule
+
+COMPUTE_STREAM = "compute"
+
+
+@dataclass(frozen=True)
+class Result:
+    """Prediction for one model x system x task x strategy; `to_dict()` is the `--json` output."""
+
+    model: str
+    system: str
+    num_gpus: int
+    task: str
+    strategy: str
+    dtype: str
+    global_batch: int
+    seq_len: int
+    iteration_time_s: float
+    samples_per_s: float
+    tokens_per_s: float
+    tokens_per_s_per_gpu: float
+    mfu: float
+    hfu: float
+    peak_memory_bytes: float
+    fits: bool
+    breakdown: dict[str, Any]
+    memory: dict[str, float]
+    assumptions: list[str] = field(default_factory=list)
+    schedule: Schedule | None = field(default=None, repr=False, compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model, "system": self.system, "num_gpus": self.num_gpus, "task": self.task,
+            "strategy": self.strategy, "dtype": self.dtype, "global_batch": self.global_batch,
+            "seq_len": self.seq_len, "iteration_time_s": self.iteration_time_s,
+            "samples_per_s": self.samples_per_s, "tokens_per_s": self.tokens_per_s,
+            "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu, "mfu": self.mfu, "hfu": self.hfu,
+            "peak_memory_bytes": self.peak_memory_bytes, "fits": self.fits, "breakdown": self.breakdown,
+            "memory": self.memory, "assumptions": list(self.assumptions),
+        }
+
+
+def _busy(intervals: list[tuple[float, float]]):
+    """busy(t): compute time spent before t, for sorted non-overlapping intervals."""
+    starts = [a for a, _ in intervals]
+    prefix = [0.0]
+    for a, b in intervals:
+        prefix.append(prefix[-1] + b - a)
+
+    def busy(t: float) -> float:
+        i = bisect.bisect_right(starts, t)
+        if i == 0:
+            return 0.0
+        a, b = intervals[i - 1]
+        return prefix[i - 1] + min(t, b) - a
+
+    return busy
+
+
+def stream_breakdown(schedule: Schedule, process: str) -> dict[str, Any]:
+    """Compute, exposed/overlapped communication by kind, and bubble of one process (rank).
+
+    A communication task of [a, b) overlaps compute for busy(b) - busy(a); the rest is exposed. The
+    total exposed time is measured on the union of all communication intervals, so concurrent
+    collectives are not counted twice; the bubble is what remains of the rank's iteration.
+    """
+    ids = {i for i, (p, _) in enumerate(schedule.stream_names) if p == process}
+    compute_id = schedule.stream_names.index((process, COMPUTE_STREAM))
+    compute: list[tuple[float, float]] = []
+    comm: list[tuple[float, float, str]] = []
+    end = 0.0
+    for task, stream in enumerate(schedule.stream):
+        if stream not in ids:
+            continue
+        a, b = schedule.start_s[task], schedule.end_s[task]
+        end = max(end, b)
+        if b <= a:
+            continue
+        if stream == compute_id:
+            compute.append((a, b))
+        else:
+            comm.append((a, b, schedule.category[task]))
+    compute.sort()
+    busy = _busy(compute)
+    by_kind: dict[str, dict[str, float]] = defaultdict(lambda: {"total": 0.0, "exposed": 0.0, "overlapped": 0.0})
+    for a, b, cat in comm:
+        overlapped = busy(b) - busy(a)
+        entry = by_kind[cat]
+        entry["total"] += b - a
+        entry["overlapped"] += overlapped
+        entry["exposed"] += b - a - overlapped
+    exposed = 0.0
+    for a, b in _union(sorted((a, b) for a, b, _ in comm)):
+        exposed += (b - a) - (busy(b) - busy(a))
+    compute_s = sum(b - a for a, b in compute)
+    return {"time_s": end, "compute_s": compute_s, "exposed_communication_s": exposed,
+            "pipeline_bubble_s": max(0.0, end - compute_s - exposed), "communication": dict(by_kind)}
+
+
+def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    merged: list[tuple[float, float]] = []
+    for a, b in intervals:
+        if merged and a <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+        else:
+            merged.append((a, b))
+    return merged

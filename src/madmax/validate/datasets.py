@@ -1,0 +1,350 @@
+"""Measured training runs, each mapped to the arguments of `madmax.api.simulate` and the metric to compare.
+
+A dataset is a list of `Case`s (rows we can simulate) and `Unmapped` rows (with the reason we cannot).
+Sources, licenses and the CSV format are in `data/README.md`; every assumption made for a row is
+listed in `Case.assumptions`. Each `load_*` takes optional rows, e.g. `load_nemo(read_csv("mine.csv"))`,
+to validate a user's own measurements in the same format.
+
+- narayanan2021: Narayanan et al. 2021 (SC21) Tables 1-2, TFLOP/s per GPU counted with their Eq. 3.
+- korthikanti2022: Korthikanti et al. 2022, iteration times (Table 5, Sec. 6.3) and MFU.
+- nemo: NeMo 24.07 performance summary (tokens/s/GPU) and NeMo 24.03 long-sequence table (TFLOP/s).
+- vtrain_single, vtrain_multi: vTrain (MICRO 2024) Megatron-DeepSpeed iteration times on A100s.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from madmax.errors import MadmaxError
+from madmax.validate.conventions import METRICS, published_flops_per_token
+from madmax.validate.inputs import (
+    NotMappable,
+    catalog_gpu,
+    gpt3_model,
+    llama_model,
+    model_family,
+    nemotron_model,
+    parallelism_group,
+    peak_flops_per_s,
+    strategy_string,
+    system_for,
+)
+
+PUBLISHED_CSV = "published_dev.csv"
+VTRAIN_SINGLE_CSV = "vtrain/ground_truth_single.csv"
+VTRAIN_MULTI_CSV = "vtrain/ground_truth_multi.csv"
+MEGATRON_VOCAB = 51200  # GPT-2 BPE (50257) padded by Megatron to a multiple of 128 * tp (tp = 8)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One measured row and the `simulate(**kwargs)` call that should reproduce it.
+
+    metric: one of `conventions.METRICS`; measured: the published value in `unit`.
+    published_flops_per_token / layer_passes: the source's FLOP convention (TFLOP/s and MFU rows);
+    peak_flops_per_s: the dense peak of the row's GPU at its dtype (FLOP/s).
+    """
+
+    dataset: str
+    row_id: str
+    label: str
+    kwargs: dict[str, Any] = field(hash=False)
+    metric: str
+    measured: float
+    unit: str
+    family: str
+    gpu: str
+    parallelism: str
+    published_flops_per_token: float | None = None
+    layer_passes: int = 3
+    peak_flops_per_s: float | None = None
+    assumptions: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Unmapped:
+    """A row that cannot be simulated yet, and why."""
+
+    dataset: str
+    row_id: str
+    label: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Dataset:
+    name: str
+    description: str
+    cases: tuple[Case, ...]
+    unmapped: tuple[Unmapped, ...]
+
+
+def _label(model: str, num_gpus: int, gpu: str, s: Mapping[str, Any], gb: int, seq: int) -> str:
+    degrees = " ".join(f"{k}{s[k]}" for k in ("tp", "pp", "vp", "cp", "dp", "mbs") if s.get(k, 1) != 1)
+    extras = [f"zero{s['zero']}" if s.get("zero") else "",
+              f"rc={s['recompute']}" if s.get("recompute") else ""]
+    gpu_short = gpu.split("-")[0]
+    parts = (model, f"{num_gpus}x{gpu_short}", degrees, f"gb{gb}", f"s{seq}", *extras)
+    return " ".join(p for p in parts if p)
+
+
+def _case(dataset: str, row_id: str, model: dict, *, system: str | dict, gpu: str, num_gpus: int,
+          task: str | dict,
+          gb: int, seq: int, dtype: str, s: dict[str, Any], metric: str, measured: float, unit: str,
+          layer_passes: int = 3, peak: float | None = None, assumptions: Iterable[str] = ()) -> Case:
+    if metric not in METRICS:
+        raise NotMappable(f"metric {metric!r} is not an iteration-level figure; "
+                          f"allowed: {', '.join(METRICS)}")
+    counts_flops = metric in ("tflops_per_gpu", "mfu")
+    flops = published_flops_per_token(model, seq, layer_passes) if counts_flops else None
+    kwargs = {"model": model, "system": system, "num_gpus": num_gpus, "task": task, "global_batch": gb,
+              "seq_len": seq, "dtype": dtype, "strategy": strategy_string(**s)}
+    return Case(dataset=dataset, row_id=row_id, label=_label(model["name"], num_gpus, gpu, s, gb, seq),
+                kwargs=kwargs, metric=metric, measured=measured, unit=unit,
+                family=model_family(model["name"]),
+                gpu=catalog_gpu(gpu)["name"],
+                parallelism=parallelism_group(s["tp"], s["pp"], s["dp"], s.get("cp", 1), s.get("zero", 0)),
+                published_flops_per_token=flops, layer_passes=layer_passes, peak_flops_per_s=peak,
+                assumptions=tuple(assumptions))
+
+
+# ------------------------------------------------------------------------------------------ CSV input
+
+Rows = Iterable[tuple[str, dict[str, str]]]
+
+
+def _rows_of(text: str, file_name: str) -> Iterator[tuple[str, dict[str, str]]]:
+    reader = csv.DictReader(text.splitlines())
+    for line, row in enumerate(reader, start=2):
+        yield f"{file_name}:{line}", {(k or "").strip(): (v or "").strip() for k, v in row.items()}
+
+
+def read_rows(name: str) -> Iterator[tuple[str, dict[str, str]]]:
+    """(row id 'file:line', row) for each data row of a CSV shipped in `data/`; line 1 is the header."""
+    data = resources.files("madmax.validate").joinpath("data", *name.split("/"))
+    text = data.read_text(encoding="utf-8-sig")
+    return _rows_of(text, name.rsplit("/", 1)[-1])
+
+
+def read_csv(path: str | Path) -> Iterator[tuple[str, dict[str, str]]]:
+    """Rows of a user's CSV in a shipped file's format (see data/README.md), for the `load_*` functions."""
+    path = Path(path)
+    return _rows_of(path.read_text(encoding="utf-8-sig"), path.name)
+
+
+def _int(row: Mapping[str, str], key: str) -> int | None:
+    text = row.get(key, "")
+    return None if text == "" else int(float(text))
+
+
+def _need(row: Mapping[str, str], *keys: str) -> list[int]:
+    missing = [k for k in keys if _int(row, k) is None]
+    if missing:
+        raise NotMappable(f"row does not state {', '.join(missing)} (partial row)")
+    return [_int(row, k) for k in keys]  # type: ignore[misc]
+
+
+def _build(name: str, description: str, rows: Rows,
+           mapper: Callable[[str, dict[str, str]], Case]) -> Dataset:
+    cases, unmapped = [], []
+    for row_id, row in rows:
+        try:
+            cases.append(mapper(row_id, row))
+        except (NotMappable, MadmaxError) as exc:
+            unmapped.append(Unmapped(name, row_id, row.get("model", "") or row_id, str(exc)))
+    return Dataset(name, description, tuple(cases), tuple(unmapped))
+
+
+# ------------------------------------------------------------------------------- published CSV rows
+
+_DTYPES = {"fp16 (mixed)": "fp16", "fp16/bf16 (mixed)": "bf16", "fp8": "fp8", "bf16": "bf16", "fp16": "fp16"}
+_ZERO = {"none": 0, "": None, "distributed optimizer": 1, "ZeRO-3 (DeepSpeed)": 3}
+
+
+def _published_case(dataset: str, row_id: str, row: dict[str, str], *, defaults: dict[str, Any],
+                    layer_passes: int = 3, vocab: int | None = None, notes: Iterable[str] = (),
+                    task: str | dict | None = None) -> Case:
+    """Map one row of published_dev.csv; `defaults` fill strategy keys the row leaves empty.
+
+    task: what to pass as simulate(task=...) when the row's task column is not enough (LoRA).
+    """
+    if row["task"] not in ("pretrain", "finetune"):
+        raise NotMappable(f"task {row['task']!r} is not training")
+    name = row["model"]
+    if "moe" in name.lower() or model_family(name) == "mixtral" or (_int(row, "ep") or 1) > 1:
+        raise NotMappable("MoE not supported yet")
+    layers, hidden, heads, ffn, seq = _need(row, "layers", "hidden", "heads", "ffn_hidden", "seq_len")
+    num_gpus, tp, pp, dp = _need(row, "num_gpus", "tp", "pp", "dp")
+    gb, per_node = _need(row, "global_batch", "gpus_per_node")
+    kv = _int(row, "kv_heads") or heads
+    notes = list(notes)
+    if _int(row, "vocab") is None:
+        if vocab is None:
+            raise NotMappable("row does not state vocab")
+        notes.append(f"vocab not stated; {vocab} assumed")
+    v = _int(row, "vocab") or vocab
+    family = model_family(name)
+    if family == "gpt":
+        model = gpt3_model(name, layers, hidden, heads, ffn, v, seq)
+    elif family == "llama":
+        model = llama_model(name, layers, hidden, heads, kv, ffn, v, seq)
+    elif family == "nemotron":
+        model = nemotron_model(name, layers, hidden, heads, kv, ffn, v, seq)
+    else:
+        raise NotMappable(f"architecture of {name!r} is unknown (gpt, llama, nemotron are mapped)")
+    model["source"] = f"madmax validation row {row_id}"
+    if row["dtype"] not in _DTYPES:
+        raise NotMappable(f"dtype {row['dtype']!r} is not mapped")
+    dtype = _DTYPES[row["dtype"]]
+    s: dict[str, Any] = {"tp": tp, "pp": pp, "dp": dp, "cp": _int(row, "cp") or 1}
+    for key, column in (("vp", "vp"), ("mbs", "micro_batch")):
+        s[key] = _int(row, column)
+        if s[key] is None:
+            s[key] = defaults[key]
+            notes.append(f"{column} not stated; {key}={s[key]} assumed")
+    s["zero"] = _ZERO.get(row["zero_or_fsdp"])
+    if s["zero"] is None:
+        s["zero"] = defaults["zero"]
+        notes.append(f"optimizer sharding not stated; zero={s['zero']} assumed")
+    s["recompute"] = row["recompute"] or defaults["recompute"]
+    if not row["recompute"]:
+        notes.append(f"recompute not stated; {s['recompute']} assumed")
+    s["sp"] = {"yes": True, "no": False}.get(row["sp"])
+    s.update({k: defaults[k] for k in ("flash", "dp_overlap") if k in defaults})
+    intra, inter = (float(row[k]) if row[k] else None for k in ("intra_bw_GBps", "inter_bw_GBps"))
+    system = system_for(row["gpu"], per_node, intra, inter)
+    peak = peak_flops_per_s(row["gpu"], dtype)
+    return _case(dataset, row_id, model, system=system, gpu=row["gpu"], num_gpus=num_gpus,
+                 task=task or row["task"],
+                 gb=gb, seq=seq, dtype=dtype, s=s, metric=row["metric"], measured=float(row["value"]),
+                 unit=row["unit"], layer_passes=layer_passes, peak=peak, assumptions=notes)
+
+
+def _published(source_prefix: str, rows: Rows | None) -> Iterator[tuple[str, dict[str, str]]]:
+    """Training rows of `source_prefix` from `rows` (the shipped published_dev.csv when None)."""
+    return ((i, r) for i, r in (read_rows(PUBLISHED_CSV) if rows is None else rows)
+            if r["source"].startswith(source_prefix) and r["task"] in ("pretrain", "finetune"))
+
+
+# Megatron-LM of 2021-22: no flash attention (fused softmax), gradients all-reduced after the
+# pipeline flush (no overlap with backward), no distributed optimizer.
+_MEGATRON_2021 = {"vp": 1, "mbs": 1, "zero": 0, "recompute": "full", "flash": False, "dp_overlap": False}
+
+
+def load_narayanan2021(rows: Rows | None = None) -> Dataset:
+    """SC21 Tables 1-2: TFLOP/s per GPU with Eq. 3, which counts the recomputed forward (4 passes)."""
+
+    def mapper(row_id: str, row: dict[str, str]) -> Case:
+        defaults = dict(_MEGATRON_2021)
+        notes = ["TFLOP/s by Eq. 3 (recompute forward counted): compared as Eq. 3 FLOPs / predicted time"]
+        if "ZeRO-3" in row["zero_or_fsdp"]:
+            defaults["dp_overlap"] = True  # DeepSpeed ZeRO-3 overlaps its gathers and reductions
+        if "Table 1" in row["source_detail"]:
+            notes.append("Table 1 used the interleaved schedule with an unstated chunk count; vp=1 simulated")
+        return _published_case("narayanan2021", row_id, row, defaults=defaults, layer_passes=4, notes=notes)
+
+    return _build("narayanan2021", "Narayanan et al. 2021 (SC21) Tables 1-2, GPT on A100 (Selene)",
+                  _published("Narayanan", rows), mapper)
+
+
+def load_korthikanti2022(rows: Rows | None = None) -> Dataset:
+    """Table 5 iteration times and MFU, Sec. 6.3 iteration time with 8-way data parallelism."""
+
+    def mapper(row_id: str, row: dict[str, str]) -> Case:
+        if row["metric"] == "layer_fwd_bwd_time_ms":
+            raise NotMappable("one layer's forward+backward time; simulate() reports whole iterations")
+        notes = ["MFU by Korthikanti Sec. 6 (72 B s l h^2 (1 + s/6h + V/12lh)) over 312 TFLOP/s"] \
+            if row["metric"] == "mfu" else []
+        return _published_case("korthikanti2022", row_id, row, defaults=_MEGATRON_2021, notes=notes)
+
+    return _build("korthikanti2022", "Korthikanti et al. 2022, GPT 22B-1T on A100 (Selene)",
+                  _published("Korthikanti", rows), mapper)
+
+
+# NeMo 24.x (Megatron-Core): flash attention, distributed optimizer, gradient reduction overlapped.
+_NEMO = {"vp": 1, "mbs": 1, "zero": 1, "recompute": "none", "flash": True, "dp_overlap": True}
+# NeMo's megatron_gpt_finetuning_config.yaml: lora_tuning.adapter_dim 32, target_modules [attention_qkv].
+NEMO_LORA = {"kind": "finetune", "finetune": "lora", "lora_rank": 32, "lora_targets": ["qkv"]}
+
+
+def load_nemo(rows: Rows | None = None) -> Dataset:
+    """NeMo 24.07 tokens/s/GPU (pre-training, SFT) and NeMo 24.03 long-sequence TFLOP/s, DGX H100, fp8."""
+
+    def mapper(row_id: str, row: dict[str, str]) -> Case:
+        notes = ["model TFLOP/s by the Megatron/NeMo formula (dense attention): F_tok * predicted tokens/s"] \
+            if row["metric"] == "tflops_per_gpu" else []
+        task = None
+        if "LoRA" in row["source_detail"]:
+            task = dict(NEMO_LORA)
+            notes.append("LoRA as NeMo's default: rank 32 on the QKV projection (not stated in the table)")
+        return _published_case("nemo", row_id, row, defaults=_NEMO, vocab=MEGATRON_VOCAB, notes=notes,
+                               task=task)
+
+    return _build("nemo", "NVIDIA NeMo performance tables, DGX H100, fp8",
+                  _published("NVIDIA/NeMo", rows), mapper)
+
+
+# -------------------------------------------------------------------------------------------- vTrain
+
+VTRAIN_NOTES = (
+    "vTrain: GPT-3 style, vocab 51200, fp16, DGX A100 80GB assumed (the files state neither)",
+    "vTrain validation configs: full recompute, no gradient bucketing (all-reduce after backward), 1F1B",
+)
+
+
+def _vtrain_case(dataset: str, row_id: str, row: dict[str, str], system: str | dict) -> Case:
+    num_gpus, gb, mbs = _need(row, "# GPUs", "global batch", "micro batch")
+    hidden, heads, layers, seq = _need(row, "hidden size", "attention heads", "# layers", "sequence length")
+    tp, dp, pp = _need(row, "tensor parallelism", "data parallelism", "pipeline parallelism")
+    if tp * dp * pp != num_gpus:
+        raise NotMappable(f"tp*dp*pp={tp}*{dp}*{pp} differs from {num_gpus} GPUs")
+    name = f"gpt-{layers}l-{hidden}h"
+    model = gpt3_model(name, layers, hidden, heads, 4 * hidden, MEGATRON_VOCAB, seq)
+    model["source"] = f"madmax validation row {row_id}"
+    s = {"tp": tp, "pp": pp, "dp": dp, "mbs": mbs, "zero": 0, "recompute": "full", "sp": False,
+         "flash": False, "dp_overlap": False}
+    return _case(dataset, row_id, model, system=system, gpu="a100-80gb", num_gpus=num_gpus, task="pretrain",
+                 gb=gb, seq=seq, dtype="fp16", s=s, metric="iteration_time_s",
+                 measured=float(row["iteration time (ms)"]) / 1e3, unit="s", assumptions=VTRAIN_NOTES)
+
+
+def load_vtrain_single(rows: Rows | None = None) -> Dataset:
+    """1,440 runs on one DGX A100 node (2-8 GPUs)."""
+    return _build("vtrain_single", "vTrain single-node Megatron-DeepSpeed runs, 2-8 A100",
+                  read_rows(VTRAIN_SINGLE_CSV) if rows is None else rows,
+                  lambda i, r: _vtrain_case("vtrain_single", i, r, system_for("a100-80gb", 8)))
+
+
+# vTrain's validation configs give 800 Gb/s of inter-node bandwidth per 8-GPU node: 12.5 GB/s per GPU.
+VTRAIN_SCALE_OUT_GBPS = 800 / 8 / 8
+
+
+def load_vtrain_multi(rows: Rows | None = None) -> Dataset:
+    """109 runs on 64-512 A100s; scale-out 800 Gb/s per node as in vTrain's validation configs."""
+    return _build("vtrain_multi", "vTrain multi-node Megatron-DeepSpeed runs, 64-512 A100",
+                  read_rows(VTRAIN_MULTI_CSV) if rows is None else rows,
+                  lambda i, r: _vtrain_case("vtrain_multi", i, r,
+                                            system_for("a100-80gb", 8, None, VTRAIN_SCALE_OUT_GBPS)))
+
+
+LOADERS: dict[str, Callable[[], Dataset]] = {
+    "narayanan2021": load_narayanan2021,
+    "korthikanti2022": load_korthikanti2022,
+    "nemo": load_nemo,
+    "vtrain_single": load_vtrain_single,
+    "vtrain_multi": load_vtrain_multi,
+}
+
+
+def load_datasets(names: Iterable[str] | None = None) -> list[Dataset]:
+    """The named datasets (all when None), in the order of `LOADERS` or of `names`."""
+    chosen = list(LOADERS) if names is None else list(names)
+    unknown = [n for n in chosen if n not in LOADERS]
+    if unknown:
+        raise ValueError(f"dataset {unknown[0]!r} is unknown; allowed: {', '.join(LOADERS)}")
+    return [LOADERS[n]() for n in chosen]

@@ -1,0 +1,227 @@
+"""Run every mapped case through `simulate`, and summarize the errors per dataset and overall.
+
+Percent error of a row: e = 100 * (predicted - measured) / measured (signed; positive = the prediction
+is higher, i.e. slower for times and faster for throughputs), |e| its absolute value. A summary gives
+the rows run, the median, mean and 90th percentile of |e|, the mean signed error (bias) and the five
+worst rows; groupings split all rows by model family, GPU and parallel axes in use.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from madmax.errors import MadmaxError
+from madmax.validate.conventions import engine_value, predicted_value
+from madmax.validate.datasets import Case, Dataset, Unmapped, load_datasets
+
+WORST = 5
+GROUPINGS = ("family", "gpu", "parallelism", "metric")
+
+
+@dataclass(frozen=True)
+class RowResult:
+    """One case after simulation: the prediction and its error, or the error message of a failure.
+
+    error: the MadmaxError sentence (bad input for this row) or, when `crashed`, the exception of an
+    engine bug. engine_value: the engine's own FLOP-metric reading (mfu or hfu times peak).
+    """
+
+    case: Case
+    predicted: float | None = None
+    signed_error_pct: float | None = None
+    error: str | None = None
+    crashed: bool = False
+    fits: bool | None = None
+    engine_value: float | None = None
+    wall_s: float = 0.0
+
+    @property
+    def abs_error_pct(self) -> float | None:
+        return None if self.signed_error_pct is None else abs(self.signed_error_pct)
+
+    def to_dict(self) -> dict[str, Any]:
+        c = self.case
+        return {"dataset": c.dataset, "row_id": c.row_id, "label": c.label, "metric": c.metric,
+                "unit": c.unit, "measured": c.measured, "predicted": self.predicted,
+                "signed_error_pct": self.signed_error_pct, "abs_error_pct": self.abs_error_pct,
+                "error": self.error, "crashed": self.crashed, "fits": self.fits,
+                "engine_value": self.engine_value, "family": c.family, "gpu": c.gpu,
+                "parallelism": c.parallelism, "kwargs": c.kwargs, "assumptions": list(c.assumptions),
+                "wall_s": self.wall_s}
+
+
+@dataclass(frozen=True)
+class Stats:
+    """|error| statistics (percent) over `rows` rows with a prediction."""
+
+    rows: int
+    median_abs_pct: float
+    mean_abs_pct: float
+    p90_abs_pct: float
+    max_abs_pct: float
+    mean_signed_pct: float
+
+    @staticmethod
+    def of(results: Iterable[RowResult]) -> Stats | None:
+        signed = np.array([r.signed_error_pct for r in results if r.signed_error_pct is not None],
+                          dtype=float)
+        if signed.size == 0:
+            return None
+        a = np.abs(signed)
+        return Stats(rows=int(a.size), median_abs_pct=float(np.median(a)), mean_abs_pct=float(a.mean()),
+                     p90_abs_pct=float(np.percentile(a, 90)), max_abs_pct=float(a.max()),
+                     mean_signed_pct=float(signed.mean()))
+
+
+@dataclass(frozen=True)
+class Summary:
+    """One dataset (or all of them): counts, statistics and the worst rows."""
+
+    name: str
+    mapped: int
+    unmapped: int
+    run: int
+    failed: int
+    crashed: int
+    not_fitting: int
+    stats: Stats | None
+    worst: tuple[RowResult, ...]
+
+    @staticmethod
+    def of(name: str, results: Sequence[RowResult], unmapped: int, mapped: int | None = None) -> Summary:
+        scored = [r for r in results if r.signed_error_pct is not None]
+        worst = sorted(scored, key=lambda r: -(r.abs_error_pct or 0.0))[:WORST]
+        return Summary(name=name, mapped=len(results) if mapped is None else mapped, unmapped=unmapped,
+                       run=len(scored), failed=sum(r.error is not None for r in results),
+                       crashed=sum(r.crashed for r in results),
+                       not_fitting=sum(r.fits is False for r in results),
+                       stats=Stats.of(results), worst=tuple(worst))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "mapped": self.mapped, "unmapped": self.unmapped, "run": self.run,
+                "failed": self.failed, "crashed": self.crashed, "not_fitting": self.not_fitting,
+                "stats": None if self.stats is None else asdict(self.stats),
+                "worst": [r.to_dict() for r in self.worst]}
+
+
+@dataclass(frozen=True)
+class Report:
+    """The outcome of `run_validation`: every row, per-dataset and overall summaries, groupings."""
+
+    rows: tuple[RowResult, ...]
+    unmapped: tuple[Unmapped, ...]
+    datasets: tuple[Summary, ...]
+    overall: Summary
+    groups: dict[str, dict[str, Stats]]
+
+    def dataset(self, name: str) -> Summary:
+        for summary in self.datasets:
+            if summary.name == name:
+                return summary
+        raise KeyError(name)
+
+    def select(self, predicate: Callable[[RowResult], bool], name: str = "selection") -> Summary:
+        """A summary of the rows for which `predicate` holds (e.g. one dataset's iteration times)."""
+        return Summary.of(name, [r for r in self.rows if predicate(r)], unmapped=0)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"overall": self.overall.to_dict(), "datasets": [s.to_dict() for s in self.datasets],
+                "groups": {g: {k: asdict(v) for k, v in by.items()} for g, by in self.groups.items()},
+                "rows": [r.to_dict() for r in self.rows],
+                "unmapped": [asdict(u) for u in self.unmapped]}
+
+    def to_markdown(self, all_rows_up_to: int = 40) -> str:
+        from madmax.validate.markdown import report_markdown
+
+        return report_markdown(self, all_rows_up_to=all_rows_up_to)
+
+
+def _default_simulate() -> Callable[..., Any]:
+    from madmax.api import simulate
+
+    return simulate
+
+
+def run_case(case: Case, simulate: Callable[..., Any]) -> RowResult:
+    """Simulate one case; a MadmaxError becomes the row's error, any other exception a crash."""
+    start = time.perf_counter()
+    try:
+        result = simulate(**copy.deepcopy(case.kwargs))
+        data: Mapping[str, Any] = result.to_dict() if hasattr(result, "to_dict") else result
+        predicted = predicted_value(case.metric, data, flops_per_token=case.published_flops_per_token,
+                                    peak_flops_per_s=case.peak_flops_per_s)
+        engine = engine_value(case.metric, data, layer_passes=case.layer_passes,
+                              peak_flops_per_s=case.peak_flops_per_s)
+    except MadmaxError as exc:
+        return RowResult(case, error=str(exc), wall_s=time.perf_counter() - start)
+    except Exception as exc:  # an engine bug must not hide the other rows; it is reported as a crash
+        return RowResult(case, error=f"{type(exc).__name__}: {exc}", crashed=True,
+                         wall_s=time.perf_counter() - start)
+    signed = 100.0 * (predicted - case.measured) / case.measured
+    fits = data.get("fits")
+    return RowResult(case, predicted=predicted, signed_error_pct=signed, engine_value=engine,
+                     fits=None if fits is None else bool(fits), wall_s=time.perf_counter() - start)
+
+
+def _sampled(cases: Sequence[Case], sample: int | None, seed: int) -> list[Case]:
+    if sample is None or len(cases) <= sample:
+        return list(cases)
+    picked = sorted(random.Random(seed).sample(range(len(cases)), sample))
+    return [cases[i] for i in picked]
+
+
+def run_validation(
+    datasets: Iterable[str | Dataset] | None = None,
+    simulate: Callable[..., Any] | None = None,
+    *,
+    sample: int | None = None,
+    seed: int = 0,
+    jobs: int = 1,
+) -> Report:
+    """Simulate every mapped case of `datasets` (names or `Dataset`s; all when None) and summarize.
+
+    simulate: `madmax.api.simulate` by default; any callable taking its keyword arguments and
+    returning an object with `to_dict()` (or a mapping). sample: at most this many cases per dataset,
+    drawn with `seed`. jobs > 1 runs cases in that many processes (simulate must be picklable).
+    """
+    simulate = simulate or _default_simulate()
+    if datasets is None:
+        resolved = load_datasets()
+    else:
+        resolved = [d if isinstance(d, Dataset) else load_datasets([d])[0] for d in datasets]
+    per_dataset = [(d, _sampled(d.cases, sample, seed)) for d in resolved]
+    cases = [c for _, picked in per_dataset for c in picked]
+    if jobs > 1:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            results = list(pool.map(run_case, cases, [simulate] * len(cases), chunksize=16))
+    else:
+        results = [run_case(c, simulate) for c in cases]
+    by_name: dict[str, list[RowResult]] = {}
+    for r in results:
+        by_name.setdefault(r.case.dataset, []).append(r)
+    summaries = tuple(Summary.of(d.name, by_name.get(d.name, []), unmapped=len(d.unmapped),
+                                 mapped=len(d.cases)) for d, _ in per_dataset)
+    unmapped = tuple(u for d in resolved for u in d.unmapped)
+    overall = Summary.of("all", results, unmapped=len(unmapped), mapped=sum(len(d.cases) for d in resolved))
+    return Report(rows=tuple(results), unmapped=unmapped, datasets=summaries, overall=overall,
+                  groups=group_stats(results))
+
+
+def group_stats(results: Sequence[RowResult],
+                groupings: Sequence[str] = GROUPINGS) -> dict[str, dict[str, Stats]]:
+    """|error| statistics of `results` split by each Case attribute in `groupings`."""
+    groups: dict[str, dict[str, Stats]] = {}
+    for attr in groupings:
+        buckets: dict[str, list[RowResult]] = {}
+        for r in results:
+            buckets.setdefault(str(getattr(r.case, attr)), []).append(r)
+        groups[attr] = {key: s for key, rows in sorted(buckets.items()) if (s := Stats.of(rows)) is not None}
+    return groups

@@ -1,0 +1,70 @@
+"""The one-way data flow of STYLE.md section 1 and the no-magic-constants rule of section 7."""
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "madmax"
+
+# Which madmax packages each layer may import (besides itself and madmax.errors).
+ALLOWED = {
+    "config": set(),
+    "workload": {"config"},
+    "hardware": {"config"},
+    "sim": set(),
+    "parallel": {"config", "workload", "hardware", "sim"},
+    "engine": {"config", "workload", "parallel", "hardware", "sim"},
+    "results": {"sim"},
+}
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("madmax."):
+            found.add(node.module.split(".")[1])
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("madmax."):
+                    found.add(alias.name.split(".")[1])
+    return found
+
+
+@pytest.mark.parametrize("layer", sorted(ALLOWED))
+def test_imports_point_down(layer):
+    paths = [SRC / f"{layer}.py"] if (SRC / f"{layer}.py").exists() else sorted((SRC / layer).rglob("*.py"))
+    for path in paths:
+        upward = _imports(path) - ALLOWED[layer] - {layer, "errors"}
+        assert not upward, f"{path.relative_to(SRC)} imports {sorted(upward)}"
+
+
+def test_help_does_not_import_heavy_libraries():
+    import subprocess
+    import sys
+
+    heavy = "('pandas', 'matplotlib', 'plotly', 'dask')"
+    code = f"import sys, madmax.cli; print(sorted(m for m in {heavy} if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+FLOAT = re.compile(r"(?<![\w.])\d+\.\d+(?:[eE][-+]?\d+)?(?![\w.])|(?<![\w.])\d+[eE][-+]?\d+")
+EXACT = {"0.0", "1.0", "2.0", "0.5", "1e3", "1e6"}
+
+
+@pytest.mark.parametrize("package", ["workload", "parallel", "hardware", "sim"])
+def test_no_magic_float_constants(package):
+    # Efficiencies and hardware numbers live in catalog data files; code holds exact mathematics only.
+    for path in sorted((SRC / package).rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        docstrings = {id(n.body[0].value) for n in ast.walk(tree)
+                      if isinstance(n, ast.Module | ast.FunctionDef | ast.ClassDef) and n.body
+                      and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, float) and id(node) not in docstrings:
+                literal = ast.get_source_segment(path.read_text(), node) or ""
+                assert literal in EXACT or FLOAT.fullmatch(literal) is None, (
+                    f"{path.relative_to(SRC)}:{node.lineno} has the constant {literal}")
