@@ -59,7 +59,12 @@ class Strategy(Schema):
     def _order(cls, value: str) -> str:
         axes = value.split("-")
         if sorted(axes) != sorted(a.value for a in Axis):
-            raise ValueError(f"order={value!r} must name each of tp, cp, ep, dp, pp once, e.g. {DEFAULT_ORDER}")
+            missing = [a.value for a in Axis if a.value not in axes]
+            unknown = sorted({a for a in axes if a not in {x.value for x in Axis}})
+            repeated = sorted({a for a in axes if axes.count(a) > 1})
+            problem = "; ".join(f"{what} {', '.join(names)}" for what, names in
+                                (("missing", missing), ("unknown", unknown), ("repeated", repeated)) if names)
+            raise ValueError(f"must name each of tp, cp, ep, dp, pp once ({problem}); e.g. {DEFAULT_ORDER}")
         return value
 
     @property
@@ -131,6 +136,8 @@ def _first_error(prefix: str, exc: ValidationError) -> str:
     where = f"{prefix}.{field}" if field else prefix
     value = err.get("input")
     shown = f"={value!r}" if field and not isinstance(value, dict) else ""
+    if err["type"] in {"bool_parsing", "bool_type"}:
+        return f"{where}{shown} is not a boolean; allowed: 1, 0, true, false, on, off"
     return f"{where}{shown}: {err['msg'].removeprefix('Value error, ')}"
 
 
@@ -185,12 +192,14 @@ def resolve_strategy(
         raise StrategyError(f"strategy.ep={s.ep} needs a mixture-of-experts model; {model_name} has none; allowed: 1")
     if s.pp * s.vp > num_pipeline_units:
         raise StrategyError(
-            f"strategy.pp*vp={s.pp}*{s.vp} exceeds the {num_pipeline_units} layers of {model_name}"
+            f"strategy.pp*vp={s.pp}*{s.vp} exceeds the {num_pipeline_units} layers of {model_name}; "
+            f"allowed: pp*vp <= {num_pipeline_units}"
         )
     if s.vp > 1 and s.pp == 1:
         raise StrategyError(f"strategy.vp={s.vp} needs pipeline parallelism (pp > 1); allowed with pp=1: 1")
     if seq_len % s.cp:
-        raise StrategyError(f"strategy.cp={s.cp} does not divide seq_len={seq_len}")
+        allowed_cp = [d for d in _divisors(num_gpus // (s.tp * s.pp)) if seq_len % d == 0]
+        raise StrategyError(f"strategy.cp={s.cp} does not divide seq_len={seq_len}; allowed: {_allowed(allowed_cp)}")
     if s.shard is not None and (s.zero == 0 or dp % s.shard):
         allowed = _allowed(_divisors(dp)) if s.zero else "none (shard needs zero >= 1)"
         raise StrategyError(f"strategy.shard={s.shard} must divide dp={dp} with zero >= 1; allowed: {allowed}")
@@ -201,12 +210,12 @@ def resolve_strategy(
             f"global_batch={global_batch} is not a multiple of dp*mbs={dp}*{s.mbs}={dp * s.mbs}; "
             f"allowed mbs: {_allowed([d for d in _divisors(global_batch // dp) if global_batch % dp == 0])}"
             if global_batch % dp == 0
-            else f"global_batch={global_batch} is not a multiple of dp={dp}"
+            else f"global_batch={global_batch} is not a multiple of dp={dp}; allowed: a multiple of {dp}"
         )
     microbatches = global_batch // (dp * s.mbs)
     if s.vp > 1 and microbatches % s.pp:
         raise StrategyError(
             f"interleaved pipeline (vp={s.vp}) needs micro-batches per replica ({microbatches}) "
-            f"to be a multiple of pp={s.pp}"
+            f"to be a multiple of pp={s.pp}; allowed: global_batch a multiple of dp*mbs*pp={dp * s.mbs * s.pp}"
         )
     return s.model_copy(update={"dp": dp}), global_batch

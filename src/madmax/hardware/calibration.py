@@ -8,7 +8,7 @@ parameters minimize the sum of |log(t_predicted / t_measured)| (a median fit in 
 few kernels that cuBLAS runs badly), by Nelder-Mead in log/logit coordinates so that every length stays
 positive and every efficiency in (0, 1):
 
-1. GEMMs of the reference dtype (bf16, 91 shapes incl. decode-sized m = 1..512): e_d, k0, n0, p,
+1. GEMMs of the reference dtype (bf16, 91 shapes incl. decode-sized m = 1..512): e_d, k0, n0,
    the launch floor t_launch, the streaming latency t_lat and the memory-roof fraction e_read.
 2. Other dtypes (fp8, tf32, fp32: 2-3 large square-ish shapes each): e_d only, shape from step 1,
    by least squares in log time (with two rows the median is not unique).
@@ -137,7 +137,7 @@ def _columns(rows: list[dict], *names: str) -> list[np.ndarray]:
 
 
 def _gemm_predict(m, k, n, width, peak, shape, bw, lat, launch):
-    """Vectorized `compute._gemm_s`; shape = (e_d, k0, n0, p)."""
+    """Vectorized `compute._gemm_s`; shape = (e_d, k0, n0)."""
     t_compute = gemm_flops(m, k, n) / (peak * gemm_efficiency(k, n, *shape))
     return np.maximum(launch, np.maximum(t_compute, stream_s(gemm_bytes(m, k, n, width), bw, lat)))
 
@@ -152,16 +152,16 @@ def _fit_gemm(rows: list[dict], peaks: ReferencePeaks, hbm_read_fraction: float)
     width, peak, hbm = ref.num_bytes, peaks.flops_per_s[ref], peaks.hbm_bytes_per_s
 
     def unpack(z):
-        return _sigmoid(z[0]), *np.exp(z[1:6]), _sigmoid(z[6])
+        return _sigmoid(z[0]), *np.exp(z[1:5]), _sigmoid(z[5])
 
     def loss(z):
-        e, k0, n0, p, launch, lat, read = unpack(z)
-        return _log_l1(_gemm_predict(m, k, n, width, peak, (e, k0, n0, p), hbm * read, lat, launch), t)
+        e, k0, n0, launch, lat, read = unpack(z)
+        return _log_l1(_gemm_predict(m, k, n, width, peak, (e, k0, n0), hbm * read, lat, launch), t)
 
     measured = np.median(gemm_flops(m, k, n) / (peak * t))
-    z0 = [_logit(measured), np.log(k.min()), np.log(n.min()), 0, np.log(t.min()), np.log(t.min()),
+    z0 = [_logit(measured), np.log(k.min()), np.log(n.min()), np.log(t.min()), np.log(t.min()),
           _logit(hbm_read_fraction)]
-    e, k0, n0, p, launch, lat, read = unpack(minimize(loss, z0))
+    e, k0, n0, launch, lat, read = unpack(minimize(loss, z0))
     fractions = {ref: e}
     for dtype, dtype_rows in by_dtype.items():
         if dtype == ref:
@@ -170,12 +170,12 @@ def _fit_gemm(rows: list[dict], peaks: ReferencePeaks, hbm_read_fraction: float)
         dpeak = peaks.flops_per_s[dtype]
 
         def dloss(z, dm=dm, dk=dk, dn=dn, dt=dt, dpeak=dpeak, dwidth=dtype.num_bytes):
-            return _log_l2(_gemm_predict(dm, dk, dn, dwidth, dpeak, (_sigmoid(z[0]), k0, n0, p),
+            return _log_l2(_gemm_predict(dm, dk, dn, dwidth, dpeak, (_sigmoid(z[0]), k0, n0),
                                          hbm * read, lat, launch), dt)
 
         start = np.median(gemm_flops(dm, dk, dn) / (dpeak * dt))
         fractions[dtype] = _sigmoid(minimize(dloss, [_logit(start)])[0])
-    return {"reference_dtype": ref, "peak_fraction": fractions, "k0": k0, "n0": n0, "exponent": p,
+    return {"reference_dtype": ref, "peak_fraction": fractions, "k0": k0, "n0": n0,
             "read_fraction": read, "launch_s": launch, "latency_s": lat}
 
 

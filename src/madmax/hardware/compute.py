@@ -16,6 +16,7 @@ bandwidth (same software, similar tensor-core architecture); `ComputeModel.assum
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -40,17 +41,18 @@ def gemm_bytes(m: float, k: float, n: float, width: float) -> float:
     return width * (m * k + k * n + m * n)
 
 
-def gemm_efficiency(k: float, n: float, peak_fraction: float, k0: float, n0: float, exponent: float) -> float:
-    """Fraction of peak FLOP/s reached by a compute-bound GEMM: e = e_d / ((1+(k0/k)^p) (1+(n0/n)^p)).
+def gemm_efficiency(k: float, n: float, peak_fraction: float, k0: float, n0: float) -> float:
+    """Fraction of peak FLOP/s of a compute-bound GEMM: e = e_d * (1 - exp(-k/k0)) * (1 - exp(-n/n0)).
 
-    e_d: the large-GEMM fraction of the dtype; k0: the inner dimension at which its factor is 1/2 (too
-    short a k loop to hide the pipeline's prologue and epilogue); n0: the same for the output columns
-    (too few output tiles to fill the SMs); p: how sharply each factor saturates (a Hill function).
-    Smooth, rising monotonically with k and n, never above e_d <= 1. The rows m do not enter: in the
-    H200 data, small-m GEMMs are explained by the memory roof (a fitted m factor went to zero).
-    Source: the compute profile (fit to measured GEMM times).
+    e_d: the large-GEMM fraction of the dtype. The k factor: a short inner loop cannot hide the
+    pipeline's prologue and epilogue; the n factor: few output columns leave SMs idle. The time
+    2mkn / (P e) then grows with k as k / (1 - exp(-k/k0)), a smooth max(k, k0): a GEMM never gets
+    faster by growing, and its efficiency rises smoothly and monotonically with k and n to e_d <= 1.
+    The rows m do not enter: in the H200 data small-m GEMMs are explained by the memory roof (a fitted
+    m factor went to zero). Source: k0, n0, e_d from the compute profile (fit to measured GEMM times).
+    (Written with `math.e **` so that it also takes NumPy arrays, for the fit.)
     """
-    return peak_fraction / ((1 + (k0 / k) ** exponent) * (1 + (n0 / n) ** exponent))
+    return peak_fraction * (1 - math.e ** (-k / k0)) * (1 - math.e ** (-n / n0))
 
 
 def stream_s(num_bytes: float, bytes_per_s: float, latency_s: float) -> float:
@@ -106,8 +108,8 @@ def _gemm_s(cid: int, m: int, k: int, n: int) -> float:
         _check(name, value)
     if not (m and k and n):
         return 0.0
-    peak, e_d, k0, n0, p, width, bw, lat, launch = _COEFFS[cid]
-    t_compute = gemm_flops(m, k, n) / (peak * gemm_efficiency(k, n, e_d, k0, n0, p))
+    peak, e_d, k0, n0, width, bw, lat, launch = _COEFFS[cid]
+    t_compute = gemm_flops(m, k, n) / (peak * gemm_efficiency(k, n, e_d, k0, n0))
     t_memory = stream_s(gemm_bytes(m, k, n, width), bw, lat)
     return max(launch, t_compute, t_memory)
 
@@ -174,7 +176,7 @@ class ComputeModel:
             width = dtype.num_bytes
             g = p.gemm
             gemm[str(dtype)] = _register((
-                peak, g.peak_fraction[fitted], g.k0, g.n0, g.exponent, width,
+                peak, g.peak_fraction[fitted], g.k0, g.n0, width,
                 hbm * g.read_fraction, p.memory.latency_s, p.launch_s))
             # Attention was measured in bf16 only: its fractions of peak are used for every dtype.
             a = p.attention

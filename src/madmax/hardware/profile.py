@@ -17,7 +17,7 @@ from __future__ import annotations
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
 from pydantic import Field
@@ -26,6 +26,9 @@ from madmax.config.base import DType, Schema
 from madmax.config.loaders import read_file, validate
 from madmax.config.units import BytesPerS, FlopsPerS, Seconds
 from madmax.errors import ConfigError
+
+
+PeakFraction = Annotated[float, Field(gt=0, le=1)]
 
 
 class ReferencePeaks(Schema):
@@ -37,20 +40,19 @@ class ReferencePeaks(Schema):
 
 
 class GemmFit(Schema):
-    """GEMM efficiency e = e_dtype / ((1+(k0/k)^p)(1+(n0/n)^p)) and the memory roof."""
+    """GEMM efficiency e = e_dtype * (1 - exp(-k/k0)) * (1 - exp(-n/n0)) and the memory roof."""
 
-    reference_dtype: DType = Field(description="The dtype whose rows fixed k0, n0 and the exponent.")
-    peak_fraction: dict[DType, float] = Field(description="e_dtype: large-GEMM fraction of peak FLOP/s.")
-    k0: float = Field(ge=0, description="Inner dimension k at which the k factor is 1/2.")
-    n0: float = Field(ge=0, description="Output columns n at which the n factor is 1/2.")
-    exponent: float = Field(gt=0, description="p: sharpness of each factor's saturation.")
+    reference_dtype: DType = Field(description="The dtype whose rows fixed k0 and n0.")
+    peak_fraction: dict[DType, PeakFraction] = Field(description="e_dtype: large-GEMM fraction of peak FLOP/s.")
+    k0: float = Field(gt=0, description="Inner-dimension scale of the k factor 1 - exp(-k/k0).")
+    n0: float = Field(gt=0, description="Output-column scale of the n factor 1 - exp(-n/n0).")
     read_fraction: float = Field(gt=0, le=1, description="Fraction of peak HBM bandwidth of the memory roof.")
 
 
 class AttentionPassFit(Schema):
     """Flash-attention efficiency e(kv) = e_max * kv / (kv + kv0) of one pass."""
 
-    peak_fraction: float = Field(gt=0, le=1, description="e_max: fraction of peak at long sequences.")
+    peak_fraction: PeakFraction = Field(description="e_max: fraction of peak at long sequences.")
     kv0: float = Field(ge=0, description="Key/value length at which efficiency is half of e_max.")
 
 
