@@ -48,13 +48,15 @@ def simulate(model: str | Path | dict | ModelSpec, system: str | Path | dict | S
              dtype: str | None = None, strategy: str | dict | Strategy | None = None, *,
              batch: int | None = None, prompt_len: int | None = None, output_len: int | None = None,
              finetune: str | None = None, lora_rank: int | None = None, frozen_layers: int | None = None,
+             lora_targets: list[str] | None = None, calibration: str | Path | None = None,
              keep_schedule: bool = False) -> Result:
     """Predict one training iteration of `model` on `system` with `strategy`.
 
     Mirrors `madmax simulate`: names are catalog names or files; `strategy` uses the grammar
     `tp=8,pp=4,dp=32,cp=1,ep=1,vp=1,mbs=1,zero=1,recompute=selective,sp=1`; keys not given take
-    defaults and dp is derived from the GPU count. Raises `MadmaxError` for bad input; a strategy that
-    does not fit in memory is a result with `fits == False`.
+    defaults and dp is derived from the GPU count. `calibration`: a compute profile file (see
+    `madmax calibrate`); default the shipped H200 profile. Raises `MadmaxError` for bad input; a
+    strategy that does not fit in memory is a result with `fits == False`.
     """
     from madmax.engine import simulate_plan
     from madmax.hardware.collectives import network_model
@@ -67,7 +69,7 @@ def simulate(model: str | Path | dict | ModelSpec, system: str | Path | dict | S
     sysm = load_system(system, num_gpus)
     t = make_task(task, global_batch=global_batch, seq_len=seq_len, dtype=dtype, batch=batch,
                   prompt_len=prompt_len, output_len=output_len, finetune=finetune, lora_rank=lora_rank,
-                  frozen_layers=frozen_layers)
+                  frozen_layers=frozen_layers, lora_targets=lora_targets)
     if t.kind is TaskKind.INFERENCE:
         raise ConfigError("task=inference is not supported yet; allowed: pretrain, finetune")
     if t.dtype not in sysm.gpu.flops_per_s:
@@ -87,7 +89,7 @@ def simulate(model: str | Path | dict | ModelSpec, system: str | Path | dict | S
     workload = build_workload(spec, t, flash=strat.flash)
     plan = build_plan(workload, strat, domain_size=sysm.scale_up_domain, seq_len=seq, global_batch=batch_size,
                       dtype=t.dtype)
-    compute = compute_model(sysm.gpu)
+    compute = compute_model(sysm.gpu, calibration)
     network = network_model(sysm)
     sim = simulate_plan(plan, compute, network)
     reserved = parse_quantity(_runtime()["reserved_memory_bytes"], "bytes")
@@ -145,7 +147,7 @@ def inspect(model: str | Path | dict | ModelSpec, seq_len: int | None = None) ->
     from madmax.workload import build_workload, param_counts
 
     spec = load_model(model)
-    seq = seq_len or spec.default_seq_len
+    seq = spec.default_seq_len if seq_len is None else seq_len
     if seq <= 0:
         raise ConfigError(f"seq_len={seq} must be a positive number of tokens")
     counts = param_counts(spec)

@@ -66,6 +66,8 @@ def simulate(
     finetune: Annotated[str | None, typer.Option(help="Fine-tuning method: full or lora.")] = None,
     lora_rank: Annotated[int | None, typer.Option(help="LoRA rank r.")] = None,
     frozen_layers: Annotated[int | None, typer.Option(help="Bottom layers frozen (finetune).")] = None,
+    lora_targets: Annotated[str | None, typer.Option(help="LoRA projections, e.g. qkv,out,up,gate,down.")] = None,
+    calibration: Annotated[Path | None, typer.Option(help="Compute profile from `madmax calibrate`.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
     trace: Annotated[Path | None, typer.Option(help="Write a Chrome/Perfetto trace JSON here.")] = None,
 ) -> None:
@@ -76,7 +78,9 @@ def simulate(
         result = api.simulate(model=model, system=system, num_gpus=num_gpus, task=task,
                               global_batch=global_batch, seq_len=seq_len, dtype=dtype, strategy=strategy,
                               batch=batch, prompt_len=prompt_len, output_len=output_len, finetune=finetune,
-                              lora_rank=lora_rank, frozen_layers=frozen_layers, keep_schedule=trace is not None)
+                              lora_rank=lora_rank, frozen_layers=frozen_layers,
+                              lora_targets=lora_targets.split(",") if lora_targets else None,
+                              calibration=calibration, keep_schedule=trace is not None)
         if trace is not None:
             from madmax.report.trace import write_trace
 

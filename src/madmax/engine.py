@@ -58,11 +58,16 @@ class Simulation:
 
 
 def kernel_s(compute: ComputeModel, k: Kernel, dtype) -> float:
+    """Seconds of one kernel. A batched GEMM (bmm) is one launch: costed as one GEMM of batch*m rows,
+    which has its FLOPs and bytes to within the small per-matrix operand."""
+    dtype = k.dtype or dtype
     if k.kind is KernelKind.GEMM:
-        return k.batch * compute.gemm_s(k.m, k.k, k.n, dtype)
+        return compute.gemm_s(k.batch * k.m, k.k, k.n, dtype)
     if k.kind is KernelKind.ATTENTION:
         return compute.attention_s(k.batch, k.heads, k.kv_heads, k.q_len, k.kv_len, k.head_dim, k.causal, dtype,
                                    backward=k.backward)
+    if k.kind is KernelKind.LAUNCH:
+        return k.batch * compute.launch_s
     return compute.memory_s(k.num_bytes)
 
 

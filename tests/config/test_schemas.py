@@ -160,7 +160,7 @@ def test_a_bad_unit_names_the_field_and_an_example() -> None:
         (Task, {"kind": "pretrain"}, "task", "kind", "train",
          ["task.kind='train'", "'pretrain'", "'inference'"]),
         (Task, {"kind": "pretrain"}, "task", "dtype", "int8",
-         ["dtype=int8", "allowed: bf16, fp16, fp8, fp32"]),
+         ["dtype='int8'", "allowed: bf16, fp16, fp8, fp32"]),
         (Task, {"kind": "finetune"}, "task", "lora_targets", ["mlp"],
          ["'mlp'", "allowed: down, gate, out, qkv, up"]),
         (Task, {"kind": "pretrain"}, "task", "frozen_layers", 2, ["frozen_layers", "'finetune'"]),
@@ -313,7 +313,7 @@ def test_interleaved_schedule_needs_microbatches_multiple_of_pp() -> None:
 
 def test_other_rules() -> None:
     assert strategy_error("pp=8,vp=20", 8).startswith("strategy.pp*vp=8*20 exceeds the 80 layers")
-    assert strategy_error("cp=3", 24) == "strategy.cp=3 does not divide seq_len=8192"
+    assert strategy_error("cp=3", 24) == "strategy.cp=3 does not divide seq_len=8192; allowed: 1, 2, 4, 8"
     assert strategy_error("shard=3", 8).endswith("allowed: 1, 2, 4, 8")  # divisors of dp=8
 
 

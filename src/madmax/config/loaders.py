@@ -72,6 +72,9 @@ def read_file(path: Path, field: str) -> dict[str, Any]:
         data = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
+        mark = getattr(exc, "problem_mark", None)
+        if isinstance(exc, yaml.MarkedYAMLError) and exc.problem and mark is not None:
+            first = f"{exc.problem} at line {mark.line + 1}, column {mark.column + 1}"
         raise ConfigError(f"{field} file {str(path)!r} is not valid YAML/JSON: {first}") from None
     if data is None:
         raise ConfigError(f"{field} file {str(path)!r} is empty; it must hold a mapping of fields")

@@ -110,6 +110,8 @@ def parse_strategy(text: str | dict | Strategy | None) -> Strategy:
         for part in filter(None, (p.strip() for p in text.split(","))):
             key, sep, value = part.partition("=")
             key = key.strip()
+            if key in items:
+                raise StrategyError(f"strategy key {key!r} is given twice in {text!r}")
             if not sep or not value.strip():
                 raise StrategyError(f"strategy item {part!r} is not key=value; example: tp=8,pp=4,dp=32")
             items[key] = value.strip()
@@ -198,8 +200,8 @@ def resolve_strategy(
     if s.vp > 1 and s.pp == 1:
         raise StrategyError(f"strategy.vp={s.vp} needs pipeline parallelism (pp > 1); allowed with pp=1: 1")
     if seq_len % s.cp:
-        allowed_cp = [d for d in _divisors(num_gpus // (s.tp * s.pp)) if seq_len % d == 0]
-        raise StrategyError(f"strategy.cp={s.cp} does not divide seq_len={seq_len}; allowed: {_allowed(allowed_cp)}")
+        raise StrategyError(f"strategy.cp={s.cp} does not divide seq_len={seq_len}; "
+                            f"allowed: {_allowed([d for d in _divisors(seq_len) if num_gpus % d == 0])}")
     if s.shard is not None and (s.zero == 0 or dp % s.shard):
         allowed = _allowed(_divisors(dp)) if s.zero else "none (shard needs zero >= 1)"
         raise StrategyError(f"strategy.shard={s.shard} must divide dp={dp} with zero >= 1; allowed: {allowed}")

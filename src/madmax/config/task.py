@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
+from pydantic import Field, NonNegativeInt, PositiveInt, field_validator, model_validator
 
 from madmax.config.base import DType, Schema
 
@@ -42,17 +42,33 @@ class Task(Schema):
     prompt_len: PositiveInt | None = Field(None, description="Prompt tokens per request (inference).")
     output_len: PositiveInt | None = Field(None, description="Generated tokens per request (inference).")
 
+    @field_validator("dtype", mode="before")
+    @classmethod
+    def _compute_dtype(cls, value: object) -> object:
+        text = str(value.value if isinstance(value, DType) else value).lower()
+        if text not in COMPUTE_DTYPES:
+            raise ValueError(f"is not a compute dtype; allowed: {', '.join(COMPUTE_DTYPES)}")
+        return text
+
     @model_validator(mode="after")
     def _fields_of_kind(self) -> Task:
-        allowed_dtypes = {DType.BF16, DType.FP16, DType.FP8, DType.FP32}
-        if self.dtype not in allowed_dtypes:
-            raise ValueError(f"dtype={self.dtype} is not a compute dtype; allowed: bf16, fp16, fp8, fp32")
-        if self.kind is not TaskKind.FINETUNE and (self.frozen_layers or self.finetune is not FinetuneMethod.FULL):
-            raise ValueError("finetune and frozen_layers apply only to task kind 'finetune'")
         bad = sorted(set(self.lora_targets) - LORA_TARGETS)
         if bad:
             raise ValueError(f"lora_targets has {bad[0]!r}; allowed: {', '.join(sorted(LORA_TARGETS))}")
+        given = self.model_fields_set
+        if self.kind is not TaskKind.FINETUNE:
+            for name in ("frozen_layers", "finetune", "lora_rank", "lora_targets"):
+                if name in given and getattr(self, name) != type(self).model_fields[name].get_default(
+                        call_default_factory=True):
+                    raise ValueError(f"task.{name} applies only to task kind 'finetune', not {self.kind.value!r}")
+        elif self.finetune is FinetuneMethod.FULL and {"lora_rank", "lora_targets"} & given:
+            raise ValueError("task.lora_rank and task.lora_targets apply only to finetune method 'lora'")
+        if self.kind is not TaskKind.INFERENCE:
+            for name in ("batch", "prompt_len", "output_len"):
+                if getattr(self, name) is not None:
+                    raise ValueError(f"task.{name} applies only to task kind 'inference', not {self.kind.value!r}")
         return self
 
 
 LORA_TARGETS = {"qkv", "out", "up", "gate", "down"}
+COMPUTE_DTYPES = ("bf16", "fp16", "fp8", "fp32")

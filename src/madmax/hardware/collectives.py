@@ -96,7 +96,7 @@ def _steps(value: Any, where: str) -> Steps:
     """A busbw fraction from efficiency.yaml: a number, or {min_ranks: fraction}."""
     table = value if isinstance(value, dict) else {1: value}
     steps = tuple(sorted((int(n), float(f)) for n, f in table.items()))
-    if not steps or steps[0][0] != 1 or not all(0 < f for _, f in steps):
+    if not steps or steps[0][0] != 1 or not all(f > 0 for _, f in steps):
         raise ConfigError(f"efficiency.yaml {where}={value!r}: need fractions > 0 and an entry from 1 rank")
     return steps
 
@@ -121,19 +121,18 @@ def _level(fabric: Fabric, gpu_names: set[str], label: str) -> tuple[_Level, lis
     """The fabric's busbw fractions: a GPU-specific entry, else the fabric kind's, else `default`."""
     table = efficiency_table()["collectives"]
     kind = str(fabric.kind)
-    entry, notes = None, []
+    entry, used = None, kind
     for override in table.get("gpus", []):
         if override["fabric"] == kind and gpu_names & {name.lower() for name in override["names"]}:
-            entry = override
+            entry, used = override, f"{kind} of {'/'.join(override['names'])}"
             break
     if entry is None:
         entry = table["fabrics"].get(kind)
-        if entry is None:
-            entry = table["fabrics"]["default"]
-            notes.append(f"no bus-bandwidth measurement for {label} fabric {kind}; "
-                         f"using the default busbw fractions ({entry['source']})")
+    if entry is None:
+        entry, used = table["fabrics"]["default"], "default"
+    notes = []
     if entry.get("assumed"):
-        notes.append(f"{label} fabric {kind}: busbw fractions assumed ({entry['source']})")
+        notes.append(f"{label} fabric {kind}: {used} busbw fractions are assumed ({entry['source']})")
     fractions = {str(c): _steps(entry["busbw_fraction"][str(c)], f"{kind}.{c}") for c in Collective}
     return _Level(fabric.bytes_per_s, fabric.latency_s, fractions), notes
 

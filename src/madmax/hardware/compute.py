@@ -9,9 +9,16 @@ e_bw: the fraction of it a streaming kernel reaches; t_lat: the fixed time of a 
 Units: FLOP, bytes, seconds, FLOP/s, bytes/s.
 
 Every efficiency comes from a compute profile fitted to kernel timings (default: one NVIDIA H200, torch
-2.11 + CUDA 13; `catalog/calibration/h200_profile.yaml`, fitted by `madmax.hardware.calibration`).
-Assumption: on another GPU the same efficiencies hold as fractions of that GPU's own peak FLOP/s and HBM
-bandwidth (same software, similar tensor-core architecture); `ComputeModel.assumptions` says so.
+2.11 + CUDA 13; `catalog/calibration/h200_profile.yaml`, fitted by `madmax.hardware.calibration`, whose
+docstring gives the fit's errors). In that profile the large-GEMM bf16 efficiency is 0.70 of peak, a
+copy reaches 0.90 of peak HBM bandwidth, and the launch floor is 18.6 us per GEMM or memory-bound kernel
+and 22.4 us per attention call: tiny kernels issued back to back by eager PyTorch (the measurement);
+a profile with `launch_s: 0` models CUDA graphs.
+
+Assumptions, listed in `ComputeModel.assumptions` where they apply: on another GPU the same efficiencies
+hold as fractions of that GPU's own peak FLOP/s and HBM bandwidth (same software, similar tensor-core
+architecture); a dtype without measurements takes another's (efficiency.yaml `dtype_fallbacks`);
+attention, measured in bf16, has the same fractions of peak in every dtype.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from pathlib import Path
 from madmax.config.base import DType
 from madmax.config.hardware import GPU
 from madmax.errors import ConfigError
-from madmax.hardware.profile import ComputeProfile, dtype_fallbacks, load_profile
+from madmax.hardware.profile import ComputeProfile, dtype_fallbacks, gemm_ceiling_scale, load_profile
 
 # Flash-attention backward runs 5 matrix products per tile (S = QK^T recomputed, dV, dP, dQ, dK) against
 # 2 in the forward pass (Dao 2023, FlashAttention-2, arXiv 2307.08691, section 3.1.2).
@@ -164,10 +171,18 @@ class ComputeModel:
         p, gpu = self.profile, self.gpu
         hbm = gpu.hbm_bytes_per_s
         fallbacks = dtype_fallbacks()
-        notes = [f"kernel efficiencies measured on {p.device} ({p.software}) applied to gpu {gpu.name} "
-                 f"as fractions of its own peak FLOP/s and HBM bandwidth"]
+        notes = []
+        ref = p.reference_peaks
+        if gpu.flops_per_s != ref.flops_per_s or hbm != ref.hbm_bytes_per_s:
+            notes.append(f"kernel efficiencies measured on {p.device} ({p.software}) applied to gpu "
+                         f"{gpu.name} as fractions of its own peak FLOP/s and HBM bandwidth")
+        ceiling = gemm_ceiling_scale((gpu.name, *gpu.aliases))
+        if ceiling is None:
+            ceiling = 1
+            notes.append(f"no measured GEMM ceiling for gpu {gpu.name}: {p.device}'s efficiencies used as they are")
         gemm, attention = {}, {}
-        for dtype, peak in gpu.flops_per_s.items():
+        for dtype, datasheet_peak in gpu.flops_per_s.items():
+            peak = datasheet_peak * ceiling
             fitted = dtype if dtype in p.gemm.peak_fraction else fallbacks.get(dtype)
             if fitted not in p.gemm.peak_fraction:
                 continue
@@ -217,6 +232,11 @@ class ComputeModel:
         if cid is None:
             raise self._no_dtype(dtype)
         return _attention_s(cid, batch, heads, kv_heads, q_len, kv_len, head_dim, causal, backward)
+
+    @property
+    def launch_s(self) -> float:
+        """Shortest time of one kernel issued back to back from the host (the profile's launch floor)."""
+        return self.profile.launch_s
 
     def memory_s(self, num_bytes: float) -> float:
         """Seconds of a memory-bound kernel moving `num_bytes` (read + write): max(t_launch,

@@ -27,7 +27,6 @@ from madmax.config.loaders import read_file, validate
 from madmax.config.units import BytesPerS, FlopsPerS, Seconds
 from madmax.errors import ConfigError
 
-
 PeakFraction = Annotated[float, Field(gt=0, le=1)]
 
 
@@ -110,12 +109,17 @@ def _load_profile(path: str) -> ComputeProfile:
     return validate(ComputeProfile, read_file(Path(path), "profile"), "profile")
 
 
+@cache
+def _default_profile() -> ComputeProfile:
+    return _load_profile(str(catalog_path(efficiency_table()["compute"]["default_profile"])))
+
+
 def load_profile(profile: str | Path | ComputeProfile | None = None) -> ComputeProfile:
     """A compute profile: the shipped default (None), a catalog-relative name, or a YAML/JSON file."""
     if isinstance(profile, ComputeProfile):
         return profile
     if profile is None:
-        return _load_profile(str(catalog_path(efficiency_table()["compute"]["default_profile"])))
+        return _default_profile()
     path = Path(profile)
     if not path.is_file():
         shipped = catalog_path(str(profile))
@@ -140,3 +144,17 @@ def dtype_fallbacks() -> dict[DType, DType]:
     """Dtype whose fitted efficiency stands in for a dtype without measurements."""
     table = efficiency_table()["compute"]["dtype_fallbacks"]
     return {DType(k): DType(v["use"]) for k, v in table.items()}
+
+
+def gemm_ceiling_scale(gpu_names: tuple[str, ...]) -> float | None:
+    """mamf(gpu) / mamf(reference device) from efficiency.yaml, or None when the GPU has no measurement.
+
+    mamf: the largest bf16 matmul throughput measured as a fraction of the dense peak (see the source
+    in efficiency.yaml); it carries the calibration device's kernel efficiencies to another generation.
+    """
+    table = efficiency_table()["compute"]["gemm_ceiling"]
+    wanted = {name.lower() for name in gpu_names}
+    for entry in table["gpus"]:
+        if wanted & {name.lower() for name in entry["names"]}:
+            return entry["mamf_fraction"] / table["reference"]["mamf_fraction"]
+    return None

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from madmax.config.base import DType
 from madmax.config.strategy import Axis
 from madmax.hardware.collectives import Collective, Span
 
@@ -13,6 +14,7 @@ class KernelKind(StrEnum):
     GEMM = "gemm"
     ATTENTION = "attention"
     MEMORY = "memory"
+    LAUNCH = "launch"  # a kernel too small to cost more than its launch (transposes, masks, bias adds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +40,7 @@ class Kernel:
     causal: bool = True
     backward: bool = False
     num_bytes: float = 0.0
+    dtype: DType | None = None  # None: the training dtype
 
 
 @dataclass(frozen=True, slots=True)

@@ -77,7 +77,8 @@ def build_plan(workload: Workload, strategy: Strategy, *, domain_size: int, seq_
     """Plan of a resolved strategy (dp filled in, rules checked by `resolve_strategy`)."""
     s = strategy
     act_bytes = DType.BF16.num_bytes if dtype in (DType.FP8, DType.BF16, DType.FP16) else dtype.num_bytes
-    shape = Shape(batch=s.mbs, seq_len=seq_len, tp=s.tp, cp=s.cp, sp=s.sequence_parallel, act_bytes=act_bytes)
+    shape = Shape(batch=s.mbs, seq_len=seq_len, tp=s.tp, cp=s.cp, sp=s.sequence_parallel, act_bytes=act_bytes,
+                  fp8=dtype is DType.FP8)
     tp_span = span(s, (Axis.TP,), domain_size)
     cp_span = span(s, (Axis.CP,), domain_size)
     trainable_seen = False

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from madmax.config.base import DType
 from madmax.parallel.kernels import Kernel, KernelKind
 from madmax.workload.ops import Op, OpKind, TPSplit
 
@@ -29,6 +30,7 @@ class Shape:
     cp: int
     sp: bool
     act_bytes: float  # bytes per activation element
+    fp8: bool = False  # FP8 GEMMs (Transformer Engine recipe): inputs cast to fp8, attention in bf16
 
     @property
     def tokens(self) -> int:
@@ -46,12 +48,26 @@ def _gemm(op: Op, t: int, tp: int) -> tuple[int, int, int]:
 
 
 def forward_kernels(op: Op, shape: Shape, *, flash: bool) -> list[Kernel]:
-    """Kernels of the forward pass of `op` on one rank."""
+    """Kernels of the forward pass of `op` on one rank, with its auxiliary launches."""
+    return _main_forward(op, shape, flash=flash) + _aux(op)
+
+
+def backward_kernels(op: Op, shape: Shape, *, flash: bool) -> list[Kernel]:
+    """Kernels of the backward pass: input gradient always, weight gradient when trainable; each
+    auxiliary kernel of the forward has one in the backward."""
+    return _main_backward(op, shape, flash=flash) + _aux(op)
+
+
+def _aux(op: Op) -> list[Kernel]:
+    return [Kernel(KernelKind.LAUNCH, op.kind.value, batch=op.aux_kernels)] if op.aux_kernels else []
+
+
+def _main_forward(op: Op, shape: Shape, *, flash: bool) -> list[Kernel]:
     t, tp = shape.tokens, shape.tp
     cat = op.kind.value
     if op.kind is OpKind.GEMM:
         m, k, n = _gemm(op, t, tp)
-        return [Kernel(KernelKind.GEMM, cat, flops=2.0 * m * k * n, m=m, k=k, n=n)]
+        return [*_fp8_cast(shape, m * k), Kernel(KernelKind.GEMM, cat, flops=2.0 * m * k * n, m=m, k=k, n=n)]
     if op.kind is OpKind.ATTENTION:
         return _attention(op, shape, flash=flash, backward=False)
     return [Kernel(KernelKind.MEMORY, cat, flops=_elementwise_tokens(op, shape) * op.flops_per_token / _tp_div(op, tp),
@@ -59,20 +75,29 @@ def forward_kernels(op: Op, shape: Shape, *, flash: bool) -> list[Kernel]:
                    * shape.act_bytes)]
 
 
-def backward_kernels(op: Op, shape: Shape, *, flash: bool) -> list[Kernel]:
-    """Kernels of the backward pass: input gradient always, weight gradient when trainable."""
+def _main_backward(op: Op, shape: Shape, *, flash: bool) -> list[Kernel]:
     t, tp = shape.tokens, shape.tp
     cat = op.kind.value
     if op.kind is OpKind.GEMM:
         m, k, n = _gemm(op, t, tp)
-        kernels = [Kernel(KernelKind.GEMM, cat, flops=2.0 * m * k * n, m=m, k=n, n=k)]
+        kernels = [*_fp8_cast(shape, m * n), Kernel(KernelKind.GEMM, cat, flops=2.0 * m * k * n, m=m, k=n, n=k)]
         if op.trainable:
             kernels.append(Kernel(KernelKind.GEMM, cat, flops=2.0 * m * k * n, m=k, k=m, n=n))
         return kernels
     if op.kind is OpKind.ATTENTION:
         return _attention(op, shape, flash=flash, backward=True)
-    (fwd,) = forward_kernels(op, shape, flash=flash)
+    (fwd,) = _main_forward(op, shape, flash=flash)
     return [Kernel(KernelKind.MEMORY, cat, flops=fwd.flops, num_bytes=BACKWARD_BYTES_FACTOR * fwd.num_bytes)]
+
+
+def _fp8_cast(shape: Shape, elements: int) -> list[Kernel]:
+    """The cast of a GEMM's activation input (forward) or output gradient (backward) to fp8: read the
+    bf16 tensor, write its fp8 copy (Transformer Engine's delayed-scaling recipe; weights are cast
+    once per iteration and not counted)."""
+    if not shape.fp8:
+        return []
+    moved = elements * (shape.act_bytes + DType.FP8.num_bytes)
+    return [Kernel(KernelKind.MEMORY, "fp8_cast", num_bytes=moved)]
 
 
 def _attention(op: Op, shape: Shape, *, flash: bool, backward: bool) -> list[Kernel]:
@@ -81,24 +106,30 @@ def _attention(op: Op, shape: Shape, *, flash: bool, backward: bool) -> list[Ker
     FLOPs per direction of QK^T and PV: 2*b*h_loc*q*kv*d each, halved by causality (context
     parallelism with load-balanced chunks keeps the half). Backward does 2.5x the forward FLOPs
     (dQ, dK, dV, dP and the recomputed scores; FlashAttention-2, Dao 2023, Sec. 3).
-    A non-fused attention runs the two products as batched GEMMs plus a softmax pass over the
-    b*h*q*kv scores.
+    A non-fused attention (Megatron's baddbmm, fused softmax, bmm) computes the whole score matrix
+    (no causal saving), costed like the fused kernel, plus passes over the b*h*q*kv score matrix in HBM: the scores are
+    written, read and written by the softmax and read by the second product (4 passes forward, twice
+    that backward). Under FP8 training the attention stays in bf16 (Transformer Engine's default:
+    FP8 dot-product attention off).
     """
     heads = op.heads // shape.tp
     kv_heads = max(1, op.kv_heads // shape.tp)
     q, kv, d, b = shape.seq_len // shape.cp, shape.seq_len, op.head_dim, shape.batch
     fwd_flops = 2 * 2 * b * heads * q * kv * d / (2 if op.causal else 1)
     flops = fwd_flops * (BWD_ATTENTION_FLOPS if backward else 1)
-    if flash:
-        return [Kernel(KernelKind.ATTENTION, "attention", flops=flops, batch=b, heads=heads, kv_heads=kv_heads,
-                       q_len=q, kv_len=kv, head_dim=d, causal=op.causal, backward=backward)]
-    gemms = 2 * (2 if backward else 1)
-    scores_bytes = b * heads * q * kv * shape.act_bytes
-    return [
-        *[Kernel(KernelKind.GEMM, "attention", flops=flops / gemms, m=q, k=d, n=kv, batch=b * heads)
-          for _ in range(gemms)],
-        Kernel(KernelKind.MEMORY, "attention", num_bytes=scores_bytes * (2 if backward else 1) * 2),
-    ]
+    # The unfused path computes the whole score matrix and masks it: no causal saving in time.
+    kernels = [Kernel(KernelKind.ATTENTION, "attention", flops=flops, batch=b, heads=heads, kv_heads=kv_heads,
+                      q_len=q, kv_len=kv, head_dim=d, causal=op.causal and flash, backward=backward,
+                      dtype=DType.BF16 if shape.fp8 else None)]
+    if not flash:
+        passes = SCORE_PASSES * (2 if backward else 1)
+        kernels.append(Kernel(KernelKind.MEMORY, "attention",
+                              num_bytes=passes * b * heads * q * kv * shape.act_bytes))
+    return kernels
+
+
+# Unfused attention: scores written by QK^T, read and written by the softmax, read by PV.
+SCORE_PASSES = 4
 
 
 # dQ, dK, dV, dP products (4 GEMMs) plus the score recompute (1): 2.5x the 2 forward products.

@@ -11,6 +11,9 @@ from madmax.workload.ops import Op, OpKind, TPSplit
 
 # Read the input, write the output: an element-wise op moves two tensors.
 READ_WRITE = 2
+# Megatron-LM's unfused core attention launches baddbmm, the fused scale-mask-softmax, the dropout,
+# bmm and a permute copy: 5 kernels, of which the score products and the softmax pass are costed.
+UNFUSED_ATTENTION_AUX = 3
 
 
 def norm_op(name: str, hidden: int, params_per_feature: int, dropout: bool = False) -> Op:
@@ -25,10 +28,10 @@ def norm_op(name: str, hidden: int, params_per_feature: int, dropout: bool = Fal
 
 def residual_op(name: str, hidden: int, dropout: bool) -> Op:
     """Residual add (read two tensors, write one), after an optional dropout that keeps a 1-byte mask
-    (half an element) per feature (Korthikanti Sec. 4.1)."""
+    (half an element) per feature (Korthikanti Sec. 4.1); the dropout is one more kernel."""
     return Op(name=name, kind=OpKind.ELEMENTWISE, tp=TPSplit.SEQUENCE,
               moved_elems_per_token=3 * hidden, flops_per_token=hidden,
-              saved_elems_per_token=hidden / 2 if dropout else 0.0)
+              saved_elems_per_token=hidden / 2 if dropout else 0.0, aux_kernels=1 if dropout else 0)
 
 
 def attention_ops(layer: str, hidden: int, heads: int, kv_heads: int, head_dim: int, *,
@@ -50,7 +53,7 @@ def attention_ops(layer: str, hidden: int, heads: int, kv_heads: int, head_dim: 
            saved_elems_per_token=hidden, saved_outside_tp=True, lora_target="qkv"),
         Op(name=f"{layer}.attn", kind=OpKind.ATTENTION, tp=TPSplit.HEADS, heads=heads, kv_heads=kv_heads,
            head_dim=head_dim, causal=True, saved_elems_per_token=qkv_n,
-           saved_elems_per_token_per_seq=per_seq),
+           saved_elems_per_token_per_seq=per_seq, aux_kernels=0 if flash else UNFUSED_ATTENTION_AUX),
         Op(name=f"{layer}.out", kind=OpKind.GEMM, tp=TPSplit.ROW, k=q_dim, n=hidden,
            params=q_dim * hidden + (hidden if bias else 0), saved_elems_per_token=q_dim,
            lora_target="out"),

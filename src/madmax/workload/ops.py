@@ -55,6 +55,8 @@ class Op:
     it (the s^2 attention scores of a non-fused attention). `saved_outside_tp`: the saved tensor is the
     (replicated) input of a column-parallel GEMM, divided by tp only under sequence parallelism.
     `trainable`: False for frozen weights (no weight gradient, no optimizer state).
+    `aux_kernels`: small kernels the framework launches around the op in each pass (layout copies,
+    masks, dropout) whose cost is their launch, not their bytes.
     """
 
     name: str
@@ -74,6 +76,7 @@ class Op:
     saved_outside_tp: bool = False
     trainable: bool = True
     lora_target: str | None = None
+    aux_kernels: int = 0
 
     def forward_flops(self, tokens: int, seq_len: int) -> float:
         """Forward FLOPs of this op over `tokens` tokens of sequences of length `seq_len` (unsharded)."""
