@@ -121,7 +121,21 @@ def simulate(model: str | Path | dict | ModelSpec, system: str | Path | dict | S
         hfu=hw_flops / iteration / peak_flops, peak_memory_bytes=peak, fits=peak <= sysm.gpu.hbm_bytes,
         breakdown=breakdown, memory={"stage": worst, **memories[worst].to_dict(),
                                      "capacity": sysm.gpu.hbm_bytes},
-        assumptions=assumptions, schedule=sim.schedule if keep_schedule else None)
+        assumptions=assumptions, schedule=sim.schedule if keep_schedule else None,
+        memory_timeline=_memory_timeline(sim, memories) if keep_schedule else None)
+
+
+def _memory_timeline(sim, memories) -> dict[int, list[tuple[float, float]]]:
+    """Per stage, (time, bytes in use) after each change: static state plus the activations kept."""
+    timeline = {}
+    for stage, events in enumerate(sim.activation_events):
+        static = memories[stage].total_bytes - memories[stage].activations_bytes
+        used, points = static, [(0.0, static)]
+        for task, delta in sorted(events, key=lambda e: sim.schedule.end_s[e[0]]):
+            used += delta
+            points.append((sim.schedule.end_s[task], used))
+        timeline[stage] = points
+    return timeline
 
 
 def _stage_ends(sim) -> list[float]:

@@ -55,6 +55,8 @@ class Simulation:
     model_flops: list[float] = field(default_factory=list)
     hardware_flops: list[float] = field(default_factory=list)
     optimizer_s: list[float] = field(default_factory=list)
+    # Per stage: (task, bytes) -- activations kept when a forward step ends, freed when its backward ends.
+    activation_events: list[list[tuple[int, float]]] = field(default_factory=list)
 
 
 def kernel_s(compute: ComputeModel, k: Kernel, dtype) -> float:
@@ -144,6 +146,8 @@ class _Builder:
         data = plan.data
         chunks = plan.stages[stage]
         grad_tasks: list[int] = []
+        events: list[tuple[int, float]] = []
+        self.sim.activation_events.append(events)
         last_compute = None
         gathered: dict[str, int] = {}
         if data.zero in (1, 2) and data.overlap:
@@ -200,6 +204,8 @@ class _Builder:
                 if step.phase is Phase.BACKWARD and unit.trainable_params:
                     grad_tasks += self._grad_sync(streams[DP], unit, task, step.microbatch == m - 1)
             assert first_task is not None and last_compute is not None
+            kept = sum(plan.units[key].saved_bytes for key in units)
+            events.append((last_compute, kept if step.phase is Phase.FORWARD else -kept))
             self.first[(step.phase, virtual, step.microbatch)] = first_task
             self._send(streams[PP], step.phase, virtual, step.microbatch, last_compute)
         self._finish_stage(stage, streams, grad_tasks, last_compute)

@@ -42,6 +42,7 @@ class Result:
     memory: dict[str, float]
     assumptions: list[str] = field(default_factory=list)
     schedule: Schedule | None = field(default=None, repr=False, compare=False)
+    memory_timeline: dict[int, list[tuple[float, float]]] | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -99,14 +100,14 @@ def stream_breakdown(schedule: Schedule, process: str) -> dict[str, Any]:
     busy = _busy(compute)
     by_kind: dict[str, dict[str, float]] = defaultdict(lambda: {"total": 0.0, "exposed": 0.0, "overlapped": 0.0})
     for a, b, cat in comm:
-        overlapped = busy(b) - busy(a)
+        overlapped = min(b - a, max(0.0, busy(b) - busy(a)))
         entry = by_kind[cat]
         entry["total"] += b - a
         entry["overlapped"] += overlapped
         entry["exposed"] += b - a - overlapped
     exposed = 0.0
     for a, b in _union(sorted((a, b) for a, b, _ in comm)):
-        exposed += (b - a) - (busy(b) - busy(a))
+        exposed += max(0.0, (b - a) - (busy(b) - busy(a)))
     compute_s = sum(b - a for a, b in compute)
     return {"time_s": end, "compute_s": compute_s, "exposed_communication_s": exposed,
             "pipeline_bubble_s": max(0.0, end - compute_s - exposed), "communication": dict(by_kind)}

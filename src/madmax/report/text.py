@@ -19,12 +19,12 @@ def _ms(seconds: float) -> str:
 def print_result(result: Result, console: Console | None = None) -> None:
     """Headline metrics, the compute/communication breakdown and memory of one simulation."""
     console = console or Console()
-    head = Table(title=f"{result.model} on {result.num_gpus} x {result.system} ({result.task}, {result.dtype})",
-                 show_header=False, title_justify="left")
-    head.add_column(style="bold")
-    head.add_column(justify="right")
+    console.print(f"[bold]{result.model}[/bold] on {result.num_gpus} x {result.system} "
+                  f"({result.task}, {result.dtype})\nstrategy {result.strategy}", soft_wrap=True)
+    head = Table(show_header=False)
+    head.add_column(style="bold", no_wrap=True)
+    head.add_column(justify="right", overflow="fold")
     rows = [
-        ("strategy", result.strategy),
         ("global batch x seq", f"{result.global_batch} x {result.seq_len}"),
         ("iteration time", _ms(result.iteration_time_s)),
         ("samples/s", f"{result.samples_per_s:,.2f}"),
@@ -65,7 +65,10 @@ def print_inspect(info: dict[str, Any], console: Console | None = None) -> None:
     table = Table(title=f"{model['name']}", show_header=False, title_justify="left")
     for key in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "ffn_hidden_size",
                 "is_gated_ffn", "activation", "vocab_size", "tied_embeddings", "max_seq_len"):
-        table.add_row(key, str(model.get(key)))
+        value = model.get(key)
+        if value is None and key in ("num_kv_heads", "head_dim"):
+            value = model["num_heads"] if key == "num_kv_heads" else model["hidden_size"] // model["num_heads"]
+        table.add_row(key, str(value))
     table.add_row("total params", f"{info['total_params'] / 1e9:,.3f} B")
     for comp, count in info["params_by_component"].items():
         table.add_row(f"  {comp}", f"{count / 1e9:,.3f} B")

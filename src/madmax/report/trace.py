@@ -1,7 +1,8 @@
 """Chrome Trace Event JSON of a simulated iteration, for Perfetto (ui.perfetto.dev) or chrome://tracing.
 
 One process per simulated rank (pipeline stage), one thread per stream, complete events ("ph": "X")
-in microseconds, and the stage's memory as a counter track. Format: the Trace Event Format document
+in microseconds, and each stage's memory in use (weights, gradients, optimizer state, reserved, and the
+activations of the micro-batches in flight) as a counter track. Format: the Trace Event Format document
 (Google, "Trace Event Format", 2016).
 """
 
@@ -34,10 +35,10 @@ def trace_events(result: Result) -> list[dict]:
         events.append({"ph": "X", "name": schedule.label[task] or schedule.category[task],
                        "cat": schedule.category[task], "pid": pid[p], "tid": sid,
                        "ts": schedule.start_s[task] * US, "dur": duration * US})
-    stage = f"stage{result.memory['stage']}"
-    if stage in pid:
-        events.append({"ph": "C", "name": "memory (GiB)", "pid": pid[stage], "ts": 0,
-                       "args": {"peak": result.peak_memory_bytes / 2**30}})
+    for stage, points in (result.memory_timeline or {}).items():
+        for t, used in points:
+            events.append({"ph": "C", "name": "memory", "pid": pid[f"stage{stage}"], "ts": t * US,
+                           "args": {"GiB": used / 2**30}})
     return events
 
 
