@@ -67,6 +67,11 @@ def simulate(model: str | Path | dict | ModelSpec, system: str | Path | dict | S
 
     spec = load_model(model)
     sysm = load_system(system, num_gpus)
+    assumptions = []
+    if dtype is None and not isinstance(task, Task | dict):
+        dtype = DType.BF16.value if DType.BF16 in sysm.gpu.flops_per_s else DType.FP16.value
+        if dtype != DType.BF16.value:
+            assumptions.append(f"dtype not given: fp16, since gpu {sysm.gpu.name} has no bf16 peak")
     t = make_task(task, global_batch=global_batch, seq_len=seq_len, dtype=dtype, batch=batch,
                   prompt_len=prompt_len, output_len=output_len, finetune=finetune, lora_rank=lora_rank,
                   frozen_layers=frozen_layers, lora_targets=lora_targets)
@@ -83,7 +88,6 @@ def simulate(model: str | Path | dict | ModelSpec, system: str | Path | dict | S
     strat, batch_size = resolve_strategy(
         parse_strategy(strategy), num_gpus=n, model_name=spec.name, constraints=_constraints(spec),
         num_pipeline_units=spec.num_layers, has_experts=False, global_batch=t.global_batch, seq_len=seq)
-    assumptions = []
     if t.global_batch is None:
         assumptions.append(f"global_batch not given: {batch_size} = dp*mbs*pp sequences")
     workload = build_workload(spec, t, flash=strat.flash)

@@ -90,13 +90,17 @@ def _main_backward(op: Op, shape: Shape, *, flash: bool) -> list[Kernel]:
     return [Kernel(KernelKind.MEMORY, cat, flops=fwd.flops, num_bytes=BACKWARD_BYTES_FACTOR * fwd.num_bytes)]
 
 
+FP8_COPIES = 2  # the fp8 tensor and its transpose
+
+
 def _fp8_cast(shape: Shape, elements: int) -> list[Kernel]:
     """The cast of a GEMM's activation input (forward) or output gradient (backward) to fp8: read the
-    bf16 tensor, write its fp8 copy (Transformer Engine's delayed-scaling recipe; weights are cast
-    once per iteration and not counted)."""
+    bf16 tensor, write its fp8 copy and the transposed fp8 copy the other GEMM of the backward needs
+    (Transformer Engine's cast-transpose, delayed-scaling recipe; weights are cast once per iteration
+    and not counted)."""
     if not shape.fp8:
         return []
-    moved = elements * (shape.act_bytes + DType.FP8.num_bytes)
+    moved = elements * (shape.act_bytes + FP8_COPIES * DType.FP8.num_bytes)
     return [Kernel(KernelKind.MEMORY, "fp8_cast", num_bytes=moved)]
 
 
