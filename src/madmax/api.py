@@ -117,6 +117,10 @@ def simulate(model: str | Path | dict | ModelSpec, system: str | Path | dict | S
         "exposed_communication_s": stage_view["exposed_communication_s"],
         "pipeline_bubble_s": stage_view["pipeline_bubble_s"],
     }
+    from madmax.validate.trust import error_band
+
+    # The bands are residuals of the shipped profile; a user profile has its own accuracy.
+    band = None if calibration else error_band(spec.name, n, strat, sysm.gpu.name)
     return Result(
         model=spec.name, system=sysm.name, num_gpus=n, task=t.kind.value, strategy=strat.describe(),
         dtype=t.dtype.value, global_batch=batch_size, seq_len=seq, iteration_time_s=iteration,
@@ -125,7 +129,7 @@ def simulate(model: str | Path | dict | ModelSpec, system: str | Path | dict | S
         hfu=hw_flops / iteration / peak_flops, peak_memory_bytes=peak, fits=peak <= sysm.gpu.hbm_bytes,
         breakdown=breakdown, memory={"stage": worst, **memories[worst].to_dict(),
                                      "capacity": sysm.gpu.hbm_bytes},
-        assumptions=assumptions, schedule=sim.schedule if keep_schedule else None,
+        assumptions=assumptions, error_band=band, schedule=sim.schedule if keep_schedule else None,
         memory_timeline=_memory_timeline(sim, memories) if keep_schedule else None)
 
 

@@ -155,6 +155,119 @@ def schema(kind: Annotated[SchemaKind, typer.Argument(help="model, system, gpu, 
     _emit_json(schema_of[kind.value].model_json_schema())
 
 
+# --- validate, calibrate, bench ------------------------------------------------------------------
+
+
+@app.command()
+def validate(
+    datasets: Annotated[list[str] | None, typer.Argument(
+        help="narayanan2021, korthikanti2022, nemo, vtrain_single, vtrain_multi, or CSV files; default all.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summaries as JSON.")] = False,
+    out: Annotated[Path | None, typer.Option("--out", help="Write every row's result to this CSV.")] = None,
+    markdown: Annotated[Path | None, typer.Option(help="Write the report page (docs/validation.md).")] = None,
+    calibration: Annotated[str | None, typer.Option(help="Compute profile for every row (default shipped).")] = None,
+    vtrain_stack: Annotated[bool, typer.Option(help="Also re-run held-out vTrain rows with the vTrain-stack "
+                                                    "profile.")] = True,
+    write_bands: Annotated[bool, typer.Option(help="Regenerate the error-band table of madmax.validate.trust "
+                                                   "(all datasets).")] = False,
+    jobs: Annotated[int | None, typer.Option(help="Worker processes (default: CPU count).")] = None,
+    sample: Annotated[int | None, typer.Option(help="At most N rows per dataset (quick look).")] = None,
+) -> None:
+    """Compare predictions with measured training runs: error statistics, worst rows, groupings."""
+    from madmax.validate import command
+
+    try:
+        if write_bands:
+            command.check_bands_request(datasets, calibration, sample)
+        if sample is not None and sample < 1:
+            _fail(f"--sample={sample} must be a positive number of rows")
+        report = command.run(datasets, calibration=calibration, vtrain_stack=vtrain_stack, jobs=jobs, sample=sample)
+    except MadmaxError as exc:
+        _fail(str(exc))
+        return
+    if out is not None:
+        command.write_rows(report, out)
+    if markdown is not None:
+        markdown.write_text(command.page(report), encoding="utf-8")
+    if write_bands:
+        typer.echo(f"wrote {command.write_bands_of(report)}", err=True)
+    if as_json:
+        _emit_json(report.summary_dict())
+    elif markdown is None:
+        typer.echo(report.to_markdown())
+
+
+@app.command()
+def calibrate(
+    files: Annotated[list[Path], typer.Argument(help="Kernel JSONL, nccl-tests output, iteration-time CSV.")],
+    out: Annotated[Path, typer.Option("--out", help="The profile YAML to write (read by --calibration).")],
+    base: Annotated[str | None, typer.Option(help="Profile whose other parameters are kept.")] = None,
+    gpu: Annotated[str | None, typer.Option(help="Catalog GPU of the kernel file when its name is not.")] = None,
+    held_out: Annotated[bool, typer.Option(help="Also report held-out errors (refits).")] = True,
+    jobs: Annotated[int | None, typer.Option(help="Worker processes for iteration-time fits.")] = None,
+) -> None:
+    """Fit a compute profile to measured kernels, collectives or iteration times."""
+    import os
+
+    from madmax.validate.calibrate import calibrate as fit
+    from madmax.validate.calibrate import write_profile
+
+    try:
+        profile, lines = fit(files, base=base, gpu=gpu, held_out=held_out, jobs=jobs or os.cpu_count() or 1)
+    except MadmaxError as exc:
+        _fail(str(exc))
+        return
+    command = "madmax calibrate " + " ".join(str(f) for f in files) + f" --out {out}"
+    write_profile(profile, out, command + (f" --base {base}" if base else "") + (f" --gpu {gpu}" if gpu else ""))
+    typer.echo("\n".join([*lines, f"wrote {out}"]))
+
+
+bench_app = typer.Typer(no_args_is_help=True, help="Measure this machine for `madmax calibrate` (needs torch).")
+app.add_typer(bench_app, name="bench")
+
+
+@bench_app.command("gpu")
+def bench_gpu(
+    out: Annotated[Path, typer.Option("--out", help="Kernel JSONL to write.")] = Path("kernels.jsonl"),
+    device: Annotated[str | None, typer.Option(help="cuda, cuda:N or cpu (default: a GPU if any).")] = None,
+    tiny: Annotated[bool | None, typer.Option(help="Small shapes (default on a CPU).")] = None,
+    repeats: Annotated[int | None, typer.Option(help="Timed launches per kernel.")] = None,
+) -> None:
+    """Time GEMM, attention and memory kernels, in the format `madmax calibrate` reads."""
+    from madmax.bench.kernels import bench_kernels
+
+    try:
+        rows = bench_kernels(out, device=device, tiny=tiny, repeats=repeats)
+    except MadmaxError as exc:
+        _fail(str(exc))
+        return
+    typer.echo(f"wrote {rows} rows to {out}")
+
+
+@bench_app.command("comm")
+def bench_comm(
+    out: Annotated[Path, typer.Option("--out", help="nccl-tests-like text to write.")] = Path("comm.txt"),
+    backend: Annotated[str | None, typer.Option(help="nccl (GPUs) or gloo (CPU).")] = None,
+    nprocs: Annotated[int | None, typer.Option(help="Processes (default: GPUs, or 2 with gloo).")] = None,
+    collectives: Annotated[str | None, typer.Option(help="e.g. all_reduce,all_gather (default all five).")] = None,
+    min_bytes: Annotated[int | None, typer.Option(help="Smallest message, bytes.")] = None,
+    max_bytes: Annotated[int | None, typer.Option(help="Largest message, bytes.")] = None,
+    iters: Annotated[int | None, typer.Option(help="Timed runs per size.")] = None,
+) -> None:
+    """Measure collective bus bandwidth with torch.distributed, as nccl-tests output."""
+    from madmax.bench.comm import COLLECTIVES
+    from madmax.bench.comm import bench_comm as run
+
+    try:
+        chosen = tuple(c.strip() for c in collectives.split(",")) if collectives else COLLECTIVES
+        run(out, backend=backend, nprocs=nprocs, collectives=chosen, min_bytes=min_bytes, max_bytes=max_bytes,
+            iters=iters)
+    except MadmaxError as exc:
+        _fail(str(exc))
+        return
+    typer.echo(f"wrote {out}")
+
+
 def main() -> None:
     try:
         app()

@@ -73,6 +73,40 @@ class FitError(Schema):
     max: float = Field(ge=0, description="Largest |predicted/measured - 1|.")
 
 
+class CollectiveFit(Schema):
+    """Alpha-beta fit of one collective measured by nccl-tests (or `madmax bench comm`).
+
+    t = c(n) alpha + f(n) S / B, with c, f of `madmax.hardware.collectives` (ring all_reduce: 2(n-1) and
+    2(n-1)/n; all_gather, reduce_scatter, all_to_all: (n-1) and (n-1)/n; send_recv: 1 and 1).
+    Written by `madmax calibrate`; the network model does not read it yet (informational).
+    """
+
+    collective: str = Field(description="all_reduce, all_gather, reduce_scatter, all_to_all or send_recv.")
+    num_gpus: int = Field(ge=1, description="Ranks in the measured group.")
+    num_nodes: int = Field(1, ge=1, description="Hosts the ranks ran on (1: scale-up fabric only).")
+    device: str = Field("", description="Device named in the output's rank lines.")
+    step_latency_s: Seconds = Field(ge=0, description="alpha: latency of one algorithm step, s.")
+    busbw_bytes_per_s: BytesPerS = Field(gt=0, description="B: bus bandwidth per GPU per direction, bytes/s.")
+    min_size_bytes: float = Field(0, ge=0, description="Smallest message fitted (nccl-tests size), bytes.")
+    max_size_bytes: float = Field(0, ge=0, description="Largest message fitted (nccl-tests size), bytes.")
+    source: str = Field("", description="The measurement file.")
+    fit_errors: dict[str, FitError] = Field(
+        default_factory=dict, description="|predicted/measured - 1| of the times: 'in_sample', 'held_out'."
+    )
+
+
+class LaunchFit(Schema):
+    """Provenance of a launch floor fitted to measured iteration times (`madmax calibrate FILE.csv`)."""
+
+    data: str = Field(description="The iteration-time file(s) and their sha256.")
+    base_profile: str = Field(description="The profile whose other parameters were kept.")
+    base_launch_s: Seconds = Field(ge=0, description="launch_s of the base profile, s.")
+    objective: str = Field(description="What the 1-D search minimized.")
+    split: str = Field(description="How rows were split into fitted and held-out rows.")
+    train_rows: int = Field(ge=0, description="Rows fitted.")
+    held_out_rows: int = Field(ge=0, description="Rows left out of the fit (their errors are held-out).")
+
+
 class ComputeProfile(Schema):
     """Fitted efficiencies of one GPU and software stack, as fractions of `reference_peaks`."""
 
@@ -86,6 +120,12 @@ class ComputeProfile(Schema):
     attention: AttentionFit
     fit_errors: dict[str, dict[str, FitError]] = Field(
         default_factory=dict, description="Relative errors by kernel kind: 'in_sample' and 'held_out'."
+    )
+    network: tuple[CollectiveFit, ...] = Field(
+        (), description="Collective fits from nccl-tests output (informational; see CollectiveFit)."
+    )
+    launch_fit: LaunchFit | None = Field(
+        None, description="Provenance of launch_s when it was fitted to iteration times."
     )
 
 

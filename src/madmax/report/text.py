@@ -34,6 +34,10 @@ def print_result(result: Result, console: Console | None = None) -> None:
                                 f"{result.memory['capacity'] / GIB:,.0f} GiB"),
         ("fits", "yes" if result.fits else "[red]NO[/red]"),
     ]
+    band = result.error_band
+    if band and band.get("p50_abs_pct") is not None:
+        rows.append(("expected error", f"±{band['p50_abs_pct']:.0f}% typical, ±{band['p90_abs_pct']:.0f}% p90 "
+                                       f"({band['rows']} validation rows: {band['basis']})"))
     for key, value in rows:
         head.add_row(key, value)
     console.print(head)

@@ -2,5 +2,6 @@
 
 from madmax.validate.datasets import Case, Dataset, Unmapped, load_datasets
 from madmax.validate.runner import Report, RowResult, run_validation
+from madmax.validate.trust import error_band
 
-__all__ = ["Case", "Dataset", "Report", "RowResult", "Unmapped", "load_datasets", "run_validation"]
+__all__ = ["Case", "Dataset", "Report", "RowResult", "Unmapped", "error_band", "load_datasets", "run_validation"]

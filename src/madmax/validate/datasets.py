@@ -78,10 +78,15 @@ class Unmapped:
 
 @dataclass(frozen=True)
 class Dataset:
+    """Cases and unmapped rows. A dataset with a `baseline` re-runs some rows of that dataset under
+    another compute profile (e.g. the vTrain-stack profile): the report compares the two on those rows
+    and keeps it out of the overall figures and groupings."""
+
     name: str
     description: str
     cases: tuple[Case, ...]
     unmapped: tuple[Unmapped, ...]
+    baseline: str | None = None
 
 
 def _label(model: str, num_gpus: int, gpu: str, s: Mapping[str, Any], gb: int, seq: int) -> str:

@@ -63,9 +63,23 @@ def describe_inputs(kwargs: dict[str, Any]) -> str:
     if isinstance(system, dict):
         up, out = system["scale_up"]["bytes_per_s"], system["scale_out"]["bytes_per_s"]
         system = f"{system['name']} (scale-up {up}, scale-out {out} per GPU per direction)"
-    return (f"model {model}; system {system}; {kwargs['num_gpus']} GPUs; task {kwargs['task']}; "
+    text = (f"model {model}; system {system}; {kwargs['num_gpus']} GPUs; task {kwargs['task']}; "
             f"global batch {kwargs['global_batch']}; seq {kwargs['seq_len']}; {kwargs['dtype']}; "
             f"strategy {kwargs['strategy']}")
+    if kwargs.get("calibration"):
+        text += f"; calibration {kwargs['calibration']}"
+    return text
+
+
+def _worst_list(rows: Sequence[RowResult]) -> list[str]:
+    lines = []
+    for i, r in enumerate(rows, start=1):
+        c = r.case
+        lines.append(f"{i}. **{c.label}** ({c.row_id}): {c.metric} measured {_num(c.measured)}, "
+                     f"predicted {_num(r.predicted)} ({_num(r.signed_error_pct, '+.1f')}%)")
+        lines.append(f"   - inputs: {describe_inputs(c.kwargs)}")
+        lines += [f"   - assumed: {a}" for a in c.assumptions]
+    return [*lines, ""]
 
 
 def _dataset_section(report: Report, s: Summary, all_rows_up_to: int) -> list[str]:
@@ -76,11 +90,11 @@ def _dataset_section(report: Report, s: Summary, all_rows_up_to: int) -> list[st
         lines += _counted(r.error or "" for r in rows if r.error)
     if s.not_fitting:
         lines += [f"{s.not_fitting} rows predicted not to fit in memory (they ran, so memory errs).", ""]
-    shown = rows if len(rows) <= all_rows_up_to else list(s.worst)
-    if shown:
-        if len(rows) > all_rows_up_to:
-            lines += [f"{len(rows)} rows; the {len(shown)} worst:", ""]
-        lines += _table(ROW_HEAD, (_row_cells(r) for r in shown))
+    if rows and len(rows) <= all_rows_up_to:
+        lines += _table(ROW_HEAD, (_row_cells(r) for r in rows))
+    if s.worst:
+        lines += [f"The {len(s.worst)} worst rows of {s.run}, with their inputs:", ""]
+        lines += _worst_list(s.worst)
     unmapped = [u for u in report.unmapped if u.dataset == s.name]
     if unmapped:
         lines.append("Unmapped rows:")
@@ -88,23 +102,32 @@ def _dataset_section(report: Report, s: Summary, all_rows_up_to: int) -> list[st
     return lines
 
 
+def comparison_markdown(report: Report) -> list[str]:
+    """Each re-run dataset against its baseline on the same rows: statistics before and after."""
+    if not report.comparisons:
+        return []
+    head = ["dataset", "profile", "rows run", *STAT_HEAD]
+    lines = ["### vTrain-stack profile (held-out rows only)", "",
+             "The same rows with the default profile and with the vTrain-stack profile (launch floor fitted "
+             "on the other half of vtrain_single's model shapes; see docs/calibration.md).", ""]
+    body = []
+    for c in report.comparisons:
+        for label, stats in (("default", c.before), (c.calibration or c.name, c.after)):
+            body.append([c.name, label, stats.rows if stats else 0, *_stats_cells(stats)])
+    return lines + _table(head, body)
+
+
 def report_markdown(report: Report, all_rows_up_to: int = 40) -> str:
-    """The whole report: summary, datasets, worst rows with inputs, groupings."""
+    """The whole report: summary, comparisons, datasets with their worst rows and inputs, groupings."""
     head = ["dataset", "mapped", "unmapped", "run", "failed", *STAT_HEAD]
     lines = ["## Training validation", "",
-             "Error e = 100 (predicted - measured) / measured; bias is the mean signed e.", ""]
+             "Error e = 100 (predicted - measured) / measured; bias is the mean signed e. Datasets ending in "
+             "`+stack` re-run held-out vTrain rows with the vTrain-stack profile; `all` and the groupings "
+             "leave them out.", ""]
     lines += _table(head, [*(_summary_row(s) for s in report.datasets), _summary_row(report.overall)])
+    lines += comparison_markdown(report)
     for s in report.datasets:
         lines += _dataset_section(report, s, all_rows_up_to)
-    if report.overall.worst:
-        lines += [f"### The {len(report.overall.worst)} worst rows", ""]
-    for i, r in enumerate(report.overall.worst, start=1):
-        c = r.case
-        lines.append(f"{i}. **{c.label}** ({c.dataset} {c.row_id}): {c.metric} measured {_num(c.measured)}, "
-                     f"predicted {_num(r.predicted)} ({_num(r.signed_error_pct, '+.1f')}%)")
-        lines.append(f"   - inputs: {describe_inputs(c.kwargs)}")
-        lines += [f"   - assumed: {a}" for a in c.assumptions]
-    lines.append("")
     for attr, by in report.groups.items():
         if not by:
             continue

@@ -3,7 +3,9 @@
 Percent error of a row: e = 100 * (predicted - measured) / measured (signed; positive = the prediction
 is higher, i.e. slower for times and faster for throughputs), |e| its absolute value. A summary gives
 the rows run, the median, mean and 90th percentile of |e|, the mean signed error (bias) and the five
-worst rows; groupings split all rows by model family, GPU and parallel axes in use.
+worst rows; groupings split all rows by model family, GPU and parallel axes in use. A dataset that
+re-runs another's rows under a different compute profile (`Dataset.baseline`) is compared with it on
+those rows (`Comparison`) and left out of the overall figures, so no row counts twice.
 """
 
 from __future__ import annotations
@@ -113,14 +115,35 @@ class Summary:
 
 
 @dataclass(frozen=True)
+class Comparison:
+    """A dataset re-run under another profile (`Dataset.baseline`): the same rows before and after."""
+
+    name: str
+    baseline: str
+    calibration: str
+    before: Stats | None
+    after: Stats | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "baseline": self.baseline, "calibration": self.calibration,
+                "before": None if self.before is None else asdict(self.before),
+                "after": None if self.after is None else asdict(self.after)}
+
+
+@dataclass(frozen=True)
 class Report:
-    """The outcome of `run_validation`: every row, per-dataset and overall summaries, groupings."""
+    """The outcome of `run_validation`: every row, per-dataset and overall summaries, groupings.
+
+    `overall` and `groups` count only datasets without a baseline; `comparisons` pair each re-run
+    dataset with its baseline's rows of the same row ids.
+    """
 
     rows: tuple[RowResult, ...]
     unmapped: tuple[Unmapped, ...]
     datasets: tuple[Summary, ...]
     overall: Summary
     groups: dict[str, dict[str, Stats]]
+    comparisons: tuple[Comparison, ...] = ()
 
     def dataset(self, name: str) -> Summary:
         for summary in self.datasets:
@@ -132,10 +155,14 @@ class Report:
         """A summary of the rows for which `predicate` holds (e.g. one dataset's iteration times)."""
         return Summary.of(name, [r for r in self.rows if predicate(r)], unmapped=0)
 
-    def to_dict(self) -> dict[str, Any]:
+    def summary_dict(self) -> dict[str, Any]:
+        """Summaries, groupings and comparisons (each summary with its worst rows), without all rows."""
         return {"overall": self.overall.to_dict(), "datasets": [s.to_dict() for s in self.datasets],
                 "groups": {g: {k: asdict(v) for k, v in by.items()} for g, by in self.groups.items()},
-                "rows": [r.to_dict() for r in self.rows],
+                "comparisons": [c.to_dict() for c in self.comparisons]}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.summary_dict(), "rows": [r.to_dict() for r in self.rows],
                 "unmapped": [asdict(u) for u in self.unmapped]}
 
     def to_markdown(self, all_rows_up_to: int = 40) -> str:
@@ -199,20 +226,64 @@ def run_validation(
         resolved = [d if isinstance(d, Dataset) else load_datasets([d])[0] for d in datasets]
     per_dataset = [(d, _sampled(d.cases, sample, seed)) for d in resolved]
     cases = [c for _, picked in per_dataset for c in picked]
-    if jobs > 1:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            results = list(pool.map(run_case, cases, [simulate] * len(cases), chunksize=16))
-    else:
-        results = [run_case(c, simulate) for c in cases]
+    results = _run_cases(cases, simulate, jobs)
     by_name: dict[str, list[RowResult]] = {}
     for r in results:
         by_name.setdefault(r.case.dataset, []).append(r)
     summaries = tuple(Summary.of(d.name, by_name.get(d.name, []), unmapped=len(d.unmapped),
                                  mapped=len(d.cases)) for d, _ in per_dataset)
+    primary = [d for d in resolved if d.baseline is None]
+    scored = [r for d in primary for r in by_name.get(d.name, [])]
     unmapped = tuple(u for d in resolved for u in d.unmapped)
-    overall = Summary.of("all", results, unmapped=len(unmapped), mapped=sum(len(d.cases) for d in resolved))
+    overall = Summary.of("all", scored, unmapped=sum(len(d.unmapped) for d in primary),
+                         mapped=sum(len(d.cases) for d in primary))
     return Report(rows=tuple(results), unmapped=unmapped, datasets=summaries, overall=overall,
-                  groups=group_stats(results))
+                  groups=group_stats(scored), comparisons=_comparisons(resolved, by_name))
+
+
+def _cost(case: Case) -> float:
+    """A rough cost of simulating `case` (GPUs times layers), to start the slowest rows first."""
+    model = case.kwargs.get("model")
+    layers = model.get("num_layers", 1) if isinstance(model, dict) else 1
+    return float(case.kwargs.get("num_gpus") or 1) * layers
+
+
+def _run_chunk(cases: Sequence[Case], simulate: Callable[..., Any]) -> list[RowResult]:
+    return [run_case(c, simulate) for c in cases]
+
+
+def _run_cases(cases: Sequence[Case], simulate: Callable[..., Any], jobs: int) -> list[RowResult]:
+    """run_case over `cases` in order; with jobs > 1 in a process pool, over 4 x jobs chunks of about
+    equal estimated cost (longest first, each row to the least loaded chunk)."""
+    if jobs <= 1 or len(cases) < 2:
+        return _run_chunk(cases, simulate)
+    bins: list[list[int]] = [[] for _ in range(min(4 * jobs, len(cases)))]
+    loads = [0.0] * len(bins)
+    for i in sorted(range(len(cases)), key=lambda i: -_cost(cases[i])):
+        b = loads.index(min(loads))
+        bins[b].append(i)
+        loads[b] += _cost(cases[i])
+    bins = [b for _, b in sorted(zip(loads, bins, strict=True), key=lambda lb: -lb[0]) if b]
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        done = list(pool.map(_run_chunk, [[cases[i] for i in b] for b in bins], [simulate] * len(bins)))
+    results: list[RowResult | None] = [None] * len(cases)
+    for b, rows in zip(bins, done, strict=True):
+        for i, r in zip(b, rows, strict=True):
+            results[i] = r
+    return results  # type: ignore[return-value]
+
+
+def _comparisons(datasets: Sequence[Dataset], by_name: Mapping[str, list[RowResult]]) -> tuple[Comparison, ...]:
+    out = []
+    for d in datasets:
+        if d.baseline is None:
+            continue
+        after = by_name.get(d.name, [])
+        ids = {r.case.row_id for r in after}
+        before = [r for r in by_name.get(d.baseline, []) if r.case.row_id in ids]
+        calibration = str(d.cases[0].kwargs.get("calibration", "")) if d.cases else ""
+        out.append(Comparison(d.name, d.baseline, calibration, Stats.of(before), Stats.of(after)))
+    return tuple(out)
 
 
 def group_stats(results: Sequence[RowResult],

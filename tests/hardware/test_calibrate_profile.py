@@ -1,0 +1,46 @@
+"""The profile fields that `madmax calibrate` adds: optional, so older profile files keep loading."""
+
+import pytest
+
+from madmax.errors import ConfigError
+from madmax.hardware.compute import compute_model
+from madmax.hardware.profile import CollectiveFit, ComputeProfile, LaunchFit, load_profile
+from madmax.validate.calibrate import device_peaks
+
+
+def test_shipped_profile_has_no_network_or_launch_fit():
+    profile = load_profile()
+    assert profile.network == () and profile.launch_fit is None
+
+
+def test_network_and_launch_fit_validate():
+    data = load_profile().model_dump()
+    data["network"] = [{"collective": "all_reduce", "num_gpus": 8, "step_latency_s": "2.5 us",
+                        "busbw_bytes_per_s": "230 GB/s", "fit_errors": {"in_sample": {"count": 11, "median": 0.0,
+                                                                                      "max": 0.001}}}]
+    data["launch_fit"] = {"data": "x.csv", "base_profile": "default", "base_launch_s": 1.8611e-05,
+                          "objective": "least squares", "split": "by shape", "train_rows": 4, "held_out_rows": 4}
+    profile = ComputeProfile.model_validate(data)
+    (fit,) = profile.network
+    assert isinstance(fit, CollectiveFit) and fit.busbw_bytes_per_s == 230e9
+    assert fit.step_latency_s == pytest.approx(2.5e-6)
+    assert isinstance(profile.launch_fit, LaunchFit)
+
+
+def test_vtrain_stack_profile_changes_only_the_launch_floors():
+    base, stack = load_profile(), load_profile("calibration/vtrain_megatron_deepspeed_a100.yaml")
+    assert stack.gemm == base.gemm and stack.memory == base.memory and stack.reference_peaks == base.reference_peaks
+    ratio = stack.launch_s / base.launch_s
+    assert stack.attention.launch_s == pytest.approx(base.attention.launch_s * ratio, rel=1e-5)
+    from madmax.config.loaders import load_gpu
+
+    assert compute_model(load_gpu("a100-80gb"), stack).launch_s == stack.launch_s
+
+
+def test_device_peaks():
+    assert device_peaks("NVIDIA H200").flops_per_s["bf16"] == 989e12  # efficiency.yaml reference device
+    a100 = device_peaks("NVIDIA A100-SXM4-80GB")  # catalog alias a100-sxm4-80gb
+    assert a100.flops_per_s["bf16"] == 312e12 and "a100-80gb" in a100.source
+    assert device_peaks("cpu x86_64", gpu="h100").hbm_bytes_per_s > 0
+    with pytest.raises(ConfigError, match="pass --gpu"):
+        device_peaks("NVIDIA RTX Unknown")
