@@ -94,7 +94,7 @@ def simulate(model: str | Path | dict | ModelSpec, system: str | Path | dict | S
     plan = build_plan(workload, strat, domain_size=sysm.scale_up_domain, seq_len=seq, global_batch=batch_size,
                       dtype=t.dtype)
     compute = compute_model(sysm.gpu, calibration)
-    network = network_model(sysm)
+    network = network_model(sysm, compute.profile.network if calibration else ())
     sim = simulate_plan(plan, compute, network)
     reserved = parse_quantity(_runtime()["reserved_memory_bytes"], "bytes")
     memories = [stage_memory(plan, stage, reserved) for stage in range(plan.num_stages)]

@@ -44,3 +44,20 @@ def test_device_peaks():
     assert device_peaks("cpu x86_64", gpu="h100").hbm_bytes_per_s > 0
     with pytest.raises(ConfigError, match="pass --gpu"):
         device_peaks("NVIDIA RTX Unknown")
+
+
+def test_measured_collectives_replace_the_busbw_table():
+    # A fit on one node of 8 GPUs: alpha 3 us, busbw 300 GB/s. A 1 GiB ring all-reduce on 8 GPUs of
+    # that fabric then takes 2*7*3e-6 + 2*7/8 * 2**30 / 300e9 = 4.2e-5 + 6.2634e-3 s.
+    from madmax.config.loaders import load_system
+    from madmax.hardware.collectives import Collective, Span, network_model
+    from madmax.hardware.profile import CollectiveFit
+
+    fit = CollectiveFit(collective="all_reduce", num_gpus=8, num_nodes=1, step_latency_s=3e-6,
+                        busbw_bytes_per_s=300e9)
+    system = load_system("dgx-h100", 8)
+    t = network_model(system, (fit,)).collective_s(Collective.ALL_REDUCE, 2**30, Span(8, 1))
+    assert t == pytest.approx(2 * 7 * 3e-6 + 2 * 7 / 8 * 2**30 / 300e9, rel=1e-9)
+    # other collectives and the table-based model are untouched
+    plain = network_model(system)
+    assert plain.collective_s(Collective.ALL_REDUCE, 2**30, Span(8, 1)) != pytest.approx(t)

@@ -189,6 +189,7 @@ class NetworkModel:
     """
 
     system: System
+    fits: tuple[Any, ...] = ()
     assumptions: tuple[str, ...] = field(init=False, default=())
     _net: int = field(init=False, repr=False, default=0)
 
@@ -197,6 +198,7 @@ class NetworkModel:
         names = {gpu.name.lower()}
         up, up_notes = _level(self.system.scale_up, names, "scale-up")
         out, out_notes = _level(self.system.scale_out, names, "scale-out")
+        up, out = _with_fits(up, out, self.fits)
         _NETWORKS.append((up, out, self.system.scale_up.domain_size))
         object.__setattr__(self, "_net", len(_NETWORKS) - 1)
         object.__setattr__(self, "assumptions", tuple(up_notes + out_notes))
@@ -211,6 +213,23 @@ class NetworkModel:
         return up.busbw(kind, span.size) if span.inter == 1 else out.busbw(kind, span.inter)
 
 
+def _with_fits(up: _Level, out: _Level, fits: tuple[Any, ...]) -> tuple[_Level, _Level]:
+    """Levels with measured collectives (a calibration profile's `network`) in place of the table.
+
+    A fit measured on one node sets the scale-up fabric's busbw fraction (B / peak) and step latency
+    for its collective; one measured across nodes sets the scale-out fabric's. The last fit of a
+    collective and level wins.
+    """
+    levels = {"up": (up, dict(up.fractions), up.latency_s), "out": (out, dict(out.fractions), out.latency_s)}
+    for fit in fits:
+        which = "up" if fit.num_nodes == 1 else "out"
+        level, fractions, _ = levels[which]
+        fractions[str(fit.collective)] = ((1, fit.busbw_bytes_per_s / level.bytes_per_s),)
+        levels[which] = (level, fractions, fit.step_latency_s)
+    return tuple(_Level(level.bytes_per_s, latency, fractions)  # type: ignore[return-value]
+                 for level, fractions, latency in levels.values())
+
+
 def _system_key(system: System) -> tuple:
     up, out = system.scale_up, system.scale_out
     return (system.gpu.name, str(up.kind), up.bytes_per_s, up.latency_s, up.domain_size,
@@ -220,10 +239,13 @@ def _system_key(system: System) -> tuple:
 _MODELS: dict[tuple, NetworkModel] = {}
 
 
-def network_model(system: System) -> NetworkModel:
-    """The (cached) network model of `system`; the cluster size does not enter it."""
-    key = _system_key(system)
+def network_model(system: System, fits: tuple[Any, ...] = ()) -> NetworkModel:
+    """The (cached) network model of `system`; the cluster size does not enter it.
+
+    fits: measured collectives (`CollectiveFit` of a calibration profile) overriding the busbw table.
+    """
+    key = (_system_key(system), tuple(id(f) for f in fits))
     model = _MODELS.get(key)
     if model is None:
-        model = _MODELS[key] = NetworkModel(system)
+        model = _MODELS[key] = NetworkModel(system, tuple(fits))
     return model

@@ -78,7 +78,8 @@ class CollectiveFit(Schema):
 
     t = c(n) alpha + f(n) S / B, with c, f of `madmax.hardware.collectives` (ring all_reduce: 2(n-1) and
     2(n-1)/n; all_gather, reduce_scatter, all_to_all: (n-1) and (n-1)/n; send_recv: 1 and 1).
-    Written by `madmax calibrate`; the network model does not read it yet (informational).
+    Written by `madmax calibrate`; `simulate --calibration` uses it in place of the busbw table
+    (`collectives.network_model(system, fits)`).
     """
 
     collective: str = Field(description="all_reduce, all_gather, reduce_scatter, all_to_all or send_recv.")
