@@ -38,9 +38,6 @@ def make_task(task: str | Task | dict, **fields: Any) -> Task:
     return validate(Task, data, "task")
 
 
-def _constraints(model: ModelSpec) -> dict[Axis, list[tuple[str, int]]]:
-    return {Axis.TP: [("num_heads", model.num_heads), ("num_kv_heads", model.kv_heads),
-                      ("ffn_hidden_size", model.ffn_hidden_size)]}
 
 
 def simulate(model: str | Path | dict | ModelSpec, system: str | Path | dict | System, num_gpus: int | None = None,
@@ -85,18 +82,31 @@ def simulate(model: str | Path | dict | ModelSpec, system: str | Path | dict | S
     if seq > spec.max_seq_len:
         raise ConfigError(f"seq_len={seq} exceeds max_seq_len={spec.max_seq_len} of {spec.name}")
     n = sysm.cluster_gpus
+    workload = build_workload(spec, t, flash=parse_strategy(strategy).flash)
     strat, batch_size = resolve_strategy(
-        parse_strategy(strategy), num_gpus=n, model_name=spec.name, constraints=_constraints(spec),
-        num_pipeline_units=spec.num_layers, has_experts=False, global_batch=t.global_batch, seq_len=seq)
+        parse_strategy(strategy), num_gpus=n, model_name=spec.name,
+        constraints={Axis(a): sizes for a, sizes in spec.parallel_constraints().items()},
+        num_pipeline_units=spec.num_pipeline_units, has_experts=spec.has_experts, global_batch=t.global_batch,
+        seq_len=seq, limits={Axis(a): lim for a, lim in spec.degree_limits().items()},
+        accumulates_gradients=workload.accumulates_gradients)
     if t.global_batch is None:
         assumptions.append(f"global_batch not given: {batch_size} = dp*mbs*pp sequences")
-    workload = build_workload(spec, t, flash=strat.flash)
+    reserved = parse_quantity(_runtime()["reserved_memory_bytes"], "bytes")
     plan = build_plan(workload, strat, domain_size=sysm.scale_up_domain, seq_len=seq, global_batch=batch_size,
                       dtype=t.dtype)
+    if workload.tables:
+        # Embedding tables get the HBM the rest of the rank leaves; rows beyond it live in host memory.
+        rest = max(m.total_bytes - m.tables_bytes for m in
+                   (stage_memory(plan, stage, reserved) for stage in range(plan.num_stages)))
+        if any(m.tables_bytes + rest > sysm.gpu.hbm_bytes
+               for m in (stage_memory(plan, stage, reserved) for stage in range(plan.num_stages))):
+            plan = build_plan(workload, strat, domain_size=sysm.scale_up_domain, seq_len=seq,
+                              global_batch=batch_size, dtype=t.dtype,
+                              table_budget_bytes=max(0.0, sysm.gpu.hbm_bytes - rest))
+            assumptions.append("embedding rows beyond HBM are offloaded to host memory (no software cache)")
     compute = compute_model(sysm.gpu, calibration)
     network = network_model(sysm, compute.profile.network if calibration else ())
     sim = simulate_plan(plan, compute, network)
-    reserved = parse_quantity(_runtime()["reserved_memory_bytes"], "bytes")
     memories = [stage_memory(plan, stage, reserved) for stage in range(plan.num_stages)]
     worst = max(range(len(memories)), key=lambda i: memories[i].total_bytes)
     peak = memories[worst].total_bytes
@@ -121,6 +131,8 @@ def simulate(model: str | Path | dict | ModelSpec, system: str | Path | dict | S
 
     # The bands are residuals of the shipped profile; a user profile has its own accuracy.
     band = None if calibration else error_band(spec.name, n, strat, sysm.gpu.name)
+    if band is not None and "family" not in band["matched"]:
+        band = None  # no validation rows of this model family: no band to claim
     return Result(
         model=spec.name, system=sysm.name, num_gpus=n, task=t.kind.value, strategy=strat.describe(),
         dtype=t.dtype.value, global_batch=batch_size, seq_len=seq, iteration_time_s=iteration,

@@ -268,6 +268,86 @@ def bench_comm(
     typer.echo(f"wrote {out}")
 
 
+@app.command()
+def search(
+    model: ModelOpt,
+    system: SystemOpt,
+    num_gpus: Annotated[int | None, typer.Option(help="Cluster size in GPUs (default: one node).")] = None,
+    task: Annotated[str, typer.Option(help="pretrain or finetune.")] = "pretrain",
+    global_batch: Annotated[int | None, typer.Option(help="Sequences per optimizer step (required).")] = None,
+    seq_len: Annotated[int | None, typer.Option(help="Tokens per sequence (default: the model's).")] = None,
+    dtype: Annotated[str | None, typer.Option(help="Compute dtype: bf16, fp16, fp8, fp32.")] = None,
+    objective: Annotated[str, typer.Option(help="throughput, time, cost or energy.")] = "throughput",
+    tokens: Annotated[float | None, typer.Option(help="Tokens to train, for time/cost/energy "
+                                                      "(default: one iteration).")] = None,
+    top: Annotated[int, typer.Option(help="Strategies to report (each one simulated).")] = 10,
+    out: Annotated[Path | None, typer.Option(help="Write every evaluated candidate to this .parquet file.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the top strategies as JSON.")] = False,
+    max_tp: Annotated[int | None, typer.Option(help="Largest tensor-parallel degree.")] = None,
+    max_pp: Annotated[int | None, typer.Option(help="Largest pipeline-parallel degree.")] = None,
+    max_cp: Annotated[int | None, typer.Option(help="Largest context-parallel degree.")] = None,
+    max_vp: Annotated[int | None, typer.Option(help="Most virtual pipeline chunks per stage.")] = None,
+    max_mbs: Annotated[int | None, typer.Option(help="Largest micro-batch.")] = None,
+    zero: Annotated[str | None, typer.Option(help='ZeRO stages to try, e.g. "1,3" (default 0,1,2,3).')] = None,
+    recompute: Annotated[str | None, typer.Option(help='Recompute modes, e.g. "none,selective".')] = None,
+    hybrid: Annotated[bool, typer.Option(help="Try hybrid sharding groups (shard=...).")] = True,
+    orders: Annotated[str | None, typer.Option(help='Placement orders, comma-separated, or "all" '
+                                                    '(default tp-cp-ep-dp-pp).')] = None,
+    exact: Annotated[int | None, typer.Option(help="Best candidates re-simulated (default max(20, 2*top)).")] = None,
+    refine: Annotated[int, typer.Option(help="Best candidates replayed step by step.")] = 2000,
+    workers: Annotated[int, typer.Option(help="Processes for the re-simulation.")] = 1,
+    finetune: Annotated[str | None, typer.Option(help="Fine-tuning method: full or lora.")] = None,
+    lora_rank: Annotated[int | None, typer.Option(help="LoRA rank r.")] = None,
+    frozen_layers: Annotated[int | None, typer.Option(help="Bottom layers frozen (finetune).")] = None,
+    lora_targets: Annotated[str | None, typer.Option(help="LoRA projections, e.g. qkv,out,up,gate,down.")] = None,
+    calibration: Annotated[Path | None, typer.Option(help="Compute profile from `madmax calibrate`.")] = None,
+) -> None:
+    """Search every valid strategy; print the best by the objective, each one simulated."""
+    import time
+
+    from madmax.search.api import find, to_frame
+    from madmax.search.core import summary
+    from madmax.search.text import print_search, report
+
+    def numbers(text: str | None, field: str) -> list[int] | None:
+        if text is None:
+            return None
+        try:
+            return [int(x) for x in text.split(",") if x.strip()]
+        except ValueError:
+            _fail(f"{field}={text!r} must be integers separated by commas, e.g. 1,3")
+            raise
+
+    try:
+        if out is not None and out.suffix.lower() != ".parquet":
+            raise MadmaxError(f"out={str(out)!r} must be a .parquet file; allowed: a path ending in .parquet")
+        start = time.perf_counter()
+        outcome = find(model, system, num_gpus, task, global_batch, seq_len, dtype, objective=objective,
+                       tokens=tokens, top=top, exact=exact, refine=refine, max_tp=max_tp, max_pp=max_pp,
+                       max_cp=max_cp, max_vp=max_vp, max_mbs=max_mbs, zero=numbers(zero, "zero"),
+                       recompute=recompute.split(",") if recompute else None, hybrid=hybrid,
+                       orders=orders.split(",") if orders else None, calibration=calibration, workers=workers,
+                       finetune=finetune, lora_rank=lora_rank, frozen_layers=frozen_layers,
+                       lora_targets=lora_targets.split(",") if lora_targets else None)
+        wall = time.perf_counter() - start
+        if out is not None:
+            try:
+                to_frame(outcome).to_parquet(out)
+            except ImportError:
+                raise MadmaxError("out needs pandas and pyarrow; install madmax[dev]") from None
+            except OSError as exc:
+                raise MadmaxError(f"out={str(out)!r} cannot be written: {exc.__class__.__name__}") from None
+    except MadmaxError as exc:
+        _fail(str(exc))
+        return
+    if as_json:
+        info = report(outcome, top, wall)
+        _emit_json({**info, "objective": {"name": outcome.scorer.objective.value, "unit": outcome.scorer.unit},
+                    "results": [summary(outcome, i) for i in outcome.top(top)]})
+        return
+    print_search(outcome, top, wall)
+
+
 def main() -> None:
     try:
         app()

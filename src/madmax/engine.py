@@ -21,7 +21,7 @@ from madmax.parallel.pipeline import Phase, schedule
 from madmax.parallel.plan import Plan, UnitPlan
 from madmax.sim import Schedule, Timeline
 
-COMPUTE, TP, CP, PP, DP = "compute", "tp", "cp", "pp", "dp"
+COMPUTE, TP, CP, PP, DP, EDGE = "compute", "tp", "cp", "pp", "dp", "a2a"
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ def unit_times(unit: UnitPlan, compute: ComputeModel, network: NetworkModel, dty
     def cost(kernels: tuple[Kernel, ...]) -> tuple[float, dict[str, float], float]:
         by: dict[str, float] = defaultdict(float)
         for k in kernels:
-            by[k.category] += kernel_s(compute, k, dtype)
+            by[k.category] += network.host_s(k.num_bytes) if k.kind is KernelKind.HOST else kernel_s(compute, k, dtype)
         return sum(by.values()), dict(by), sum(k.flops for k in kernels)
 
     def comm(ops: tuple[CommOp, ...]) -> float:
@@ -128,6 +128,7 @@ class _Builder:
         self.send: dict[tuple[Phase, int, int], int] = {}  # -> task the next virtual stage waits for
         self.sim = Simulation(schedule=None, stage_of_process={})  # type: ignore[arg-type]
         self.deferred: list[int] = []  # gradient reductions that wait for the whole backward (no overlap)
+        self.pending: dict[tuple[Phase, int, str], list[int]] = {}  # exchanges a unit's pass waits for
 
     def comm(self, stream: int, op_kind: Collective, size: float, span: Span, axis: str, deps=()) -> int:
         duration = _comm_s(self.network, op_kind, size, span)
@@ -138,7 +139,7 @@ class _Builder:
         plan, tl, times = self.plan, self.tl, self.times
         proc = f"stage{stage}"
         self.sim.stage_of_process[proc] = stage
-        streams = {name: tl.stream(proc, name) for name in (COMPUTE, TP, CP, PP, DP)}
+        streams = {name: tl.stream(proc, name) for name in (COMPUTE, TP, CP, PP, DP, EDGE)}
         cs = streams[COMPUTE]
         by_kind: dict[str, float] = defaultdict(float)
         model_flops = hw_flops = 0.0
@@ -164,7 +165,7 @@ class _Builder:
                 unit, t = plan.units[key], times[key]
                 if step.phase is Phase.BACKWARD and not unit.has_backward:
                     continue
-                deps: list[int] = []
+                deps: list[int] = self._edges_in(streams, step, key)
                 if data.zero >= 3 and unit.trainable_params + (unit.params - unit.trainable_params) > 0:
                     deps.append(self.comm(streams[DP], Collective.ALL_GATHER,
                                           unit.params * data.weight_bytes, data.shard_span, DP))
@@ -201,8 +202,11 @@ class _Builder:
                         tp_task = tl.add(streams[TP], seconds, (tp_task,), category=f"tp.{kind}", label=f"tp {kind}")
                     task = tl.add(cs, 0.0, (tp_task,), category="sync", label="tp wait")
                 last_compute = task
+                self._edges_out(streams, step, key, task)
                 if step.phase is Phase.BACKWARD and unit.trainable_params:
                     grad_tasks += self._grad_sync(streams[DP], unit, task, step.microbatch == m - 1)
+                if step.phase is Phase.BACKWARD and unit.update and step.microbatch == m - 1:
+                    grad_tasks += [self.comm_op(streams[DP], op, (task,)) for op in unit.update]
             assert first_task is not None and last_compute is not None
             kept = sum(plan.units[key].saved_bytes for key in units)
             events.append((last_compute, kept if step.phase is Phase.FORWARD else -kept))
@@ -212,6 +216,40 @@ class _Builder:
         self.sim.compute_by_kind.append(dict(by_kind))
         self.sim.model_flops.append(model_flops)
         self.sim.hardware_flops.append(hw_flops)
+
+    def comm_op(self, stream: int, op: CommOp, deps=()) -> int:
+        duration = _comm_s(self.network, op.kind, op.size_bytes, op.span)
+        return self.tl.add(stream, duration, tuple(deps), category=op.label, label=op.label)
+
+    def _edges_in(self, streams, step, key: str) -> list[int]:
+        """Collectives this unit's pass must wait for: ids before a forward lookup, exchanged outputs
+        of earlier units before their consumer's forward, returned gradients before a backward."""
+        unit = self.plan.units[key]
+        deps: list[int] = []
+        if step.phase is Phase.FORWARD:
+            task = None
+            for op in unit.pre_fwd:
+                task = self.comm_op(streams[EDGE], op, (task,) if task is not None else ())
+            if task is not None:
+                deps.append(task)
+        deps += self.pending.pop((step.phase, step.microbatch, key), [])
+        return deps
+
+    def _edges_out(self, streams, step, key: str, after: int) -> None:
+        """Start the exchanges this unit's pass produces, beside the next units' compute."""
+        units = self.plan.units
+        if step.phase is Phase.FORWARD and units[key].edge_fwd:
+            task = after
+            for op in units[key].edge_fwd:
+                task = self.comm_op(streams[EDGE], op, (task,))
+            self.pending.setdefault((Phase.FORWARD, step.microbatch, units[key].edge_to), []).append(task)
+        if step.phase is Phase.BACKWARD:
+            for producer, unit in units.items():
+                if unit.edge_to == key and unit.edge_bwd:
+                    task = after
+                    for op in unit.edge_bwd:
+                        task = self.comm_op(streams[EDGE], op, (task,))
+                    self.pending.setdefault((Phase.BACKWARD, step.microbatch, producer), []).append(task)
 
     def _compute_with_cp(self, streams, total_s: float, attention_s: float, cp_s: float, deps: list[int],
                          label: str) -> tuple[int, int]:

@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import Field, PositiveInt, model_validator
 
 from madmax.config.base import Schema
+from madmax.config.dlrm import DLRMModel
 
 
 class Activation(StrEnum):
@@ -86,6 +87,25 @@ class DecoderModel(Schema):
     def default_seq_len(self) -> int:
         return self.train_seq_len or self.max_seq_len
 
+    def parallel_constraints(self) -> dict[str, list[tuple[str, int]]]:
+        """Model sizes each parallel degree must divide: TP splits heads, KV heads and the FFN."""
+        return {"tp": [("num_heads", self.num_heads), ("num_kv_heads", self.kv_heads),
+                       ("ffn_hidden_size", self.ffn_hidden_size)]}
 
-ModelSpec = DecoderModel
-MODEL_FAMILIES: dict[str, type[Schema]] = {"decoder": DecoderModel}
+    def degree_limits(self) -> dict[str, tuple[int, str]]:
+        """Largest degree of each axis the family is modelled for, with the reason (none here; ep is
+        checked against `has_experts`)."""
+        return {}
+
+    @property
+    def has_experts(self) -> bool:
+        return False
+
+    @property
+    def num_pipeline_units(self) -> int:
+        """Blocks that pipeline stages can split: the layers."""
+        return self.num_layers
+
+
+ModelSpec = DecoderModel | DLRMModel
+MODEL_FAMILIES: dict[str, type[Schema]] = {"decoder": DecoderModel, "dlrm": DLRMModel}

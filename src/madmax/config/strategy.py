@@ -32,6 +32,7 @@ class Recompute(StrEnum):
 
 
 DEFAULT_ORDER = "tp-cp-ep-dp-pp"
+EMB_SHARDINGS = ("tw", "rw", "cw", "twrw", "dp")
 
 
 class Strategy(Schema):
@@ -53,6 +54,17 @@ class Strategy(Schema):
     flash: bool = Field(True, description="Fused (flash) attention: no s^2 activations, one kernel.")
     dp_overlap: bool = Field(True, description="Overlap the gradient reduction with the backward pass.")
     order: str = Field(DEFAULT_ORDER, description="Placement of axes on the network, innermost first.")
+    emb: str = Field("tw", description="Embedding-table sharding (recommendation models): tw, rw, cw, twrw, dp.")
+    emb_group: PositiveInt | None = Field(
+        None, description="Ranks sharing one copy of the tables (2-D sharding: replicated across groups); "
+                          "default all ranks.")
+
+    @field_validator("emb")
+    @classmethod
+    def _emb(cls, value: str) -> str:
+        if value not in EMB_SHARDINGS:
+            raise ValueError(f"is not an embedding sharding; allowed: {', '.join(EMB_SHARDINGS)}")
+        return value
 
     @field_validator("order")
     @classmethod
@@ -159,15 +171,19 @@ def resolve_strategy(
     model_name: str,
     constraints: dict[Axis, list[tuple[str, int]]],
     num_pipeline_units: int,
-    has_experts: bool,
     global_batch: int | None,
     seq_len: int,
+    has_experts: bool = False,
+    limits: dict[Axis, tuple[int, str]] | None = None,
+    accumulates_gradients: bool = True,
 ) -> tuple[Strategy, int]:
     """Check every cross-axis rule; return the strategy with `dp` filled in and the global batch.
 
     constraints: per axis, the model sizes its degree must divide (e.g. tp: num_heads, num_kv_heads).
     num_pipeline_units: layers that pipeline stages can split (pp*vp must not exceed it).
-    A missing global batch becomes dp*mbs*pp sequences (one micro-batch per stage in flight).
+    limits: per axis, the largest degree the model's family is modelled for, and why.
+    A missing global batch becomes dp*mbs*pp sequences (one micro-batch per stage in flight); a model
+    that does not accumulate gradients gets mbs = global_batch / dp unless mbs is given.
     """
     s = strategy
     inner = s.tp * s.pp * s.cp
@@ -192,6 +208,10 @@ def resolve_strategy(
                 )
     if s.ep > 1 and not has_experts:
         raise StrategyError(f"strategy.ep={s.ep} needs a mixture-of-experts model; {model_name} has none; allowed: 1")
+    for axis, (limit, why) in (limits or {}).items():
+        if s.degree(Axis(axis)) > limit:
+            raise StrategyError(f"strategy.{axis}={s.degree(Axis(axis))} is not modelled for {model_name}: {why}; "
+                                f"allowed: {', '.join(map(str, range(1, limit + 1)))}")
     if s.pp * s.vp > num_pipeline_units:
         raise StrategyError(
             f"strategy.pp*vp={s.pp}*{s.vp} exceeds the {num_pipeline_units} layers of {model_name}; "
@@ -207,6 +227,9 @@ def resolve_strategy(
         raise StrategyError(f"strategy.shard={s.shard} must divide dp={dp} with zero >= 1; allowed: {allowed}")
     if global_batch is None:
         global_batch = dp * s.mbs * s.pp
+    if not accumulates_gradients and "mbs" not in s.model_fields_set and global_batch % dp == 0:
+        # One micro-batch per rank and iteration (recommendation models): mbs = global_batch / dp.
+        s = s.model_copy(update={"mbs": global_batch // dp})
     if global_batch % (dp * s.mbs):
         raise StrategyError(
             f"global_batch={global_batch} is not a multiple of dp*mbs={dp}*{s.mbs}={dp * s.mbs}; "

@@ -207,6 +207,17 @@ class NetworkModel:
         """Seconds of one collective of `size_bytes` (nccl-tests convention) over `span`; 0 for n = 1."""
         return _collective_s(self._net, kind, size_bytes, span.intra, span.inter)
 
+    def host_s(self, num_bytes: float) -> float:
+        """Seconds to move `num_bytes` over the GPU-host link: t = alpha + S / B (the system's
+        host_link; ConfigError if the system describes none)."""
+        if not num_bytes:
+            return 0.0
+        link = self.system.host_link
+        if link is None:
+            raise ConfigError(f"system {self.system.name} has no host_link: embedding rows offloaded to host "
+                              "memory need its bandwidth; give host_link in the system file")
+        return send_recv_s(num_bytes, link.bytes_per_s, link.latency_s)
+
     def busbw_bytes_per_s(self, kind: Collective, span: Span) -> float:
         """Achievable bus bandwidth per GPU per direction of the fabric a pure group uses (bytes/s)."""
         up, out, _ = _NETWORKS[self._net]

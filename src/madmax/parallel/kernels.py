@@ -15,6 +15,7 @@ class KernelKind(StrEnum):
     ATTENTION = "attention"
     MEMORY = "memory"
     LAUNCH = "launch"  # a kernel too small to cost more than its launch (transposes, masks, bias adds)
+    HOST = "host"  # bytes over the GPU-host link (embedding rows offloaded to host memory)
 
 
 @dataclass(frozen=True, slots=True)

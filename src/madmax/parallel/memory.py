@@ -28,16 +28,20 @@ class StageMemory:
     optimizer_bytes: float
     activations_bytes: float
     reserved_bytes: float
+    tables_bytes: float = 0.0  # embedding tables and their optimizer state kept in HBM
 
     @property
     def total_bytes(self) -> float:
         return (self.weights_bytes + self.gradients_bytes + self.optimizer_bytes + self.activations_bytes
-                + self.reserved_bytes)
+                + self.reserved_bytes + self.tables_bytes)
 
     def to_dict(self) -> dict[str, float]:
-        return {"weights": self.weights_bytes, "gradients": self.gradients_bytes,
-                "optimizer": self.optimizer_bytes, "activations": self.activations_bytes,
-                "reserved": self.reserved_bytes, "total": self.total_bytes}
+        out = {"weights": self.weights_bytes, "gradients": self.gradients_bytes,
+               "optimizer": self.optimizer_bytes, "activations": self.activations_bytes,
+               "reserved": self.reserved_bytes, "total": self.total_bytes}
+        if self.tables_bytes:
+            out["embedding_tables"] = self.tables_bytes
+        return out
 
 
 def stage_memory(plan: Plan, stage: int, reserved_bytes: float) -> StageMemory:
@@ -54,5 +58,6 @@ def stage_memory(plan: Plan, stage: int, reserved_bytes: float) -> StageMemory:
     per_chunk = [sum(plan.units[key].saved_bytes for key in chunk) for chunk in chunks]
     steps = schedule(stage, plan.strategy.pp, plan.strategy.vp, plan.microbatches)
     activations = peak_in_flight(steps, per_chunk) + max(u.working_bytes for u in units)
+    tables = sum(u.state_bytes for u in units)  # embedding tables and their optimizer state
     return StageMemory(weights_bytes=weights, gradients_bytes=trainable * g, optimizer_bytes=trainable * o,
-                       activations_bytes=activations, reserved_bytes=reserved_bytes)
+                       activations_bytes=activations, reserved_bytes=reserved_bytes, tables_bytes=tables)

@@ -9,6 +9,7 @@ costs the plan and simulates it.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from madmax.config.base import DType
@@ -16,7 +17,7 @@ from madmax.config.strategy import Axis, Recompute, Strategy
 from madmax.hardware.collectives import Collective, Span
 from madmax.parallel.context import ring_kv
 from madmax.parallel.data import DataParallelPlan, data_parallel_plan
-from madmax.parallel.kernels import CommOp, Kernel
+from madmax.parallel.kernels import CommOp, Kernel, KernelKind
 from madmax.parallel.pipeline import split_layers
 from madmax.parallel.placement import span
 from madmax.parallel.tensor import Shape, backward_kernels, forward_kernels, saved_bytes
@@ -44,6 +45,17 @@ class UnitPlan:
     saved_bytes: float
     working_bytes: float
     is_layer: bool
+    # Embedding tables (sharded by the embedding plan, not ZeRO): bytes of tables and optimizer state
+    # on the worst rank; their optimizer runs fused in the backward pass.
+    state_bytes: float = 0.0
+    # Collectives around the unit: `pre_fwd` before its forward (ids to their owners); `edge_fwd` after
+    # its forward, awaited by the forward of `edge_to` (pooled embeddings); `edge_bwd` after the backward
+    # of `edge_to`, awaited by this unit's backward; `update` once per iteration after the last backward.
+    pre_fwd: tuple[CommOp, ...] = ()
+    edge_fwd: tuple[CommOp, ...] = ()
+    edge_bwd: tuple[CommOp, ...] = ()
+    update: tuple[CommOp, ...] = ()
+    edge_to: str | None = None
 
     @property
     def has_backward(self) -> bool:
@@ -73,8 +85,12 @@ class Plan:
 
 
 def build_plan(workload: Workload, strategy: Strategy, *, domain_size: int, seq_len: int, global_batch: int,
-               dtype: DType) -> Plan:
-    """Plan of a resolved strategy (dp filled in, rules checked by `resolve_strategy`)."""
+               dtype: DType, table_budget_bytes: float | None = None) -> Plan:
+    """Plan of a resolved strategy (dp filled in, rules checked by `resolve_strategy`).
+
+    table_budget_bytes: HBM per rank that embedding tables and their optimizer state may use before
+    the rest is offloaded to host memory (None: unlimited).
+    """
     s = strategy
     act_bytes = DType.BF16.num_bytes if dtype in (DType.FP8, DType.BF16, DType.FP16) else dtype.num_bytes
     shape = Shape(batch=s.mbs, seq_len=seq_len, tp=s.tp, cp=s.cp, sp=s.sequence_parallel, act_bytes=act_bytes,
@@ -87,8 +103,12 @@ def build_plan(workload: Workload, strategy: Strategy, *, domain_size: int, seq_
     for block in workload.blocks:
         trainable_seen = trainable_seen or any(op.trainable for op in block.ops)
         key = block.name if block.trainable or not block.is_layer else f"{block.name}_frozen"
-        units[key] = _unit(key, block, shape, s, tp_span, cp_span, needs_backward=trainable_seen)
+        if any(op.tp is TPSplit.TABLE for op in block.ops):
+            units[key] = table_unit(key, block, workload.tables, s, shape, domain_size, table_budget_bytes)
+        else:
+            units[key] = _unit(key, block, shape, s, tp_span, cp_span, needs_backward=trainable_seen)
         order += [key] * block.count
+    units = _with_edges(units, workload)
     data = data_parallel_plan(s, domain_size, dtype)
     stages = _stages(order, s.pp, s.vp)
     p2p = shape.tokens * workload_hidden(workload) * act_bytes / (s.tp if s.sequence_parallel else 1)
@@ -97,6 +117,62 @@ def build_plan(workload: Workload, strategy: Strategy, *, domain_size: int, seq_
                 microbatches=global_batch // (s.dp * s.mbs), units=units, stages=stages, data=data,
                 pp_span=span(s, (Axis.PP,), domain_size), p2p_bytes=p2p, tied_sync_bytes=tied,
                 act_bytes=act_bytes)
+
+
+def _with_edges(units: dict[str, UnitPlan], workload: Workload) -> dict[str, UnitPlan]:
+    """Point each unit with an output exchange (`edge_fwd`) at the first later block that consumes it."""
+    names = [b.name for b in workload.blocks]
+    keys = list(units)
+    out = dict(units)
+    for i, key in enumerate(keys):
+        if not units[key].edge_fwd:
+            continue
+        for later, block in zip(keys[i + 1:], workload.blocks[i + 1:], strict=True):
+            consumed = block.consumes if block.consumes is not None else (names[names.index(block.name) - 1],)
+            if workload.blocks[i].name in consumed:
+                out[key] = dataclasses.replace(units[key], edge_to=later)
+                break
+        else:
+            raise AssertionError(f"no block consumes the output of {key}")
+    return out
+
+
+def table_unit(key: str, block: Block, tables: tuple, s: Strategy, shape: Shape, domain_size: int,
+               budget_bytes: float | None) -> UnitPlan:
+    """Embedding tables placed by the embedding-sharding plan (`parallel.embedding`), worst rank.
+
+    Forward: the rank's lookups (a memory-bound gather of its pieces' rows for the samples it serves)
+    after the ids reach their owners; the pooled vectors then travel to the ranks that own the samples
+    (edge to the interaction). Backward: the pooled gradients travel back, then the fused backward and
+    optimizer update the rows looked up. Offloaded rows cross the host link on every lookup.
+    """
+    from madmax.parallel import embedding as emb
+
+    ranks = s.dp or 1
+    local = shape.batch
+    strategy = emb.EmbeddingStrategy(num_ranks=ranks, ranks_per_node=min(domain_size, ranks),
+                                     sharding=emb.ShardingType(s.emb), group_size=s.emb_group,
+                                     hbm_budget_bytes=budget_bytes)
+    plan = emb.shard(tuple(emb.Table(t.rows, t.dim, t.pooling, t.elem_bytes, t.name) for t in tables), strategy)
+    worst = max(range(len(plan.lookup_bytes_per_sample)), key=lambda r: plan.lookup_bytes_per_sample[r])
+    fwd = [Kernel(KernelKind.MEMORY, "embedding", num_bytes=local * plan.lookup_bytes_per_sample[worst])]
+    bwd = [Kernel(KernelKind.MEMORY, "embedding", num_bytes=local * plan.update_bytes_per_sample[worst])]
+    host = local * max(plan.host_bytes_per_sample)
+    if host:
+        fwd.append(Kernel(KernelKind.HOST, "embedding_offload", num_bytes=host))
+        bwd.append(Kernel(KernelKind.HOST, "embedding_offload", num_bytes=2 * host))
+    by_phase: dict[str, list[CommOp]] = {"pre": [], "forward": [], "backward": [], "update": []}
+    for c in emb.comm(plan, local):
+        phase = "pre" if c.label == "emb.ids_a2a" else c.phase
+        axis = Axis.DP
+        by_phase[phase].append(CommOp(axis, c.kind, c.size_bytes, c.span, c.label))
+    state = max(plan.table_bytes[r] + plan.optimizer_bytes[r] - plan.offloaded_bytes[r]
+                for r in range(len(plan.table_bytes)))
+    return UnitPlan(name=key, fwd=tuple(fwd), bwd=tuple(bwd), recompute=(), tp_fwd=(), tp_bwd=(), cp_fwd=(),
+                    cp_bwd=(), params=0.0, trainable_params=0.0, saved_bytes=0.0, working_bytes=0.0,
+                    is_layer=False, state_bytes=state, pre_fwd=tuple(by_phase["pre"]),
+                    edge_fwd=tuple(by_phase["forward"]), edge_bwd=tuple(by_phase["backward"]),
+                    update=tuple(by_phase["update"]))
 
 
 def workload_hidden(workload: Workload) -> int:

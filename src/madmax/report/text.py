@@ -56,8 +56,9 @@ def print_result(result: Result, console: Console | None = None) -> None:
     table.add_row("pipeline bubble", _ms(b["pipeline_bubble_s"]), "", "")
     console.print(table)
     mem = Table(title=f"Memory per GPU of stage {result.memory['stage']}", title_justify="left", show_header=False)
-    for key in ("weights", "gradients", "optimizer", "activations", "reserved", "total"):
-        mem.add_row(key, f"{result.memory[key] / GIB:,.2f} GiB")
+    for key in ("weights", "gradients", "optimizer", "embedding_tables", "activations", "reserved", "total"):
+        if key in result.memory:
+            mem.add_row(key.replace("_", " "), f"{result.memory[key] / GIB:,.2f} GiB")
     console.print(mem)
     for note in result.assumptions:
         console.print(f"[dim]assumed: {note}[/dim]")

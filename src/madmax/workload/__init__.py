@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from madmax.config.model import ModelSpec
 from madmax.config.task import Task
-from madmax.workload import transformer
+from madmax.workload import dlrm, transformer
 from madmax.workload.ops import Block, Op, OpKind, TPSplit, Workload
 
-BUILDERS = {"decoder": transformer.build}
-PARAM_COUNTERS = {"decoder": transformer.param_counts}
+BUILDERS = {"decoder": transformer.build, "dlrm": dlrm.build}
+PARAM_COUNTERS = {"decoder": transformer.param_counts, "dlrm": dlrm.param_counts}
 
 
 def build_workload(model: ModelSpec, task: Task, *, flash: bool = True) -> Workload:

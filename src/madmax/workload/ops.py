@@ -30,7 +30,8 @@ class TPSplit(StrEnum):
     (attention output, FFN down), followed by a reduction; HEADS: attention heads; TP_REGION: an
     element-wise op inside the TP region (on n/tp features); SEQUENCE: an element-wise op outside the TP
     region, split by tp only under sequence parallelism, otherwise replicated; VOCAB: embedding rows;
-    REPLICATED: computed whole on every tp rank (small LoRA matrices).
+    REPLICATED: computed whole on every tp rank (small LoRA matrices); TABLE: an embedding table that
+    the embedding-sharding plan places on ranks (table-, row-, column-wise), not tensor parallelism.
     """
 
     COLUMN = "column"
@@ -40,6 +41,7 @@ class TPSplit(StrEnum):
     SEQUENCE = "sequence"
     VOCAB = "vocab"
     REPLICATED = "replicated"
+    TABLE = "table"
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +100,7 @@ class Block:
     count: int = 1
     is_layer: bool = True
     trainable: bool = True
+    consumes: tuple[str, ...] | None = None  # blocks whose outputs it reads; None: the previous block
 
     @property
     def params(self) -> int:
@@ -105,13 +108,32 @@ class Block:
 
 
 @dataclass(frozen=True)
+class TableSpec:
+    """An embedding table of a recommendation model: rows x dim elements of `elem_bytes` bytes,
+    `pooling` lookups per sample (multi-hot size)."""
+
+    rows: int
+    dim: int
+    pooling: float
+    elem_bytes: float
+    name: str = ""
+
+
+@dataclass(frozen=True)
 class Workload:
-    """A model as blocks in execution order, plus what the family reports about its parameters."""
+    """A model as blocks in execution order, plus what the family reports about its parameters.
+
+    tables: the embedding tables behind the TABLE ops (recommendation models), for the sharding plan.
+    accumulates_gradients: whether a global batch is split into micro-batches by default (LLMs) or
+    runs as one micro-batch per rank (recommendation models).
+    """
 
     name: str
     blocks: tuple[Block, ...]
     params_by_component: dict[str, int] = field(default_factory=dict)
     tied_params: int = 0
+    tables: tuple[TableSpec, ...] = ()
+    accumulates_gradients: bool = True
 
     @property
     def total_params(self) -> int:

@@ -1,0 +1,440 @@
+"""Embedding-table sharding: where each table lives, what each rank stores, looks up and exchanges.
+
+A group of G ranks (all ranks, or a 2-D sharding group) shares the tables; the group's ranks sit
+L' = min(L, G) per node (L ranks per node), groups are contiguous blocks of ranks, and every group
+holds the same shards (2-D: replicated across the num_ranks / G groups). Each rank trains on a local
+batch of B samples; the group's batch is G*B. Per table (TorchRec sharding types; Mudigere et al. 2022,
+"Software-Hardware Co-design for Fast and Scalable Training of DLRM", arXiv 2104.05158, Sec. 4.1):
+
+- TW, table-wise: the whole table on one rank, which looks up all G*B samples of the group and sends each
+  rank its B pooled vectors: an all-to-all in which every rank receives B * sum(dims) elements.
+- CW, column-wise: the table cut into S column slices, each placed like a TW table (S lookups of every id).
+- RW, row-wise: rows split evenly over the G ranks; ids are bucketed to the owner of their row; each
+  rank sums its rows into partial pooled vectors for all G*B samples, reduced by a reduce-scatter over
+  the group (input G*B*dim per rank, output B*dim).
+- TWRW, table-row-wise: the table on one node, its rows split over the node's L' ranks; a reduce-scatter
+  inside the node, then an all-to-all among the ranks of the same local index across the G/L' nodes
+  (TorchRec TwRwPooledEmbeddingDist: intra-node reduce-scatter, cross-node all-to-all).
+- DP, data-parallel: replicated on every rank, looked up locally, dense gradient all-reduced over all
+  ranks.
+- 2-D (group_size G < num_ranks): the above within each group; each shard's gradient is all-reduced
+  with its num_ranks / G replicas (TorchRec 2D parallel, DMPCollection).
+
+Per rank, with p the pooling (lookups per sample), c the columns of a piece, e the bytes per table
+element, o the bytes per element of the exchanged pooled vectors, m the group samples a piece serves per
+local sample (TW, CW: G; RW: 1 expected under uniform ids; TWRW: G/L'; DP: 1), and w the pooled
+vectors it writes per local sample (TW, CW, RW, TWRW: G; DP: 1):
+    lookup bytes per local sample  = m p c e + w c o
+    update bytes per local sample  = w c o + m p (2 c e + s)     (fused backward + optimizer: read the
+        output gradient, read and write each looked-up row and its optimizer state of s bytes read+written)
+    table bytes = rows c e;  optimizer bytes: row-wise Adagrad 4 per row, Adagrad 4 per element, Adam 8
+        per element (two fp32 moments), SGD none.
+Traffic is linear in B; the all-to-alls are not uniform, so each rank's bytes over the scale-up
+(intra-node) and scale-out (inter-node) fabrics are reported for a hierarchical all-to-all.
+Balance: greedy longest-processing-time placement of TW/CW slices on ranks and TWRW tables on nodes by
+size (table + optimizer bytes) or lookup cost (lookup bytes per sample); imbalance = max / mean.
+Offload: a rank whose tables and optimizer state exceed `hbm_budget_bytes` keeps the excess in host
+memory, the pieces with the fewest lookups per stored byte first; every lookup of an offloaded row
+crosses the host link (no cache; Neo's software cache, Sec. 5 of Mudigere et al., would cut it).
+Sources: TorchRec docs "Sharding" (ShardingType table_wise, row_wise, column_wise, table_row_wise,
+data_parallel) and torchrec/distributed/{tw,rw,cw,twrw}_sharding.py; Mudigere et al. 2022.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+import numpy as np
+
+from madmax.config.base import DType
+from madmax.config.dlrm import DLRMModel
+from madmax.errors import StrategyError
+from madmax.hardware.collectives import Collective, Span
+
+
+class ShardingType(StrEnum):
+    TW = "tw"
+    RW = "rw"
+    CW = "cw"
+    TWRW = "twrw"
+    DP = "dp"
+
+
+class EmbeddingOptimizer(StrEnum):
+    SGD = "sgd"
+    ROWWISE_ADAGRAD = "rowwise_adagrad"
+    ADAGRAD = "adagrad"
+    ADAM = "adam"
+
+
+class Balance(StrEnum):
+    SIZE = "size"
+    LOOKUP = "lookup"
+
+
+STATE_BYTES = DType.FP32.num_bytes  # optimizer state is fp32 (FBGEMM TBE)
+READ_WRITE = 2
+
+
+@dataclass(frozen=True)
+class Table:
+    """One embedding table: rows x dim elements of `elem_bytes`, `pooling` lookups per sample."""
+
+    rows: int
+    dim: int
+    pooling: float
+    elem_bytes: float
+    name: str = ""
+
+
+def tables_of(model: DLRMModel) -> tuple[Table, ...]:
+    """The model's tables, one `Table` per table (`count` expanded)."""
+    e = model.embedding_dtype.num_bytes
+    return tuple(Table(t.rows, t.dim, t.pooling, e, f"group{g}.{i}")
+                 for g, t in enumerate(model.tables) for i in range(t.count))
+
+
+@dataclass(frozen=True)
+class EmbeddingStrategy:
+    """How to shard: ranks, ranks per node, the type (one for all tables or one per table), the 2-D group
+    size (default all ranks), CW slices per table, the balance metric, the optimizer, the HBM budget per
+    rank for tables and optimizer state (bytes; None: unlimited), the bytes per element of the exchanged
+    pooled vectors (None: the table's) and of one sparse id (int64: 8)."""
+
+    num_ranks: int
+    ranks_per_node: int
+    sharding: ShardingType | tuple[ShardingType, ...] = ShardingType.TW
+    group_size: int | None = None
+    col_shards: int = 2
+    balance: Balance = Balance.SIZE
+    optimizer: EmbeddingOptimizer = EmbeddingOptimizer.ROWWISE_ADAGRAD
+    hbm_budget_bytes: float | None = None
+    output_bytes: float | None = None
+    index_bytes: float = 8
+
+    @property
+    def group(self) -> int:
+        """G: ranks sharing one copy of the tables."""
+        return self.group_size or self.num_ranks
+
+    @property
+    def local(self) -> int:
+        """L' = min(L, G): ranks of a group on one node."""
+        return min(self.ranks_per_node, self.group)
+
+    def kind(self, table: int) -> ShardingType:
+        return self.sharding if isinstance(self.sharding, ShardingType) else self.sharding[table]
+
+
+@dataclass(frozen=True)
+class Piece:
+    """The part of table `table` on group rank `rank` (ALL_RANKS: the same part on every group rank, RW and
+    DP): `rows` x `cols`, serving `serves` group samples and writing `writes` pooled vectors per local
+    sample (m and w of the module docstring)."""
+
+    table: int
+    kind: ShardingType
+    rank: int
+    rows: float
+    cols: int
+    serves: float
+    writes: float
+
+
+@dataclass(frozen=True)
+class EmbeddingPlan:
+    """Placement and per-rank figures of one group (every group is identical); tuples run over the G
+    group ranks. Bytes per sample are per sample of the local batch."""
+
+    strategy: EmbeddingStrategy
+    tables: tuple[Table, ...]
+    pieces: tuple[Piece, ...]
+    table_bytes: tuple[float, ...]
+    optimizer_bytes: tuple[float, ...]
+    lookup_bytes_per_sample: tuple[float, ...]
+    update_bytes_per_sample: tuple[float, ...]
+    offloaded_bytes: tuple[float, ...]
+    host_bytes_per_sample: tuple[float, ...]
+
+    @property
+    def size_imbalance(self) -> float:
+        return _imbalance(np.add(self.table_bytes, self.optimizer_bytes))
+
+    @property
+    def lookup_imbalance(self) -> float:
+        return _imbalance(self.lookup_bytes_per_sample)
+
+    @property
+    def imbalance(self) -> float:
+        """max / mean over ranks of the balanced metric."""
+        return self.size_imbalance if self.strategy.balance is Balance.SIZE else self.lookup_imbalance
+
+
+@dataclass(frozen=True)
+class EmbeddingComm:
+    """One collective of the embeddings for a local batch, worst rank. size_bytes: nccl-tests convention
+    (all-to-all: bytes a rank sends and keeps; reduce-scatter: input per rank; all-gather: output per
+    rank; all-reduce: buffer), for an all-to-all the uniform size that loads the worst rank's busier
+    fabric as much as it is loaded; intra/inter_bytes: the worst rank's bytes per direction over the
+    scale-up and scale-out fabrics. phase: forward, backward or update (once per iteration)."""
+
+    label: str
+    kind: Collective
+    phase: str
+    span: Span
+    size_bytes: float
+    intra_bytes: float
+    inter_bytes: float
+
+
+ALL_RANKS = -1
+
+
+def _at(rank: int) -> int | slice:
+    """Index of a piece's rank(s) in a per-rank array."""
+    return slice(None) if rank == ALL_RANKS else rank
+
+
+def _imbalance(values: object) -> float:
+    v = np.asarray(values, dtype=float)
+    return float(v.max() / v.mean()) if v.size and v.mean() > 0 else 1.0
+
+
+def _check(tables: tuple[Table, ...], s: EmbeddingStrategy) -> None:
+    n, L, G = s.num_ranks, s.ranks_per_node, s.group
+    if n < 1 or L < 1:
+        raise StrategyError(f"embedding num_ranks={n} and ranks_per_node={L} must be positive")
+    if n > L and n % L:
+        raise StrategyError(f"embedding num_ranks={n} is not a whole number of nodes of {L} ranks")
+    if G < 1 or n % G:
+        raise StrategyError(f"embedding group_size={G} must divide num_ranks={n}")
+    if (G <= L and L % G) or (G > L and G % L):
+        raise StrategyError(f"embedding group_size={G} must divide or be a multiple of ranks_per_node={L}")
+    if not isinstance(s.sharding, ShardingType) and len(s.sharding) != len(tables):
+        raise StrategyError(f"embedding sharding lists {len(s.sharding)} types for {len(tables)} tables")
+    if ShardingType.CW in ((s.sharding,) if isinstance(s.sharding, ShardingType) else s.sharding):
+        narrow = [t.dim for i, t in enumerate(tables) if s.kind(i) is ShardingType.CW and t.dim < s.col_shards]
+        if s.col_shards < 1 or narrow:
+            raise StrategyError(f"embedding col_shards={s.col_shards} exceeds a column-wise table's dim {narrow}")
+
+
+def _state_bytes(opt: EmbeddingOptimizer, rows: float, cols: int) -> float:
+    """Optimizer state of rows x cols: row-wise Adagrad one fp32 per row, Adagrad one per element, Adam
+    two per element."""
+    per_elem = {EmbeddingOptimizer.ADAGRAD: 1, EmbeddingOptimizer.ADAM: 2}.get(opt, 0)
+    per_row = 1 if opt is EmbeddingOptimizer.ROWWISE_ADAGRAD else 0
+    return rows * (per_row + per_elem * cols) * STATE_BYTES
+
+
+def _costs(p: Piece, t: Table, s: EmbeddingStrategy) -> tuple[float, float, float, float]:
+    """(stored bytes, lookup bytes/sample, update bytes/sample, row reads/sample) of one piece."""
+    o = s.output_bytes or t.elem_bytes
+    stored = p.rows * p.cols * t.elem_bytes + _state_bytes(s.optimizer, p.rows, p.cols)
+    reads = p.serves * t.pooling * p.cols * t.elem_bytes
+    out = p.writes * p.cols * o
+    state_rw = READ_WRITE * _state_bytes(s.optimizer, 1, p.cols)
+    update = out + p.serves * t.pooling * (READ_WRITE * p.cols * t.elem_bytes + state_rw)
+    return stored, reads + out, update, reads
+
+
+def _units(tables: tuple[Table, ...], s: EmbeddingStrategy) -> tuple[list[Piece], list[tuple[int, int]]]:
+    """Evenly spread pieces (RW, DP) and the placeable units (table, column slice) of TW, CW, TWRW."""
+    G = s.group
+    spread: list[Piece] = []
+    units: list[tuple[int, int]] = []
+    for i, t in enumerate(tables):
+        kind = s.kind(i)
+        if kind is ShardingType.RW:
+            spread.append(Piece(i, kind, ALL_RANKS, t.rows / G, t.dim, 1, G))
+        elif kind is ShardingType.DP:
+            spread.append(Piece(i, kind, ALL_RANKS, t.rows, t.dim, 1, 1))
+        elif kind is ShardingType.CW:
+            units += [(i, c) for c in range(s.col_shards)]
+        else:
+            units.append((i, 0))
+    return spread, units
+
+
+def _slice_cols(dim: int, shards: int, c: int) -> int:
+    return dim // shards + (1 if c < dim % shards else 0)
+
+
+def _place(tables: tuple[Table, ...], s: EmbeddingStrategy) -> list[Piece]:
+    """Greedy (longest first) placement of TW/CW slices on ranks and TWRW tables on nodes."""
+    G, L = s.group, s.local
+    spread, units = _units(tables, s)
+    metric = 0 if s.balance is Balance.SIZE else 1
+    loads = np.zeros(G)
+    for p in spread:
+        loads[_at(p.rank)] += _costs(p, tables[p.table], s)[metric]
+    trial: list[tuple[float, int, int, list[Piece]]] = []
+    for i, c in units:
+        t, kind = tables[i], s.kind(i)
+        if kind is ShardingType.TWRW:
+            pieces = [Piece(i, kind, r, t.rows / L, t.dim, G / L, G) for r in range(L)]
+        else:
+            cols = _slice_cols(t.dim, s.col_shards, c) if kind is ShardingType.CW else t.dim
+            pieces = [Piece(i, kind, 0, t.rows, cols, G, G)]
+        trial.append((sum(_costs(p, t, s)[metric] for p in pieces), i, c, pieces))
+    placed = list(spread)
+    for _, _, _, pieces in sorted(trial, key=lambda u: (-u[0], u[1], u[2])):
+        if pieces[0].kind is ShardingType.TWRW:
+            node = int(np.argmin(loads.reshape(G // L, L).max(axis=1)))
+            moved = [Piece(p.table, p.kind, node * L + p.rank, p.rows, p.cols, p.serves, p.writes) for p in pieces]
+        else:
+            rank = int(np.argmin(loads))
+            moved = [Piece(p.table, p.kind, rank, p.rows, p.cols, p.serves, p.writes) for p in pieces]
+        for p in moved:
+            loads[_at(p.rank)] += _costs(p, tables[p.table], s)[metric]
+        placed += moved
+    return placed
+
+
+def _offload(pieces: list[Piece], tables: tuple[Table, ...], s: EmbeddingStrategy,
+             stored: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Bytes each rank keeps in host memory and the host-link bytes per local sample: the excess over the
+    budget, taken from the pieces with the fewest row reads per stored byte; an offloaded fraction f of a
+    piece moves f of its row reads (forward) and of its row and state updates (backward) over the link."""
+    G = s.group
+    off, host = np.zeros(G), np.zeros(G)
+    if s.hbm_budget_bytes is None:
+        return off, host
+    by_rank: dict[int, list[tuple[tuple[float, float, float, float], Piece]]] = {}
+    for p in pieces:
+        by_rank.setdefault(p.rank, []).append((_costs(p, tables[p.table], s), p))
+    coldest_first = lambda x: x[0][3] / x[0][0] if x[0][0] else 0.0  # noqa: E731
+    for r in range(G):
+        excess = stored[r] - s.hbm_budget_bytes
+        if excess <= 0:
+            continue
+        for (size, _, update, reads), p in sorted(by_rank.get(r, []) + by_rank.get(ALL_RANKS, []), key=coldest_first):
+            if excess <= 0:
+                break
+            if size <= 0:
+                continue
+            f = min(1.0, excess / size)
+            out = p.writes * p.cols * (s.output_bytes or tables[p.table].elem_bytes)
+            off[r] += f * size
+            host[r] += f * (reads + update - out)
+            excess -= f * size
+    return off, host
+
+
+def shard(tables: tuple[Table, ...], strategy: EmbeddingStrategy) -> EmbeddingPlan:
+    """Place the tables under `strategy` and account each group rank's storage, lookups and offload."""
+    _check(tables, strategy)
+    pieces = _place(tables, strategy)
+    G = strategy.group
+    table_b, opt_b, look, upd = (np.zeros(G) for _ in range(4))
+    for p in pieces:
+        t = tables[p.table]
+        stored, lookup, update, _ = _costs(p, t, strategy)
+        at = _at(p.rank)
+        table_b[at] += p.rows * p.cols * t.elem_bytes
+        opt_b[at] += stored - p.rows * p.cols * t.elem_bytes
+        look[at] += lookup
+        upd[at] += update
+    off, host = _offload(pieces, tables, strategy, table_b + opt_b)
+    as_t = lambda a: tuple(float(x) for x in a)  # noqa: E731
+    return EmbeddingPlan(strategy=strategy, tables=tables, pieces=tuple(pieces), table_bytes=as_t(table_b),
+                         optimizer_bytes=as_t(opt_b), lookup_bytes_per_sample=as_t(look),
+                         update_bytes_per_sample=as_t(upd), offloaded_bytes=as_t(off),
+                         host_bytes_per_sample=as_t(host))
+
+
+def _a2a(label: str, phase: str, span: Span, sends: np.ndarray, recvs: np.ndarray) -> EmbeddingComm:
+    """An all-to-all from per-rank (intra, inter) bytes sent and received, shape (G, 2): the worst rank's
+    bytes per fabric and the uniform nccl size S that puts as many bytes on the busier fabric, from
+    intra = S (i-1)/n and inter = S i (e-1)/n for a span of i ranks in each of e domains."""
+    worst = np.maximum(sends, recvs).max(axis=0)
+    n, i, e = span.size, span.intra, span.inter
+    size = max(worst[0] * n / (i - 1) if i > 1 else 0.0, worst[1] * n / (i * (e - 1)) if e > 1 else 0.0)
+    return EmbeddingComm(label, Collective.ALL_TO_ALL, phase, span, float(size), float(worst[0]), float(worst[1]))
+
+
+def _reduction(label: str, kind: Collective, phase: str, span: Span, size: float) -> EmbeddingComm:
+    """A reduce-scatter, all-gather (factor 1) or all-reduce (factor 2) run hierarchically: inside the
+    node on S, across nodes on S / i; bytes per rank per direction (n-1)/n of each."""
+    f = READ_WRITE if kind is Collective.ALL_REDUCE else 1
+    i, e = span.intra, span.inter
+    return EmbeddingComm(label, kind, phase, span, size, f * size * (i - 1) / i, f * size / i * (e - 1) / e)
+
+
+def comm(plan: EmbeddingPlan, local_batch: int) -> tuple[EmbeddingComm, ...]:
+    """The embeddings' collectives for a local batch of B samples per rank, each with its span.
+
+    Forward: ids to their owners (all-to-all, B p id bytes per table, the fraction each owner holds);
+    TW/CW pooled vectors (all-to-all over the group: every rank receives B * sum of TW/CW widths);
+    RW partial sums (reduce-scatter over the group, G B dim o per rank); TWRW partial sums
+    (reduce-scatter in the node) then pooled vectors (all-to-all across the G/L' nodes). Backward: the
+    same sizes, the all-to-alls reversed and reduce-scatters turned into all-gathers. Update: DP tables'
+    dense gradients (all-reduce over all ranks) and, in 2-D, each shard's gradient with its replicas.
+    Groups are contiguous ranks, so a group rank's node is rank // L'.
+    """
+    s, B, tables = plan.strategy, local_batch, plan.tables
+    G, L, n = s.group, s.local, s.num_ranks
+    nodes = G // L
+    node = np.arange(G) // L
+    ids, tw_out, twrw_node, rw_width = np.zeros(G), np.zeros(G), np.zeros(nodes), 0.0
+    for p in plan.pieces:
+        t = tables[p.table]
+        o = s.output_bytes or t.elem_bytes
+        if p.kind in (ShardingType.TW, ShardingType.CW):
+            ids[p.rank] += B * t.pooling * s.index_bytes
+            tw_out[p.rank] += B * p.cols * o
+        elif p.kind is ShardingType.RW:
+            ids += B * t.pooling * s.index_bytes / G
+            rw_width += p.cols * o
+        elif p.kind is ShardingType.TWRW:
+            ids[p.rank] += B * t.pooling * s.index_bytes / L
+            twrw_node[node[p.rank]] += B * p.cols * o / L
+    group_span = Span(intra=L, inter=nodes)
+
+    # v[q]: bytes rank q exchanges with each other rank (ids it receives from each, or pooled vectors it
+    # sends to each). Per rank, (intra, inter) bytes: on q's side, and summed over q on the other side.
+    def at_q(v: np.ndarray) -> np.ndarray:
+        return np.stack([(L - 1) * v, (G - L) * v], axis=1)
+
+    def at_others(v: np.ndarray) -> np.ndarray:
+        in_node = v.reshape(nodes, L).sum(axis=1)[node]
+        return np.stack([in_node - v, v.sum() - in_node], axis=1)
+
+    out: list[EmbeddingComm] = []
+    if G > 1 and ids.any():
+        out.append(_a2a("emb.ids_a2a", "forward", group_span, at_others(ids), at_q(ids)))
+    if G > 1 and tw_out.any():
+        for phase, a, b in (("forward", at_q(tw_out), at_others(tw_out)),
+                            ("backward", at_others(tw_out), at_q(tw_out))):
+            out.append(_a2a("emb.pooled_a2a", phase, group_span, a, b))
+    if G > 1 and rw_width:
+        size = G * B * rw_width
+        out += [_reduction("emb.rw_reduce_scatter", Collective.REDUCE_SCATTER, "forward", group_span, size),
+                _reduction("emb.rw_all_gather", Collective.ALL_GATHER, "backward", group_span, size)]
+    if twrw_node.any():
+        if L > 1:
+            size = float(G * twrw_node.max())
+            out += [_reduction("emb.twrw_reduce_scatter", Collective.REDUCE_SCATTER, "forward", Span(L, 1), size),
+                    _reduction("emb.twrw_all_gather", Collective.ALL_GATHER, "backward", Span(L, 1), size)]
+        if nodes > 1:
+            per_rank = twrw_node[node]
+            send = np.stack([np.zeros(G), (nodes - 1) * per_rank], axis=1)
+            recv = np.stack([np.zeros(G), twrw_node.sum() - per_rank], axis=1)
+            for phase, a, b in (("forward", send, recv), ("backward", recv, send)):
+                out.append(_a2a("emb.twrw_a2a", phase, Span(1, nodes), a, b))
+    dp_bytes = sum(p.rows * p.cols * tables[p.table].elem_bytes for p in plan.pieces
+                   if p.kind is ShardingType.DP)
+    if n > 1 and dp_bytes:
+        intra = min(s.ranks_per_node, n)
+        out.append(_reduction("emb.dp_all_reduce", Collective.ALL_REDUCE, "update", Span(intra, n // intra),
+                              dp_bytes))
+    replicas = n // G
+    sharded = np.zeros(G)
+    for p in plan.pieces:
+        if p.kind is not ShardingType.DP:
+            sharded[_at(p.rank)] += p.rows * p.cols * tables[p.table].elem_bytes
+    if replicas > 1 and sharded.any():
+        intra = min(replicas, max(1, s.ranks_per_node // G))
+        out.append(_reduction("emb.replica_all_reduce", Collective.ALL_REDUCE, "update",
+                              Span(intra, replicas // intra), float(sharded.max())))
+    return tuple(out)

@@ -1,0 +1,49 @@
+"""Recommendation models through the one engine: sharded tables, their exchanges, offload."""
+
+import pytest
+
+from madmax import api
+from madmax.config.loaders import load_system
+from madmax.hardware.collectives import Collective, Span, network_model
+
+# Two tables of 1,000 rows x 16 fp32 columns, 2 lookups per sample; bottom 8-16, top 16-1; dot interaction.
+TINY = {"family": "dlrm", "name": "tiny-dlrm", "num_dense_features": 8, "bottom_mlp": [16],
+        "top_mlp": [16, 1], "tables": [{"rows": 1000, "dim": 16, "pooling": 2, "count": 2}],
+        "interaction": "dot"}
+
+
+def test_table_wise_exchange_by_hand():
+    # Table-wise on 2 GPUs of one node, 64 samples per GPU: every rank ends with 64 x (16 + 16) pooled
+    # fp32 values, half of them from the other rank. The all-to-all's nccl-tests size is what a rank
+    # sends and keeps: 64 * 32 * 4 = 8192 bytes, one fp32 pooled vector per table per local sample.
+    r = api.simulate(TINY, "dgx-a100", num_gpus=2, global_batch=128, strategy="emb=tw")
+    comm = r.breakdown["communication_s"]["emb.pooled_a2a"]
+    net = network_model(load_system("dgx-a100", 2))
+    one = net.collective_s(Collective.ALL_TO_ALL, 64 * 32 * 4, Span(2, 1))
+    assert comm["total"] == pytest.approx(2 * one)  # forward and backward
+    assert r.global_batch == 128 and "mbs=64" in r.strategy  # one micro-batch per rank
+
+
+def test_dlrm_a_on_128_zionex_fits_with_the_exchange_beside_the_bottom_mlp():
+    r = api.simulate("dlrm-a", "zionex", num_gpus=128, task="pretrain", global_batch=65536)
+    assert r.fits
+    b = r.breakdown
+    assert b["communication_s"]["emb.pooled_a2a"]["overlapped"] > 0
+    # 801.17 B parameters, tables in 2-byte elements: 1.6 TB over 128 GPUs, 12.5 GB each (+ optimizer rows)
+    assert r.memory["embedding_tables"] > 801e9 * 2 / 128
+
+
+def test_tables_beyond_hbm_go_to_host_memory():
+    # DLRM-A's 1.6 TB of tables on 8 x 40 GB: rows beyond HBM are offloaded and every lookup of them
+    # crosses the PCIe host link, which then dominates the iteration.
+    r = api.simulate("dlrm-a", "zionex", num_gpus=8, global_batch=4096)
+    assert r.fits
+    assert any("offloaded" in a for a in r.assumptions)
+    assert r.breakdown["compute_s"]["embedding_offload"] > 10 * r.breakdown["compute_s"]["gemm"]
+
+
+def test_dlrm_rejects_tensor_parallelism_clearly():
+    from madmax.errors import StrategyError
+
+    with pytest.raises(StrategyError, match=r"strategy.tp=2 is not modelled for dlrm-a"):
+        api.simulate("dlrm-a", "zionex", num_gpus=128, global_batch=65536, strategy="tp=2")
