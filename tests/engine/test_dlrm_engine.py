@@ -47,3 +47,13 @@ def test_dlrm_rejects_tensor_parallelism_clearly():
 
     with pytest.raises(StrategyError, match=r"strategy.tp=2 is not modelled for dlrm-a"):
         api.simulate("dlrm-a", "zionex", num_gpus=128, global_batch=65536, strategy="tp=2")
+
+
+def test_inspect_dlrm_from_the_cli():
+    from typer.testing import CliRunner
+
+    from madmax.cli import app
+
+    result = CliRunner().invoke(app, ["inspect", "dlrm-a"])
+    assert result.exit_code == 0, result.output
+    assert "801.169 B" in result.output  # 4096 x 2,080,000 x 94 + 20 MLP layers of 3994^2 + bias + logit

@@ -68,8 +68,13 @@ def print_inspect(info: dict[str, Any], console: Console | None = None) -> None:
     console = console or Console()
     model = info["model"]
     table = Table(title=f"{model['name']}", show_header=False, title_justify="left")
-    for key in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "ffn_hidden_size",
-                "is_gated_ffn", "activation", "vocab_size", "tied_embeddings", "max_seq_len"):
+    shape = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "ffn_hidden_size", "is_gated_ffn",
+             "activation", "vocab_size", "tied_embeddings", "max_seq_len")
+    if model.get("family") == "dlrm":
+        shape = ("num_dense_features", "bottom_mlp", "top_mlp", "interaction", "embedding_dtype")
+        tables = model["tables"]
+        table.add_row("tables", f"{sum(t['count'] for t in tables)} in {len(tables)} shapes")
+    for key in shape:
         value = model.get(key)
         if value is None and key in ("num_kv_heads", "head_dim"):
             value = model["num_heads"] if key == "num_kv_heads" else model["hidden_size"] // model["num_heads"]
@@ -77,7 +82,8 @@ def print_inspect(info: dict[str, Any], console: Console | None = None) -> None:
     table.add_row("total params", f"{info['total_params'] / 1e9:,.3f} B")
     for comp, count in info["params_by_component"].items():
         table.add_row(f"  {comp}", f"{count / 1e9:,.3f} B")
-    table.add_row(f"forward FLOPs/token (s={info['seq_len']})", f"{info['forward_flops_per_token'] / 1e9:,.2f} GFLOP")
+    unit = "sample" if model.get("family") == "dlrm" else f"token (s={info['seq_len']})"
+    table.add_row(f"forward FLOPs/{unit}", f"{info['forward_flops_per_token'] / 1e9:,.4f} GFLOP")
     table.add_row("weights (bf16)", f"{info['weights_bytes']['bf16'] / GIB:,.1f} GiB")
     console.print(table)
 
