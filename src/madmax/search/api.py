@@ -1,0 +1,151 @@
+"""`madmax.search.search(...)`: the strategy search as a function; the CLI's `madmax search` calls `find`."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from madmax.config.strategy import DEFAULT_ORDER, Recompute
+from madmax.errors import ConfigError
+from madmax.search.context import prepare
+from madmax.search.core import Outcome, run_search
+from madmax.search.objective import scorer
+from madmax.search.space import RECOMPUTES, Limits, all_orders, enumerate_space
+
+DEFAULT_EXACT = 20
+DEFAULT_REFINE = 2000
+
+
+def find(model: Any, system: Any, num_gpus: int | None = None, task: Any = "pretrain",
+         global_batch: int | None = None, seq_len: int | None = None, dtype: str | None = None, *,
+         objective: str = "throughput", tokens: float | None = None, top: int = 10, exact: int | None = None,
+         refine: int = DEFAULT_REFINE, max_tp: int | None = None, max_pp: int | None = None,
+         max_cp: int | None = None, max_vp: int | None = None, max_mbs: int | None = None,
+         zero: list[int] | None = None, recompute: list[str] | None = None, sp: list[bool] | None = None,
+         hybrid: bool = True, orders: list[str] | str | None = None, calibration: str | Path | None = None,
+         workers: int = 1, **task_fields: Any) -> Outcome:
+    """Search every valid strategy; see `search` for the arguments. Returns the full `Outcome`."""
+    ctx = prepare(model, system, num_gpus, task, global_batch, seq_len, dtype, calibration=calibration,
+                  **{k: v for k, v in task_fields.items() if v is not None})
+    if top < 1:
+        raise ConfigError(f"top={top} must be a positive number of strategies to report")
+    exact = max(DEFAULT_EXACT, 2 * top) if exact is None else exact
+    if exact < top:
+        raise ConfigError(f"exact={exact} must be at least top={top} (the reported strategies are simulated)")
+    if refine < 1:
+        raise ConfigError(f"refine={refine} must be a positive number of candidates to replay")
+    if workers < 1:
+        raise ConfigError(f"workers={workers} must be a positive number of processes")
+    limits = _limits(max_tp, max_pp, max_cp, max_vp, max_mbs, zero, recompute, sp, hybrid, orders)
+    score = scorer(objective, ctx.system, ctx.tokens, tokens)
+    start = time.perf_counter()
+    space = enumerate_space(ctx.problem(), limits)
+    timings = {"enumerate": time.perf_counter() - start}
+    return run_search(ctx, space, score, refine_count=refine, exact=exact, workers=workers, timings=timings)
+
+
+def _limits(max_tp, max_pp, max_cp, max_vp, max_mbs, zero, recompute, sp, hybrid, orders) -> Limits:
+    for name, value in (("max_tp", max_tp), ("max_pp", max_pp), ("max_cp", max_cp), ("max_vp", max_vp),
+                        ("max_mbs", max_mbs)):
+        if value is not None and value < 1:
+            raise ConfigError(f"{name}={value} must be a positive integer")
+    zeros = tuple(sorted(set(zero))) if zero is not None else (0, 1, 2, 3)
+    if not zeros or any(z not in (0, 1, 2, 3) for z in zeros):
+        raise ConfigError(f"zero={list(zero or [])} must list ZeRO stages; allowed: 0, 1, 2, 3")
+    allowed = ", ".join(r.value for r in RECOMPUTES)
+    recs = []
+    for r in recompute if recompute is not None else [r.value for r in RECOMPUTES]:
+        try:
+            recs.append(Recompute(str(r).strip().lower()))
+        except ValueError:
+            raise ConfigError(f"recompute={r!r} is unknown; allowed: {allowed}") from None
+    if not recs:
+        raise ConfigError(f"recompute must list at least one mode; allowed: {allowed}")
+    sps = tuple(sorted(set(sp), reverse=True)) if sp is not None else (True, False)
+    if not sps:
+        raise ConfigError("sp must list at least one setting; allowed: 1, 0")
+    return Limits(max_tp=max_tp, max_cp=max_cp, max_pp=max_pp, max_vp=max_vp, max_mbs=max_mbs, zero=zeros,
+                  recompute=tuple(dict.fromkeys(recs)), sp=sps, hybrid=hybrid, orders=_orders(orders))
+
+
+def _orders(orders: list[str] | str | None) -> tuple[str, ...]:
+    """Placement orders: None = the default; "all" = every placement of tp, cp, dp, pp."""
+    from madmax.config.strategy import parse_strategy
+
+    if orders is None:
+        return (DEFAULT_ORDER,)
+    items = [orders] if isinstance(orders, str) else list(orders)
+    if items == ["all"]:
+        return all_orders()
+    out = []
+    for item in items:
+        order = parse_strategy({"order": item}).order  # StrategyError names what is allowed
+        if order not in out:
+            out.append(order)
+    if not out:
+        raise ConfigError("orders must name at least one placement, e.g. tp-cp-ep-dp-pp, or 'all'")
+    return tuple(out)
+
+
+def search(model: Any, system: Any, num_gpus: int | None = None, task: Any = "pretrain",
+           global_batch: int | None = None, seq_len: int | None = None, dtype: str | None = None, **options: Any):
+    """Every valid strategy of `model` on `system` for `task`, as a pandas DataFrame, best first.
+
+    Same model/system/task arguments as `madmax.simulate` (the global batch is required). Options:
+    objective ('throughput' default, 'time', 'cost', 'energy'; see `search.objective` for the power
+    model), tokens (to train; default one iteration), top (strategies reported, default 10), exact
+    (how many of the best by the step replay are simulated, default max(20, 2*top)), refine (how many
+    of the best by the closed form are replayed step by step, default 2000), filters max_tp, max_pp,
+    max_cp, max_vp, max_mbs, zero=[...], recompute=[...], sp=[...], hybrid (enumerate hybrid sharding
+    groups), orders ([...] or 'all'), workers (processes for the simulations), calibration, and the
+    fine-tuning fields of `simulate` (finetune, lora_rank, frozen_layers, lora_targets).
+
+    One row per evaluated candidate (it passes the divisibility rules and fits in memory). Columns: the
+    strategy and its degrees (`shard` 0: the whole data-parallel group); `estimated_iteration_time_s`
+    (the step replay where run, else the closed form); `simulated`; `iteration_time_s`,
+    `tokens_per_s_per_gpu`, `mfu`, `peak_memory_bytes`, `objective` (simulated where `simulated`, else
+    estimated); `exposed_communication_s` (simulated rows only).
+    Simulated rows come first, ranked by the objective. `df.attrs` holds `enumerated`, `rejected` (per
+    rule, including `memory`), `evaluated`, `objective` and `timings_s`.
+    """
+    return to_frame(find(model, system, num_gpus, task, global_batch, seq_len, dtype, **options))
+
+
+def to_frame(outcome: Outcome):
+    """The outcome as a DataFrame (see `search`)."""
+    import pandas as pd
+
+    from madmax.search.space import RECOMPUTES as RECS
+    from madmax.search.space import strategy_strings
+
+    order = outcome.ranked
+    cols = {k: v[order] for k, v in outcome.columns.items()}
+    t = outcome.best_time_s()[order]
+    est = np.where(np.isnan(outcome.refined_s), outcome.estimate_s, outcome.refined_s)[order]
+    sim = np.isin(order, np.fromiter(outcome.exact, dtype=np.int64, count=len(outcome.exact)))
+    peak = outcome.peak_memory_bytes[order].copy()
+    exposed = np.full(len(order), np.nan)
+    mfu = outcome.model_flops[order] / t / (outcome.ctx.system.gpu.flops_per_s[outcome.ctx.dtype]
+                                            * outcome.ctx.num_gpus)
+    for pos in np.flatnonzero(sim):
+        r = outcome.exact[int(order[pos])]
+        peak[pos], exposed[pos], mfu[pos] = r.peak_memory_bytes, r.breakdown["exposed_communication_s"], r.mfu
+    strategies = strategy_strings(cols, outcome.space.orders)
+    frame = pd.DataFrame({
+        "strategy": strategies, "tp": cols["tp"], "pp": cols["pp"], "dp": cols["dp"], "cp": cols["cp"],
+        "vp": cols["vp"], "mbs": cols["mbs"], "microbatches": cols["m"], "zero": cols["zero"],
+        "shard": cols["shard"], "recompute": pd.Categorical.from_codes(cols["rec"], [r.value for r in RECS]),
+        "sp": cols["sp"].astype(bool),
+        "order": pd.Categorical.from_codes(cols["order"], list(outcome.space.orders)),
+        "simulated": sim, "estimated_iteration_time_s": est, "iteration_time_s": t,
+        "tokens_per_s_per_gpu": outcome.ctx.tokens / t / outcome.ctx.num_gpus, "mfu": mfu,
+        "peak_memory_bytes": peak, "exposed_communication_s": exposed,
+        "objective": outcome.scorer.value(t),
+    })
+    frame.attrs.update({"enumerated": outcome.enumerated, "rejected": dict(outcome.rejected),
+                        "evaluated": outcome.evaluated, "objective": outcome.scorer.objective.value,
+                        "objective_unit": outcome.scorer.unit, "timings_s": dict(outcome.timings_s)})
+    return frame

@@ -1,0 +1,232 @@
+"""The search: enumerate, prune by divisibility and memory, estimate, refine, re-simulate the best.
+
+1. `space.enumerate_space`: every candidate; the divisibility rules of `resolve_strategy` reject some.
+2. Memory in closed form (`memory.peak_memory`, exact); candidates that do not fit are rejected.
+3. Every candidate that fits is timed by the closed form (`timing.closed_form`).
+4. The best `refine` of them (and all within `margin` of the best) are replayed step by step
+   (`timing.refine`), which reproduces `simulate` at step granularity.
+5. The best `exact` by the replay are simulated with `madmax.simulate`; they are ranked by the
+   simulated numbers, so the reported top K are `simulate` results.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from madmax.config.base import DType
+from madmax.results import Result
+from madmax.search.context import Context
+from madmax.search.costs import combos_of, state_bytes, unit_costs
+from madmax.search.memory import memory_shape, peak_memory
+from madmax.search.objective import Scorer
+from madmax.search.pipeline import inflight_cap
+from madmax.search.space import Space, describe, unique_rows
+from madmax.search.timing import closed_form, optimizer_s, refine
+from madmax.search.units import MEMORY, StageLayout, memory_table, stage_layout
+
+
+@dataclass
+class Outcome:
+    """Everything a search found. Arrays are over the evaluated candidates (those that fit).
+
+    estimate_s: closed-form iteration time; refined_s: replayed iteration time (NaN where not
+    replayed); exact: simulate results by candidate index; ranked: candidate indices, the simulated
+    ones first in objective order, then the rest by their best estimate.
+    """
+
+    ctx: Context
+    scorer: Scorer
+    space: Space
+    columns: dict[str, np.ndarray]
+    peak_memory_bytes: np.ndarray
+    estimate_s: np.ndarray
+    refined_s: np.ndarray
+    exact: dict[int, Result]
+    ranked: np.ndarray
+    rejected: dict[str, int]
+    model_flops: np.ndarray
+    timings_s: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def enumerated(self) -> int:
+        return self.space.enumerated
+
+    @property
+    def evaluated(self) -> int:
+        return len(self.peak_memory_bytes)
+
+    @property
+    def valid(self) -> int:
+        """Candidates that pass every divisibility rule (fitting or not)."""
+        return len(self.space)
+
+    def strategy(self, i: int) -> str:
+        return describe({k: int(v[i]) for k, v in self.columns.items()}, self.space.orders)
+
+    def best_time_s(self) -> np.ndarray:
+        """Best available iteration time per candidate: simulated, else replayed, else closed form."""
+        t = np.where(np.isnan(self.refined_s), self.estimate_s, self.refined_s)
+        for i, r in self.exact.items():
+            t[i] = r.iteration_time_s
+        return t
+
+    def top(self, k: int) -> list[int]:
+        """Indices of the best k simulated candidates that fit."""
+        return [int(i) for i in self.ranked if int(i) in self.exact and self.exact[int(i)].fits][:k]
+
+
+def groups(cols: dict[str, np.ndarray], names: tuple[str, ...]) -> Iterator[tuple[tuple[int, ...], np.ndarray]]:
+    """(values, candidate indices) for each distinct combination of the named columns."""
+    if not len(cols[names[0]]):
+        return
+    values, inverse = unique_rows(cols, names)
+    order = np.argsort(inverse, kind="stable")
+    bounds = np.searchsorted(inverse[order], np.arange(len(values) + 1))
+    for g, row in enumerate(values):
+        yield tuple(int(x) for x in row), order[bounds[g]:bounds[g + 1]]
+
+
+class _Layouts(dict):
+    def __init__(self, ctx: Context, keys: tuple[str, ...]) -> None:
+        super().__init__()
+        self.ctx, self.keys = ctx, keys
+
+    def __missing__(self, key: tuple[int, int]) -> StageLayout:
+        self[key] = stage_layout(self.ctx, key[0], key[1], self.keys)
+        return self[key]
+
+
+def run_search(ctx: Context, space: Space, scorer: Scorer, *, refine_count: int = 2000, margin: float = 0.03,
+               exact: int = 20, workers: int = 1, timings: dict[str, float] | None = None) -> Outcome:
+    """Steps 2-5 of the module docstring on an enumerated space."""
+    timings = dict(timings or {})
+    clock = time.perf_counter()
+
+    def lap(name: str) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        timings[name] = now - clock
+        clock = now
+
+    memory = memory_table(ctx, unique_rows(space.columns, MEMORY)[0]) if len(space) else None
+    layouts = _Layouts(ctx, memory.keys if memory else ())
+    peak = _peak_memory(ctx, space, memory, layouts) if len(space) else np.zeros(0)
+    keep = np.flatnonzero(peak <= ctx.capacity_bytes)
+    rejected = {**space.rejected, "memory": len(space) - len(keep)}
+    ev = {k: v[keep] for k, v in space.columns.items()}
+    lap("memory")
+    estimate, refined = np.zeros(len(keep)), np.full(len(keep), np.nan)
+    results: dict[int, Result] = {}
+    flops = np.zeros(len(keep))
+    if len(keep):
+        table, combo = combos_of(ctx, ev)
+        costs = unit_costs(ctx, ev, table, combo, memory, space.orders)
+        flops = _model_flops(table, combo, layouts, ev)
+        lap("costs")
+        for (pp, vp), idx in groups(ev, ("pp", "vp")):
+            sub = costs.take(idx)
+            opt = optimizer_s(ctx.compute, layouts[(pp, vp)], sub)
+            estimate[idx] = closed_form(layouts[(pp, vp)], ev["m"][idx], sub, ev["zero"][idx], opt)
+        lap("estimate")
+        pool = _pool(scorer.sort_key(estimate), estimate, refine_count, margin)
+        for (pp, vp, m), idx in groups({k: v[pool] for k, v in ev.items()}, ("pp", "vp", "m")):
+            sub = costs.take(pool[idx])
+            refined[pool[idx]] = refine(layouts[(pp, vp)], m, sub, ev["zero"][pool[idx]],
+                                        optimizer_s(ctx.compute, layouts[(pp, vp)], sub))
+        lap("refine")
+        by_replay = pool[np.argsort(scorer.sort_key(refined[pool]), kind="stable")]
+        results = _simulate(ctx, ev, space, by_replay[:exact], workers)
+        lap("simulate")
+    return Outcome(ctx=ctx, scorer=scorer, space=space, columns=ev, peak_memory_bytes=peak[keep],
+                   estimate_s=estimate, refined_s=refined, exact=results,
+                   ranked=_ranking(scorer, estimate, refined, results), rejected=rejected, model_flops=flops,
+                   timings_s=timings)
+
+
+def _peak_memory(ctx: Context, space: Space, memory, layouts: _Layouts) -> np.ndarray:
+    """Peak memory per GPU of every candidate, by shape (pp, vp, micro-batches in flight)."""
+    cols = space.columns
+    _, mem_row = unique_rows(cols, MEMORY)
+    state = state_bytes(ctx, cols, space.orders)[0]
+    weight_bytes = DType.BF16.num_bytes if ctx.dtype is DType.FP8 else ctx.dtype.num_bytes
+    scale = cols["mbs"] / cols["cp"]  # activations scale with the tokens of a rank's micro-batch
+    # Memory depends on m only through the micro-batches in flight, which stop changing beyond a cap.
+    pairs, pair = unique_rows(cols, ("pp", "vp"))
+    caps = np.array([inflight_cap(int(p), int(v)) for p, v in pairs], dtype=np.int64)
+    flight = {"pp": cols["pp"], "vp": cols["vp"], "m": np.minimum(cols["m"], caps[pair])}
+    peak = np.empty(len(space))
+    for (pp, vp, m), idx in groups(flight, ("pp", "vp", "m")):
+        r = mem_row[idx]
+        units = {"params": memory.params[r], "trainable": memory.trainable[r],
+                 "saved": memory.saved[r] * scale[idx, None], "working": memory.working[r] * scale[idx, None]}
+        peak[idx] = peak_memory(memory_shape(layouts[(pp, vp)], m), units, state[idx], cols["zero"][idx],
+                                weight_bytes, ctx.reserved_bytes)
+    return peak
+
+
+def _ranking(scorer: Scorer, estimate: np.ndarray, refined: np.ndarray, results: dict[int, Result]) -> np.ndarray:
+    """The simulated candidates by their simulated objective (those that fit first), then the rest by the
+    replay where it ran, else the closed form."""
+    simulated = np.array(sorted(results, key=lambda i: (not results[i].fits,
+                                                        float(scorer.sort_key(results[i].iteration_time_s)))),
+                         dtype=np.int64)
+    best = np.where(np.isnan(refined), estimate, refined)
+    order = np.argsort(scorer.sort_key(best), kind="stable")
+    return np.concatenate([simulated, order[~np.isin(order, simulated)]])
+
+
+def _pool(key: np.ndarray, estimate: np.ndarray, count: int, margin: float) -> np.ndarray:
+    """The `count` best candidates by the closed form, and those within `margin` of the best (at most
+    4 x count of them): the closed form is within a few percent of the replay near the top."""
+    if not len(key):
+        return np.zeros(0, dtype=np.int64)
+    order = np.argsort(key, kind="stable")
+    near = order[estimate[order] <= estimate[order[0]] * (1 + margin)][:4 * count]
+    return np.union1d(order[:count], near)
+
+
+def _simulate(ctx: Context, cols: dict[str, np.ndarray], space: Space, indices: np.ndarray,
+              workers: int) -> dict[int, Result]:
+    """`madmax.simulate` of each candidate, in `workers` processes when more than one."""
+    from madmax.api import simulate
+
+    strategies = [describe({k: int(v[i]) for k, v in cols.items()}, space.orders) for i in indices]
+    if workers > 1 and len(strategies) > workers:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        if "fork" in multiprocessing.get_all_start_methods():
+            with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+                results = list(pool.map(_simulate_one, [(ctx.simulate_kwargs, s) for s in strategies],
+                                        chunksize=max(1, len(strategies) // (4 * workers))))
+            return {int(i): r for i, r in zip(indices, results, strict=True)}
+    return {int(i): simulate(**ctx.simulate_kwargs, strategy=s) for i, s in zip(indices, strategies, strict=True)}
+
+
+def _simulate_one(job: tuple[dict[str, Any], str]) -> Result:
+    from madmax.api import simulate
+
+    kwargs, strategy = job
+    return simulate(**kwargs, strategy=strategy)
+
+
+def _model_flops(table, combo: np.ndarray, layouts: _Layouts, cols: dict[str, np.ndarray]) -> np.ndarray:
+    """Model FLOPs of one iteration per candidate: m x sum over units of (forward + backward) FLOPs of one
+    rank x the ranks of a stage (tp*cp*dp), as `simulate` counts them for MFU."""
+    counts = layouts[(1, 1)].per_stage[0]  # units of each key in the whole model
+    return (table.flops_model[combo] @ counts) * cols["m"] * cols["tp"] * cols["cp"] * cols["dp"]
+
+
+def summary(outcome: Outcome, i: int) -> dict[str, Any]:
+    """The simulate result of candidate i as `to_dict()` with the search's strategy string and scores."""
+    r = outcome.exact[i]
+    return {**r.to_dict(), "strategy": outcome.strategy(i),
+            "objective": {"name": outcome.scorer.objective.value, "unit": outcome.scorer.unit,
+                          "value": float(outcome.scorer.value(r.iteration_time_s))},
+            "estimated_iteration_time_s": float(outcome.refined_s[i] if not np.isnan(outcome.refined_s[i])
+                                                else outcome.estimate_s[i])}

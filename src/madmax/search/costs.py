@@ -1,0 +1,154 @@
+"""Seconds and bytes of each unit of each candidate: the inputs of the memory and time estimates.
+
+For candidates i and unit keys k (embedding, layer, head, ...), [n, K] arrays:
+
+    f, b     forward / backward seconds of one micro-batch on the compute stream, as `engine` places
+             them: f = (fwd - attn) + max(attn, ring_cp) + sum(tp collectives), and b likewise with the
+             recompute first (TP and CP collectives wait for the compute around them; the K/V ring runs
+             beside the attention)
+    g1       ZeRO-1/2 all-gather of the updated weights, once per unit at the start of the iteration
+    g3       ZeRO-3 all-gather of the weights before each forward and backward of the unit
+    r_mid    gradient collectives after a backward that is not the last micro-batch's (ZeRO-2/3)
+    r_last   after the last micro-batch's backward: DDP all-reduce, or reduce-scatter (+ all-reduce
+             across replicas under hybrid sharding)
+
+plus per candidate: p2p (one pipeline send), tied (all-reduce of tied embeddings) and the state bytes
+per trainable parameter (weights, gradients, optimizer), with its parameters per unit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from madmax.config.base import DType
+from madmax.hardware.collectives import Collective, Span
+from madmax.search.context import Context
+from madmax.search.space import unique_rows
+from madmax.search.units import (
+    COMBO,
+    COMM,
+    DATA,
+    LAYOUT,
+    Layouts,
+    MemoryTable,
+    UnitTable,
+    comm_s,
+    data_plans,
+    layouts,
+    unit_table,
+)
+
+
+@dataclass
+class Costs:
+    """Per-candidate arrays (see the module docstring); `combo` indexes `table` rows."""
+
+    table: UnitTable
+    combo: np.ndarray
+    params: np.ndarray  # [n, K] parameters per rank
+    trainable: np.ndarray  # [n, K]
+    f: np.ndarray
+    b: np.ndarray
+    g1: np.ndarray
+    g3: np.ndarray
+    r_mid: np.ndarray
+    r_last: np.ndarray
+    p2p: np.ndarray
+    tied: np.ndarray
+    state: np.ndarray  # [n, 3] bytes per trainable parameter: weights, gradients, optimizer
+
+    def take(self, index: np.ndarray) -> Costs:
+        return Costs(table=self.table, combo=self.combo[index], **{
+            name: getattr(self, name)[index] for name in ("params", "trainable", "f", "b", "g1", "g3", "r_mid",
+                                                          "r_last", "p2p", "tied", "state")})
+
+
+def combos_of(ctx: Context, cols: dict[str, np.ndarray]) -> tuple[UnitTable, np.ndarray]:
+    """The unit table of every (tp, cp, mbs, sp, rec) among `cols` and each candidate's row in it."""
+    values, combo = unique_rows(cols, COMBO)
+    return unit_table(ctx, values), combo
+
+
+def state_bytes(ctx: Context, cols: dict[str, np.ndarray],
+                orders: tuple[str, ...]) -> tuple[np.ndarray, list, np.ndarray, np.ndarray]:
+    """Bytes per trainable parameter (weights, gradients, optimizer) of each candidate [n, 3], the data
+    plans of its distinct (order, tp, cp, pp, dp, zero, shard) rows, those rows and each candidate's
+    index into them."""
+    values, idx = unique_rows(cols, DATA)
+    plans = data_plans(ctx, values, orders)
+    per_plan = np.array([p.state_bytes_per_param() for p in plans], dtype=float).reshape(-1, 3)
+    return per_plan[idx], plans, values, idx
+
+
+def unit_costs(ctx: Context, cols: dict[str, np.ndarray], table: UnitTable, combo: np.ndarray,
+               memory: MemoryTable, orders: tuple[str, ...]) -> Costs:
+    """Seconds of every unit of every candidate in `cols` (see the module docstring)."""
+    rows = memory.rows_of(cols["tp"])
+    lay_values, lay_idx = unique_rows(cols, LAYOUT)
+    lay = layouts(ctx, lay_values, orders)
+    f, b = _compute_and_inner_comm(ctx, table, combo, lay_idx, lay)
+    state, plans, values, data_idx = state_bytes(ctx, cols, orders)
+    per_plan = _data_comm(ctx, memory, plans, memory.rows_of(values[:, DATA.index("tp")]))
+    g1, g3, r_mid, r_last = (x[data_idx] for x in per_plan)
+    pairs, pair_idx = unique_rows({"combo": combo, "layout": lay_idx}, ("combo", "layout"))
+    # Plain floats into the network model: its cache is shared with `simulate`.
+    p2p = np.array([ctx.network.collective_s(Collective.SEND_RECV, float(table.p2p_bytes[j]), lay.p2p_span[k])
+                    for j, k in pairs])[pair_idx]
+    p2p = np.where(cols["pp"] > 1, p2p, 0.0)
+    tied = np.zeros(len(combo))
+    if ctx.workload.tied_params:  # the engine's all-reduce of tied embeddings between the first and last stage
+        act = DType.BF16.num_bytes if ctx.dtype in (DType.FP8, DType.BF16, DType.FP16) else ctx.dtype.num_bytes
+        tps, tp_idx = np.unique(cols["tp"], return_inverse=True)
+        per_tp = np.array([ctx.network.collective_s(Collective.ALL_REDUCE, float(ctx.workload.tied_params / int(t)
+                                                                                 * act), Span(1, 2)) for t in tps])
+        tied = np.where(cols["pp"] > 1, per_tp[tp_idx.ravel()], 0.0)
+    return Costs(table=table, combo=combo, params=memory.params[rows], trainable=memory.trainable[rows], f=f, b=b,
+                 g1=g1, g3=g3, r_mid=r_mid, r_last=r_last, p2p=p2p, tied=tied, state=state)
+
+
+def _compute_and_inner_comm(ctx: Context, table: UnitTable, combo: np.ndarray, lay_idx: np.ndarray,
+                            lay: Layouts) -> tuple[np.ndarray, np.ndarray]:
+    """f and b [n, K]: compute with the TP collectives after it and the CP ring beside the attention."""
+    span_ids: dict[tuple[Span, Span], int] = {}
+    lay_span = np.array([span_ids.setdefault(pair, len(span_ids))
+                         for pair in zip(lay.tp_span, lay.cp_span, strict=True)])
+    spans = list(span_ids)
+    keys, key_idx = unique_rows({"combo": combo, "spans": lay_span[lay_idx]}, ("combo", "spans"))
+    comm = {name: np.zeros((len(keys), len(table.keys))) for name in COMM}
+    for row, (j, sid) in enumerate(keys):
+        tp_span, cp_span = spans[sid]
+        for name, arr in comm.items():
+            arr[row] = [comm_s(ctx, ops, tp_span if name.startswith("tp") else cp_span) for ops in table.comm[j][name]]
+    t = {name: arr[key_idx] for name, arr in comm.items()}
+    fwd, bwd, rec = table.fwd[combo], table.bwd[combo], table.rec[combo]
+    attn_f, attn_b = table.attn_f[combo], table.attn_b[combo]
+    f = np.where(t["cp_fwd"] > 0, fwd - attn_f + np.maximum(attn_f, t["cp_fwd"]), fwd) + t["tp_fwd"]
+    b = rec + np.where(t["cp_bwd"] > 0, bwd - attn_b + np.maximum(attn_b, t["cp_bwd"]), bwd) + t["tp_bwd"]
+    return f, np.where(table.has_bwd[combo], b, 0.0)
+
+
+def _data_comm(ctx: Context, memory: MemoryTable, plans: list, rows: np.ndarray) -> tuple[np.ndarray, ...]:
+    """g1, g3, r_mid, r_last [plan, K] (see the module docstring); rows: the memory row of each plan's tp."""
+    net = ctx.network
+    out = np.zeros((len(plans), 4, len(memory.keys)))
+    for i, plan in enumerate(plans):
+        for k in range(len(memory.keys)):
+            params, trainable = float(memory.params[rows[i], k]), float(memory.trainable[rows[i], k])
+            size = trainable * plan.grad_bytes
+            if plan.zero in (1, 2) and plan.shard > 1 and trainable:
+                out[i, 0, k] = net.collective_s(Collective.ALL_GATHER, trainable * plan.weight_bytes, plan.shard_span)
+            if plan.zero >= 3:
+                out[i, 1, k] = net.collective_s(Collective.ALL_GATHER, params * plan.weight_bytes, plan.shard_span)
+            if not trainable or (plan.shard == 1 and plan.replicas == 1):
+                continue
+            if plan.zero == 0:
+                out[i, 3, k] = net.collective_s(Collective.ALL_REDUCE, size, plan.grad_span)
+                continue
+            rs = net.collective_s(Collective.REDUCE_SCATTER, size, plan.shard_span) if plan.shard > 1 else 0.0
+            ar = (net.collective_s(Collective.ALL_REDUCE, size / plan.shard, plan.replica_span)
+                  if plan.replicas > 1 else 0.0)
+            out[i, 2, k] = rs if plan.zero >= 2 else 0.0
+            out[i, 3, k] = rs + ar
+    return out[:, 0], out[:, 1], out[:, 2], out[:, 3]

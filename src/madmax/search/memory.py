@@ -1,0 +1,77 @@
+"""Peak memory per GPU of many candidates in closed form: `parallel.memory.stage_memory`, vectorized.
+
+For stage s of a candidate with N_sk units of key k (params P_k, trainable T_k per rank):
+
+    weights     = sum_k N_sk (P_k - T_k) w_0 + sum_k N_sk T_k w      (+ 2 max_k P_k w_0 under ZeRO-3)
+    gradients   = sum_k N_sk T_k g,      optimizer = sum_k N_sk T_k o
+    activations = max over the in-flight peaks V of sum_c V_c A_sc  +  max_k working_k
+    total       = weights + gradients + optimizer + activations + reserved
+
+w, g, o: bytes per trainable parameter after ZeRO sharding (`DataParallelPlan.state_bytes_per_param`);
+w_0: bytes of an unsharded weight; A_sc = sum_k (units of k in chunk c) x saved_k, the activations one
+micro-batch leaves on chunk c (saved_k in proportion to the rank's tokens, mbs*seq/cp); V: the
+per-chunk micro-batch counts in flight at the steps that can be a peak (`search.pipeline.inflight`).
+The peak is the worst stage's total, as `simulate` reports it; it matches `simulate` to rounding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from madmax.parallel.memory import ZERO3_GATHERED_UNITS
+from madmax.search.pipeline import inflight
+from madmax.search.units import StageLayout
+
+
+@dataclass(frozen=True)
+class MemoryShape:
+    """What memory needs of a shape (pp, vp, m): for each representative stage, its units [R, K], the
+    units of each chunk type [R, T, K] and the distinct in-flight peaks by type [R, V, T].
+
+    Chunks of a stage with the same units weigh the same, so their in-flight counts add. Of stages with
+    the same units only the first is kept: it has the longest warm-up, so at least as many micro-batches
+    in flight on every chunk at each step of the steady state.
+    """
+
+    per_stage: np.ndarray
+    type_units: np.ndarray
+    vectors: np.ndarray
+
+
+def memory_shape(layout: StageLayout, m: int) -> MemoryShape:
+    per_stage = inflight(layout.pp, layout.vp, m)
+    reps = np.unique(layout.counts.reshape(layout.pp, -1), axis=0, return_index=True)[1]
+    types, peaks = [], []
+    for s in sorted(reps):
+        kinds, which = np.unique(layout.counts[s], axis=0, return_inverse=True)
+        project = np.zeros((layout.vp, len(kinds)))
+        project[np.arange(layout.vp), which.ravel()] = 1.0
+        types.append(kinds)
+        peaks.append(np.unique(per_stage[s] @ project, axis=0))
+    num_t, num_v = max(len(t) for t in types), max(len(p) for p in peaks)
+    type_units = np.zeros((len(types), num_t, layout.counts.shape[2]))
+    vectors = np.zeros((len(types), num_v, num_t))
+    for r in range(len(types)):
+        type_units[r, :len(types[r])] = types[r]
+        vectors[r, :len(peaks[r]), :peaks[r].shape[1]] = peaks[r]
+    return MemoryShape(per_stage=layout.per_stage[sorted(reps)], type_units=type_units, vectors=vectors)
+
+
+def peak_memory(shape: MemoryShape, units: dict[str, np.ndarray], state: np.ndarray, zero: np.ndarray,
+                weight_bytes: float, reserved_bytes: float) -> np.ndarray:
+    """Peak bytes per GPU [n] of candidates of one shape; units: params, trainable, saved, working [n, K]
+    per rank."""
+    per_stage = shape.per_stage  # [R, K]
+    present = per_stage > 0
+    params, trainable = units["params"], units["trainable"]
+    p_s, t_s = params @ per_stage.T, trainable @ per_stage.T  # [n, R]
+    w, g, o = state[:, 0:1], state[:, 1:2], state[:, 2:3]
+    total = (p_s - t_s) * weight_bytes + t_s * (w + g + o) + reserved_bytes
+    largest = np.where(present[None], params[:, None, :], 0.0).max(axis=2)  # [n, R]
+    total += np.where(zero[:, None] >= 3, ZERO3_GATHERED_UNITS * largest * weight_bytes, 0.0)
+    type_act = np.einsum("nk,stk->nst", units["saved"], shape.type_units)
+    total += np.einsum("nst,svt->nsv", type_act, shape.vectors).max(axis=2)
+    total += np.where(present[None], units["working"][:, None, :], 0.0).max(axis=2)
+    return total.max(axis=1)

@@ -1,0 +1,78 @@
+"""Terminal output of a search (display units only here): the pruning counts and the top strategies."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from madmax.search.core import Outcome
+
+GIB = 2**30
+
+
+def _objective(value: float, unit: str) -> str:
+    if unit == "s":
+        return f"{value / 3600:,.2f} h" if value >= 3600 else f"{value:,.3f} s"
+    if unit == "J":
+        return f"{value / 3.6e9:,.3f} MWh" if value >= 3.6e9 else f"{value / 3.6e6:,.3f} kWh"
+    if unit == "USD":
+        return f"${value:,.2f}"
+    return f"{value:,.0f}"
+
+
+def report(outcome: Outcome, top: int, wall_s: float) -> dict[str, Any]:
+    """Counts and rates of a search, for the text and JSON outputs."""
+    return {"enumerated": outcome.enumerated, "rejected": dict(outcome.rejected), "valid": outcome.valid,
+            "evaluated": outcome.evaluated, "replayed": int((outcome.refined_s == outcome.refined_s).sum()),
+            "simulated": len(outcome.exact), "wall_s": wall_s,
+            "strategies_per_s": outcome.valid / wall_s if wall_s > 0 else float("inf"), "top": top}
+
+
+def print_search(outcome: Outcome, top: int, wall_s: float, console: Console | None = None) -> None:
+    """The pruning counts, then the top strategies with time, throughput, MFU, memory and exposed comm."""
+    console = console or Console()
+    ctx, score = outcome.ctx, outcome.scorer
+    console.print(f"[bold]{ctx.spec.name}[/bold] on {ctx.num_gpus} x {ctx.system.name} ({ctx.task.kind.value}, "
+                  f"{ctx.dtype.value}), global batch {ctx.global_batch} x {ctx.seq_len}; objective "
+                  f"{score.objective.value}", soft_wrap=True)
+    info = report(outcome, top, wall_s)
+    counts = Table(title="Candidates", title_justify="left", show_header=False)
+    counts.add_column(style="bold")
+    counts.add_column(justify="right")
+    counts.add_row("enumerated", f"{info['enumerated']:,}")
+    for rule, n in info["rejected"].items():
+        counts.add_row(f"  rejected: {rule}", f"{n:,}")
+    counts.add_row("evaluated (fit in memory)", f"{info['evaluated']:,}")
+    counts.add_row("replayed step by step", f"{info['replayed']:,}")
+    counts.add_row("simulated", f"{info['simulated']:,}")
+    counts.add_row("wall time", f"{wall_s:,.2f} s ({info['strategies_per_s']:,.0f} strategies/s)")
+    console.print(counts)
+    best = outcome.top(top)
+    if not best:
+        console.print("[red]no strategy fits in memory[/red]")
+        return
+    table = Table(title=f"Top {len(best)} by {score.objective.value}", title_justify="left")
+    columns = ["#", "strategy", "iter ms", "tok/s/GPU", "MFU", "GiB", "exposed ms"]
+    if score.objective.value != "throughput":
+        columns.append(f"{score.objective.value}")
+    for name in columns:
+        table.add_column(name, justify="left" if name == "strategy" else "right", overflow="fold")
+    for rank, i in enumerate(best, 1):
+        r = outcome.exact[i]
+        row = [str(rank), compact(outcome.strategy(i)), f"{r.iteration_time_s * 1e3:,.1f}",
+               f"{r.tokens_per_s_per_gpu:,.0f}", f"{r.mfu:.1%}", f"{r.peak_memory_bytes / GIB:,.1f}",
+               f"{r.breakdown['exposed_communication_s'] * 1e3:,.1f}"]
+        if len(columns) > len(row):
+            row.append(_objective(float(score.value(r.iteration_time_s)), score.unit))
+        table.add_row(*row)
+    console.print(table)
+
+
+DEFAULTS = {"cp=1", "ep=1", "vp=1"}
+
+
+def compact(strategy: str) -> str:
+    """The strategy without the keys at their default (cp=1, ep=1, vp=1), for narrow terminals."""
+    return ",".join(p for p in strategy.split(",") if p not in DEFAULTS)

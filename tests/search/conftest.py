@@ -1,0 +1,54 @@
+"""A small search problem shared by the search tests: a 4-layer model on 8 H100s with 3.5 GiB each.
+
+The GPU memory is cut so that some candidates do not fit (3 GiB of it is the runtime reserve), which
+exercises the memory rule; everything else is the catalog dgx-h100.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from madmax.config.loaders import find_in_catalog
+
+TINY = {"name": "tiny", "num_layers": 4, "hidden_size": 512, "num_heads": 8, "num_kv_heads": 4,
+        "ffn_hidden_size": 1536, "is_gated_ffn": True, "vocab_size": 32000, "max_seq_len": 1024}
+
+
+def small_node() -> dict:
+    gpu = dict(find_in_catalog("gpus", "h100-sxm"))
+    gpu["hbm_bytes"] = "3.5 GiB"
+    node = dict(find_in_catalog("systems", "dgx-h100"))
+    node.update(name="small-h100", gpu=gpu)
+    return node
+
+
+# 8 GPUs, 8 sequences of 1024 tokens; the filters keep the exhaustive check under a second.
+CASE = {"model": TINY, "system": small_node(), "num_gpus": 8, "global_batch": 8, "seq_len": 1024,
+        "recompute": ["none", "full"], "zero": [0, 2, 3]}
+
+
+@pytest.fixture
+def case() -> dict:
+    return dict(CASE)
+
+
+@pytest.fixture(scope="session")
+def outcome():
+    """The search of CASE with a small replay pool (30) and 5 simulations."""
+    from madmax.search.api import find
+
+    return find(**CASE, top=3, exact=5, refine=30)
+
+
+@pytest.fixture(scope="session")
+def files(tmp_path_factory) -> dict[str, Path]:
+    """CASE's model and system as files, for the command line."""
+    root = tmp_path_factory.mktemp("search")
+    paths = {"model": root / "tiny.yaml", "system": root / "small-h100.yaml"}
+    paths["model"].write_text(yaml.safe_dump(TINY))
+    node = small_node()
+    paths["system"].write_text(yaml.safe_dump(node, sort_keys=False))
+    return paths
