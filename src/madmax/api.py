@@ -126,6 +126,7 @@ def simulate(model: str | Path | dict | ModelSpec, system: str | Path | dict | S
         "communication_s": stage_view["communication"],
         "exposed_communication_s": stage_view["exposed_communication_s"],
         "pipeline_bubble_s": stage_view["pipeline_bubble_s"],
+        **{unit.name: dict(unit.info) for unit in plan.units.values() if unit.info},
     }
     from madmax.validate.trust import error_band
 

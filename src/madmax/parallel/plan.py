@@ -56,6 +56,7 @@ class UnitPlan:
     edge_bwd: tuple[CommOp, ...] = ()
     update: tuple[CommOp, ...] = ()
     edge_to: str | None = None
+    info: tuple[tuple[str, object], ...] = ()  # what the unit's plan reports (e.g. table load imbalance)
 
     @property
     def has_backward(self) -> bool:
@@ -172,7 +173,10 @@ def table_unit(key: str, block: Block, tables: tuple, s: Strategy, shape: Shape,
                     cp_bwd=(), params=0.0, trainable_params=0.0, saved_bytes=0.0, working_bytes=0.0,
                     is_layer=False, state_bytes=state, pre_fwd=tuple(by_phase["pre"]),
                     edge_fwd=tuple(by_phase["forward"]), edge_bwd=tuple(by_phase["backward"]),
-                    update=tuple(by_phase["update"]))
+                    update=tuple(by_phase["update"]),
+                    info=(("sharding", s.emb), ("group", strategy.group), ("size_imbalance", plan.size_imbalance),
+                          ("lookup_imbalance", plan.lookup_imbalance),
+                          ("offloaded_bytes_per_gpu", max(plan.offloaded_bytes))))
 
 
 def workload_hidden(workload: Workload) -> int:
