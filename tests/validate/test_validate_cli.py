@@ -49,7 +49,7 @@ def test_validate_json_shape_on_a_user_csv(tiny_csv, tmp_path):
     result = runner.invoke(app, ["validate", str(tiny_csv), "--json", "--jobs", "1", "--out", str(rows_csv)])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
-    assert set(data) == {"overall", "datasets", "groups", "comparisons"}
+    assert set(data) == {"overall", "overall_with_stacks", "datasets", "groups", "comparisons"}
     (ds,) = data["datasets"]
     assert ds["name"] == "mine" and ds["mapped"] == ds["run"] == 4 and ds["failed"] == 0
     assert set(ds["stats"]) == {"rows", "median_abs_pct", "mean_abs_pct", "p90_abs_pct", "max_abs_pct",
