@@ -35,3 +35,14 @@ _DTYPE_BYTES = {
     DType.FP64: 8, DType.FP32: 4, DType.TF32: 4, DType.BF16: 2, DType.FP16: 2,
     DType.FP8: 1, DType.INT8: 1, DType.FP4: 0.5,
 }
+
+
+def dtype_among(value: object, allowed: tuple[str, ...], role: str) -> str:
+    """`value` (a DType or its name, any case) as a lower-case name, if it is one of `allowed`.
+
+    Raises ValueError "is not a {role} dtype; allowed: ..." (pydantic prefixes the field and value).
+    """
+    text = str(value.value if isinstance(value, DType) else value).lower()
+    if text not in allowed:
+        raise ValueError(f"is not {role} dtype; allowed: {', '.join(allowed)}")
+    return text

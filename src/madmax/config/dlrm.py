@@ -15,7 +15,7 @@ from typing import Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt, field_validator, model_validator
 
-from madmax.config.base import DType, Schema
+from madmax.config.base import DType, Schema, dtype_among
 
 
 class Interaction(StrEnum):
@@ -82,10 +82,7 @@ class DLRMModel(Schema):
     @field_validator("embedding_dtype", mode="before")
     @classmethod
     def _embedding_dtype(cls, value: object) -> object:
-        text = str(value.value if isinstance(value, DType) else value).lower()
-        if text not in EMBEDDING_DTYPES:
-            raise ValueError(f"is not an embedding dtype; allowed: {', '.join(EMBEDDING_DTYPES)}")
-        return text
+        return dtype_among(value, EMBEDDING_DTYPES, "an embedding")
 
     @model_validator(mode="after")
     def _shape(self) -> DLRMModel:

@@ -6,7 +6,7 @@ from enum import StrEnum
 
 from pydantic import Field, NonNegativeInt, PositiveInt, field_validator, model_validator
 
-from madmax.config.base import DType, Schema
+from madmax.config.base import DType, Schema, dtype_among
 
 
 class TaskKind(StrEnum):
@@ -45,10 +45,7 @@ class Task(Schema):
     @field_validator("dtype", mode="before")
     @classmethod
     def _compute_dtype(cls, value: object) -> object:
-        text = str(value.value if isinstance(value, DType) else value).lower()
-        if text not in COMPUTE_DTYPES:
-            raise ValueError(f"is not a compute dtype; allowed: {', '.join(COMPUTE_DTYPES)}")
-        return text
+        return dtype_among(value, COMPUTE_DTYPES, "a compute")
 
     @model_validator(mode="after")
     def _fields_of_kind(self) -> Task:
