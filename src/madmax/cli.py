@@ -348,6 +348,114 @@ def search(
     print_search(outcome, top, wall)
 
 
+# --- sweep, query, report ------------------------------------------------------------------------
+
+
+@app.command()
+def sweep(
+    spec: Annotated[Path, typer.Argument(help="Sweep file (YAML): models, systems, sizes, tasks, what-ifs.")],
+    out: Annotated[Path | None, typer.Option("--out", help="Results folder (default: <spec file name>-results); "
+                                                           "an existing one is resumed.")] = None,
+    dask: Annotated[str | None, typer.Option(help="Run on dask: 'local' (a LocalCluster) or a scheduler "
+                                                  "address tcp://HOST:PORT.")] = None,
+    workers: Annotated[int | None, typer.Option(help="Worker processes (default: CPU count).")] = None,
+    price: Annotated[list[str] | None, typer.Option(help="USD per GPU-hour overriding the catalog and the "
+                                                         "file: SYSTEM=USD, or USD for all; repeatable.")] = None,
+    limit: Annotated[int | None, typer.Option(help="Stop after this many new points (resume later).")] = None,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar with rate and ETA.")] = True,
+) -> None:
+    """Evaluate every point of a sweep into Parquet shards; an interrupted sweep resumes where it stopped."""
+    from madmax.sweep.runner import parse_prices, run_sweep
+    from madmax.sweep.spec import load_sweep
+
+    try:
+        prices = parse_prices(price or [])
+        if limit is not None and limit < 1:
+            raise MadmaxError(f"--limit={limit} must be a positive number of points")
+        loaded = load_sweep(spec)
+        directory = out or Path(f"{spec.stem}-results")
+        summary = run_sweep(loaded, directory, workers=workers, dask=dask, prices=prices, progress=progress,
+                            stop_after=limit)
+    except MadmaxError as exc:
+        _fail(str(exc))
+        return
+    except KeyboardInterrupt:
+        typer.echo(f"interrupted: the rows so far are saved in {out or spec.stem + '-results'}; "
+                   "run the same command to resume", err=True)
+        raise typer.Exit(130) from None
+    s = summary
+    typer.echo(f"{s.total} points: {s.done_before} done before, {s.computed} computed in {s.wall_s:.1f} s "
+               f"({s.points_per_s:.1f} points/s); {s.errors} errors, {s.no_fit} without a fitting strategy"
+               + (f", {s.failed} failed (see {directory / 'failures.jsonl'})" if s.failed else ""))
+    if s.remaining:
+        typer.echo(f"{s.remaining} points remain; run the same command to resume")
+    typer.echo(f"results: {directory} (madmax query {directory} \"SELECT * FROM results LIMIT 5\")")
+    if s.computed or s.done_before:
+        from madmax.sweep.codesign import findings_of
+
+        for line in findings_of(directory):
+            typer.echo(line)
+    if s.failed:
+        raise typer.Exit(1)
+
+
+@app.command()
+def query(
+    directory: Annotated[Path, typer.Argument(help="Results folder of `madmax sweep`.")],
+    sql: Annotated[str, typer.Argument(help='SQL over the table `results`, e.g. "SELECT system, '
+                                            'min(cost_usd) FROM results GROUP BY system".')],
+    fmt: Annotated[str, typer.Option("--format", help="table, csv or json.")] = "table",
+) -> None:
+    """Run SQL (DuckDB) over the Parquet shards of a sweep; the table is named `results`."""
+    from madmax.sweep.store import query_rows
+
+    try:
+        if fmt not in ("table", "csv", "json"):
+            raise MadmaxError(f"--format={fmt!r} is unknown; allowed: table, csv, json")
+        columns, rows = query_rows(directory, sql)
+    except MadmaxError as exc:
+        _fail(str(exc))
+        return
+    except ImportError:
+        _fail("query needs duckdb; install madmax[dev]")
+        return
+    if fmt == "json":
+        _emit_json([dict(zip(columns, r, strict=True)) for r in rows])
+    elif fmt == "csv":
+        import csv
+
+        writer = csv.writer(sys.stdout)
+        writer.writerow(columns)
+        writer.writerows(rows)
+    else:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(*columns)
+        for r in rows:
+            table.add_row(*("" if v is None else f"{v:.6g}" if isinstance(v, float) else str(v) for v in r))
+        Console().print(table)
+
+
+@app.command()
+def report(
+    directory: Annotated[Path, typer.Argument(help="Results folder of `madmax sweep`.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="The HTML page to write.")] = Path("report.html"),
+    png: Annotated[Path | None, typer.Option(help="Also write each figure as a PNG into this folder.")] = None,
+    search_table: Annotated[Path | None, typer.Option("--search", help="A `madmax search --out` .parquet "
+                                                                       "table to rank.")] = None,
+) -> None:
+    """Write one self-contained HTML page: Pareto frontier, strategy ranking, co-design, breakdowns."""
+    from madmax.report.html import write_report
+
+    try:
+        written = write_report(directory, out, png_dir=png, search_table=search_table)
+    except MadmaxError as exc:
+        _fail(str(exc))
+        return
+    typer.echo(f"wrote {out}" + (f" and {len(written)} PNG files in {png}" if png else ""))
+
+
 def main() -> None:
     try:
         app()

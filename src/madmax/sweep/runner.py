@@ -1,0 +1,251 @@
+"""Run a sweep: the points not yet in the results folder, on local processes or a dask cluster.
+
+Points travel in chunks to workers (`evaluate_chunk`); rows come back in completion order and are
+buffered into Parquet shards by this process alone, so workers never touch the folder. At most
+2 chunks per worker are in flight, so a sweep of millions of points never holds them all.
+
+Backends: one worker runs in this process; more run in a `concurrent.futures` process pool
+(forkserver on POSIX: fresh interpreters forked from a server that imported madmax once); `dask`
+takes 'local' (a dask.distributed LocalCluster of `workers` single-thread processes), a scheduler
+address ('tcp://HOST:PORT'), or a `distributed.Client`. The rows do not depend on the backend.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from madmax.errors import ConfigError
+from madmax.sweep import store
+from madmax.sweep.evaluate import evaluate_chunk
+from madmax.sweep.spec import Point, Sweep, load_sweep
+
+MAX_CHUNK = 64
+
+
+@dataclass(frozen=True)
+class Summary:
+    """What one run of a sweep did."""
+
+    directory: Path
+    total: int  # distinct points of the sweep
+    done_before: int  # points found in the folder when the run started
+    computed: int  # points evaluated and stored by this run
+    errors: int  # of those, rows with status 'error' (bad input for that point)
+    no_fit: int  # of those, searches where no strategy fits in memory
+    failed: int  # points that raised a bug: in failures.jsonl, not stored, retried next run
+    wall_s: float
+    interrupted: bool  # stopped early (stop_after or an exception); rerun to resume
+
+    @property
+    def points_per_s(self) -> float:
+        return (self.computed + self.failed) / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def remaining(self) -> int:
+        return self.total - self.done_before - self.computed
+
+
+def run_sweep(sweep: Sweep | str | Path | dict, out: str | Path, *, workers: int | None = None,
+              dask: Any = None, dask_processes: bool = True, prices: dict[str, float] | None = None,
+              progress: bool = False, on_progress: Callable[[int, int], None] | None = None,
+              stop_after: int | None = None, chunk_size: int | None = None, flush_rows: int = 1000,
+              flush_s: float = 30.0) -> Summary:
+    """Evaluate every point of `sweep` not yet stored in `out`; store the rows as Parquet shards there.
+
+    workers: processes (default: CPU count; 1 runs here). dask: None, 'local', an address or a Client.
+    prices: USD per GPU-hour by system name ('*': all) over the sweep's. on_progress(done, total) is
+    called after each chunk (done counts points stored before this run). stop_after: stop once this many
+    points are evaluated (a partial run, resumed by the next). An exception (Ctrl-C) stops the run after
+    the rows received so far are written.
+    """
+    sweep = sweep if isinstance(sweep, Sweep) else load_sweep(sweep)
+    if prices:
+        sweep = sweep.with_prices(prices)
+    workers = (os.cpu_count() or 1) if workers is None else workers
+    if workers < 1:
+        raise ConfigError(f"workers={workers} must be a positive number of processes")
+    if dask is not None and isinstance(dask, str) and dask != "local" and "://" not in dask:
+        raise ConfigError(f"dask={dask!r} must be 'local' or a scheduler address such as tcp://HOST:PORT")
+    directory = Path(out)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"out={str(directory)!r} cannot be created: {exc.__class__.__name__}") from None
+    store.remove_partial(directory)
+    done = store.completed_keys(directory)
+    total = pending = 0
+    for point in sweep.points():
+        total += 1
+        pending += point.key not in done
+    store.write_meta(directory, {"name": sweep.name, "total_points": total,
+                                 "spec": sweep.spec.model_dump(mode="json", exclude_defaults=True)})
+    size = chunk_size or max(1, min(MAX_CHUNK, pending // (8 * workers)))
+    chunks = _chunks((p for p in sweep.points() if p.key not in done), size)
+    if dask is not None:
+        results = _dask_results(chunks, dask, workers, dask_processes)
+    else:
+        results = _local_results(chunks, workers)
+    bar = _ProgressBar(sweep.name, total, total - pending) if progress else None
+    writer = store.ShardWriter(directory, flush_rows=flush_rows, flush_s=flush_s)
+    counts = {"computed": 0, "error": 0, "no_fit": 0, "failed": 0}
+    start = time.perf_counter()
+    try:
+        for rows in results:
+            _take(rows, writer, directory, counts)
+            finished = total - pending + counts["computed"] + counts["failed"]
+            if bar is not None:
+                bar.update(finished)
+            if on_progress is not None:
+                on_progress(finished, total)
+            if stop_after is not None and counts["computed"] + counts["failed"] >= stop_after:
+                break
+    finally:
+        results.close()
+        writer.flush()
+        if bar is not None:
+            bar.close()
+    return Summary(directory=directory, total=total, done_before=total - pending, computed=counts["computed"],
+                   errors=counts["error"], no_fit=counts["no_fit"], failed=counts["failed"],
+                   wall_s=time.perf_counter() - start, interrupted=counts["computed"] + counts["failed"] < pending)
+
+
+def _take(rows: list[dict[str, Any]], writer: store.ShardWriter, directory: Path, counts: dict[str, int]) -> None:
+    failed = [r for r in rows if r["status"] == "failed"]
+    if failed:
+        with open(directory / store.FAILURES, "a", encoding="utf-8") as f:
+            for r in failed:
+                f.write(json.dumps({"key": r["key"], "model": r["model"], "system": r["system"],
+                                    "error": r["error"]}) + "\n")
+    kept = [r for r in rows if r["status"] != "failed"]
+    writer.add(kept)
+    counts["computed"] += len(kept)
+    counts["failed"] += len(failed)
+    for r in kept:
+        if r["status"] in counts:
+            counts[r["status"]] += 1
+
+
+def _chunks(points: Iterator[Point], size: int) -> Iterator[list[Point]]:
+    chunk: list[Point] = []
+    for p in points:
+        chunk.append(p)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def _local_results(chunks: Iterator[list[Point]], workers: int) -> Iterator[list[dict[str, Any]]]:
+    if workers == 1:
+        for chunk in chunks:
+            yield evaluate_chunk(chunk)
+        return
+    methods = multiprocessing.get_all_start_methods()
+    context = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+    if "forkserver" in methods:
+        context.set_forkserver_preload(["madmax.api", "madmax.sweep.evaluate"])
+    pool = ProcessPoolExecutor(workers, mp_context=context)
+    try:
+        inflight = {pool.submit(evaluate_chunk, c) for c in _take_n(chunks, 2 * workers)}
+        while inflight:
+            finished, inflight = wait(inflight, return_when=FIRST_COMPLETED)
+            for future in finished:
+                yield future.result()
+            inflight |= {pool.submit(evaluate_chunk, c) for c in _take_n(chunks, len(finished))}
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _take_n(chunks: Iterator[list[Point]], n: int) -> list[list[Point]]:
+    out = []
+    for _ in range(n):
+        chunk = next(chunks, None)
+        if chunk is None:
+            break
+        out.append(chunk)
+    return out
+
+
+def _dask_results(chunks: Iterator[list[Point]], dask: Any, workers: int,
+                  processes: bool) -> Iterator[list[dict[str, Any]]]:
+    try:
+        from distributed import Client, LocalCluster, as_completed
+    except ImportError:
+        raise ConfigError("dask needs dask[distributed]; install madmax[dist]") from None
+    owned: list[Any] = []
+    try:
+        if dask == "local":
+            cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=processes,
+                                   dashboard_address=None)
+            owned.append(cluster)
+            client = Client(cluster)
+        elif isinstance(dask, str):
+            try:
+                client = Client(dask, timeout="10s")
+            except (OSError, TimeoutError) as exc:
+                raise ConfigError(f"dask={dask!r}: no scheduler answers there ({exc.__class__.__name__})") from None
+        else:
+            client = dask
+        if client is not dask:
+            owned.insert(0, client)
+        slots = 2 * max(1, len(client.scheduler_info().get("workers", {})) or workers)
+        futures = as_completed([client.submit(evaluate_chunk, c, pure=False) for c in _take_n(chunks, slots)])
+        for future in futures:
+            rows = future.result()
+            future.release()
+            yield rows
+            for c in _take_n(chunks, 1):
+                futures.add(client.submit(evaluate_chunk, c, pure=False))
+    finally:
+        for thing in owned:
+            thing.close()
+
+
+class _ProgressBar:
+    """A rich progress bar on stderr: points done of the total, rate, elapsed time and ETA."""
+
+    def __init__(self, name: str, total: int, done: int) -> None:
+        from rich import progress as rp
+        from rich.console import Console
+        from rich.text import Text
+
+        class Rate(rp.ProgressColumn):
+            def render(self, task) -> Text:
+                speed = task.finished_speed or task.speed
+                return Text(f"{speed:,.1f} points/s" if speed else "- points/s", style="progress.data.speed")
+
+        self.progress = rp.Progress(rp.TextColumn("[bold]{task.description}"), rp.BarColumn(),
+                                    rp.MofNCompleteColumn(), Rate(), rp.TimeElapsedColumn(), rp.TextColumn("ETA"),
+                                    rp.TimeRemainingColumn(), console=Console(stderr=True), transient=False)
+        self.task = self.progress.add_task(name, total=total, completed=done)
+        self.progress.start()
+
+    def update(self, done: int) -> None:
+        self.progress.update(self.task, completed=done)
+
+    def close(self) -> None:
+        self.progress.stop()
+
+
+def parse_prices(items: list[str]) -> dict[str, float]:
+    """`--price` values as {system: USD per GPU-hour}: 'SYSTEM=USD' for one system, 'USD' for all ('*')."""
+    prices = {}
+    for item in items:
+        name, _, value = item.rpartition("=")
+        try:
+            usd = float(value)
+        except ValueError:
+            usd = -1.0
+        if not usd >= 0:
+            raise ConfigError(f"price={item!r} must be SYSTEM=USD or USD per GPU-hour (>= 0), e.g. p4d.24xlarge=3.5")
+        prices[name.strip() or "*"] = usd
+    return prices
