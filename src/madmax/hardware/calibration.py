@@ -194,7 +194,8 @@ def _fit_gemm(rows: list[dict], peaks: ReferencePeaks, hbm_read_fraction: float)
         start = np.median(gemm_flops(dm, dk, dn) / (dpeak * dt))
         fractions[dtype] = _sigmoid(minimize(dloss, [_logit(start)])[0])
     return {"reference_dtype": ref, "peak_fraction": fractions, "k0": k0, "n0": n0,
-            "read_fraction": read, "launch_s": launch, "latency_s": lat}
+            "read_fraction": read, "launch_s": launch, "latency_s": lat,
+            "min_k": float(min(r["k"] for r in rows)), "min_n": float(min(r["n"] for r in rows))}
 
 
 def _decode_columns(rows: list[dict]):

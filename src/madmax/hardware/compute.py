@@ -115,8 +115,10 @@ def _gemm_s(cid: int, m: int, k: int, n: int) -> float:
         _check(name, value)
     if not (m and k and n):
         return 0.0
-    peak, e_d, k0, n0, width, bw, lat, launch = _COEFFS[cid]
-    t_compute = gemm_flops(m, k, n) / (peak * gemm_efficiency(k, n, e_d, k0, n0))
+    peak, e_d, k0, n0, width, bw, lat, launch, min_k, min_n = _COEFFS[cid]
+    # Below the measured shapes the efficiency is held, not extrapolated: a GEMM with k = 13 or n = 1
+    # (the first and last layers of a recommendation MLP) is bound by its bytes, which the roof counts.
+    t_compute = gemm_flops(m, k, n) / (peak * gemm_efficiency(max(k, min_k), max(n, min_n), e_d, k0, n0))
     t_memory = stream_s(gemm_bytes(m, k, n, width), bw, lat)
     return max(launch, t_compute, t_memory)
 
@@ -192,7 +194,7 @@ class ComputeModel:
             g = p.gemm
             gemm[str(dtype)] = _register((
                 peak, g.peak_fraction[fitted], g.k0, g.n0, width,
-                hbm * g.read_fraction, p.memory.latency_s, p.launch_s))
+                hbm * g.read_fraction, p.memory.latency_s, p.launch_s, g.min_k, g.min_n))
             # Attention was measured in bf16 only: its fractions of peak are used for every dtype.
             a = p.attention
             attention[str(dtype)] = _register((

@@ -46,6 +46,9 @@ class GemmFit(Schema):
     k0: float = Field(gt=0, description="Inner-dimension scale of the k factor 1 - exp(-k/k0).")
     n0: float = Field(gt=0, description="Output-column scale of the n factor 1 - exp(-n/n0).")
     read_fraction: float = Field(gt=0, le=1, description="Fraction of peak HBM bandwidth of the memory roof.")
+    min_k: float = Field(0, ge=0, description="Smallest inner dimension measured: below it the k factor is "
+                                             "held at its value there instead of extrapolated.")
+    min_n: float = Field(0, ge=0, description="Smallest output width measured: below it the n factor is held.")
 
 
 class AttentionPassFit(Schema):
