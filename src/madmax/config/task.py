@@ -28,7 +28,7 @@ class Task(Schema):
         None, description="Sequences per optimizer step (training); default dp x mbs x pp."
     )
     seq_len: PositiveInt | None = Field(None, description="Tokens per training sequence; default the model's.")
-    dtype: DType = Field(DType.BF16, description="Compute dtype of the GEMMs (bf16, fp16, fp8, fp32).")
+    dtype: DType = Field(DType.BF16, description="Compute dtype of the GEMMs (bf16, fp16, fp8, fp32, tf32).")
     finetune: FinetuneMethod = Field(FinetuneMethod.FULL, description="Fine-tuning method (finetune only).")
     frozen_layers: NonNegativeInt = Field(
         0, description="Bottom layers (and the embedding when > 0) without gradients or optimizer state."
@@ -68,4 +68,4 @@ class Task(Schema):
 
 
 LORA_TARGETS = {"qkv", "out", "up", "gate", "down"}
-COMPUTE_DTYPES = ("bf16", "fp16", "fp8", "fp32")
+COMPUTE_DTYPES = ("bf16", "fp16", "fp8", "fp32", "tf32")

@@ -10,6 +10,7 @@ costs the plan and simulates it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 
 from madmax.config.base import DType
@@ -154,7 +155,7 @@ def table_unit(key: str, block: Block, tables: tuple, s: Strategy, shape: Shape,
     strategy = emb.EmbeddingStrategy(num_ranks=ranks, ranks_per_node=min(domain_size, ranks),
                                      sharding=emb.ShardingType(s.emb), group_size=s.emb_group,
                                      hbm_budget_bytes=budget_bytes)
-    plan = emb.shard(tuple(emb.Table(t.rows, t.dim, t.pooling, t.elem_bytes, t.name) for t in tables), strategy)
+    plan = _shard(tuple(emb.Table(t.rows, t.dim, t.pooling, t.elem_bytes, t.name) for t in tables), strategy)
     worst = max(range(len(plan.lookup_bytes_per_sample)), key=lambda r: plan.lookup_bytes_per_sample[r])
     fwd = [Kernel(KernelKind.MEMORY, "embedding", num_bytes=local * plan.lookup_bytes_per_sample[worst])]
     bwd = [Kernel(KernelKind.MEMORY, "embedding", num_bytes=local * plan.update_bytes_per_sample[worst])]
@@ -177,6 +178,14 @@ def table_unit(key: str, block: Block, tables: tuple, s: Strategy, shape: Shape,
                     info=(("sharding", s.emb), ("group", strategy.group), ("size_imbalance", plan.size_imbalance),
                           ("lookup_imbalance", plan.lookup_imbalance),
                           ("offloaded_bytes_per_gpu", max(plan.offloaded_bytes))))
+
+
+@functools.lru_cache(maxsize=256)
+def _shard(tables: tuple, strategy):
+    """The embedding plan, cached: the same tables and sharding recur across ZeRO and batch variants."""
+    from madmax.parallel import embedding as emb
+
+    return emb.shard(tables, strategy)
 
 
 def workload_hidden(workload: Workload) -> int:

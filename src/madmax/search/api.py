@@ -8,12 +8,13 @@ from typing import Any
 
 import numpy as np
 
-from madmax.config.strategy import DEFAULT_ORDER, Recompute
+from madmax.config.strategy import DEFAULT_ORDER, EMB_SHARDINGS, Recompute
 from madmax.errors import ConfigError
 from madmax.search.context import prepare
 from madmax.search.core import Outcome, run_search
 from madmax.search.objective import scorer
 from madmax.search.space import RECOMPUTES, Limits, all_orders, enumerate_space
+from madmax.search.tables import TableLimits, run_table_search
 
 DEFAULT_EXACT = 20
 DEFAULT_REFINE = 2000
@@ -25,8 +26,8 @@ def find(model: Any, system: Any, num_gpus: int | None = None, task: Any = "pret
          refine: int = DEFAULT_REFINE, max_tp: int | None = None, max_pp: int | None = None,
          max_cp: int | None = None, max_vp: int | None = None, max_mbs: int | None = None,
          zero: list[int] | None = None, recompute: list[str] | None = None, sp: list[bool] | None = None,
-         hybrid: bool = True, orders: list[str] | str | None = None, calibration: str | Path | None = None,
-         workers: int = 1, **task_fields: Any) -> Outcome:
+         hybrid: bool = True, orders: list[str] | str | None = None, emb: list[str] | None = None,
+         calibration: str | Path | None = None, workers: int = 1, **task_fields: Any) -> Outcome:
     """Search every valid strategy; see `search` for the arguments. Returns the full `Outcome`."""
     ctx = prepare(model, system, num_gpus, task, global_batch, seq_len, dtype, calibration=calibration,
                   **{k: v for k, v in task_fields.items() if v is not None})
@@ -39,8 +40,23 @@ def find(model: Any, system: Any, num_gpus: int | None = None, task: Any = "pret
         raise ConfigError(f"refine={refine} must be a positive number of candidates to replay")
     if workers < 1:
         raise ConfigError(f"workers={workers} must be a positive number of processes")
-    limits = _limits(max_tp, max_pp, max_cp, max_vp, max_mbs, zero, recompute, sp, hybrid, orders)
+    for name, value in (("max_tp", max_tp), ("max_pp", max_pp), ("max_cp", max_cp)):
+        if value is not None and value < 1:
+            raise ConfigError(f"{name}={value} must be a positive integer")
     score = scorer(objective, ctx.system, ctx.tokens, tokens)
+    if ctx.has_tables:
+        # tp = pp = cp = 1 there (the family's degree limits), so max_tp, max_pp, max_cp always hold.
+        given = [name for name, value in (("max_vp", max_vp), ("max_mbs", max_mbs), ("recompute", recompute),
+                                          ("sp", sp), ("orders", orders)) if value is not None]
+        if given:
+            raise ConfigError(f"{given[0]} applies to transformer searches; {ctx.spec.name} has embedding tables "
+                              "and is searched over emb, emb_group and zero; allowed: omit it")
+        limits = TableLimits(emb=_embs(emb), zero=_zeros(zero), hybrid=hybrid)
+        return run_table_search(ctx, limits, score, workers=workers)
+    if emb is not None:
+        raise ConfigError(f"emb={list(emb)} applies to models with embedding tables; {ctx.spec.name} has none; "
+                          "allowed: omit it")
+    limits = _limits(max_tp, max_pp, max_cp, max_vp, max_mbs, zero, recompute, sp, hybrid, orders)
     start = time.perf_counter()
     space = enumerate_space(ctx.problem(), limits)
     timings = {"enumerate": time.perf_counter() - start}
@@ -52,9 +68,7 @@ def _limits(max_tp, max_pp, max_cp, max_vp, max_mbs, zero, recompute, sp, hybrid
                         ("max_mbs", max_mbs)):
         if value is not None and value < 1:
             raise ConfigError(f"{name}={value} must be a positive integer")
-    zeros = tuple(sorted(set(zero))) if zero is not None else (0, 1, 2, 3)
-    if not zeros or any(z not in (0, 1, 2, 3) for z in zeros):
-        raise ConfigError(f"zero={list(zero or [])} must list ZeRO stages; allowed: 0, 1, 2, 3")
+    zeros = _zeros(zero)
     allowed = ", ".join(r.value for r in RECOMPUTES)
     recs = []
     for r in recompute if recompute is not None else [r.value for r in RECOMPUTES]:
@@ -69,6 +83,23 @@ def _limits(max_tp, max_pp, max_cp, max_vp, max_mbs, zero, recompute, sp, hybrid
         raise ConfigError("sp must list at least one setting; allowed: 1, 0")
     return Limits(max_tp=max_tp, max_cp=max_cp, max_pp=max_pp, max_vp=max_vp, max_mbs=max_mbs, zero=zeros,
                   recompute=tuple(dict.fromkeys(recs)), sp=sps, hybrid=hybrid, orders=_orders(orders))
+
+
+def _zeros(zero: list[int] | None) -> tuple[int, ...]:
+    zeros = tuple(sorted(set(zero))) if zero is not None else (0, 1, 2, 3)
+    if not zeros or any(z not in (0, 1, 2, 3) for z in zeros):
+        raise ConfigError(f"zero={list(zero or [])} must list ZeRO stages; allowed: 0, 1, 2, 3")
+    return zeros
+
+
+def _embs(emb: list[str] | None) -> tuple[str, ...]:
+    """Embedding shardings to try (default all), in EMB_SHARDINGS order."""
+    if emb is None:
+        return EMB_SHARDINGS
+    chosen = {str(e).strip().lower() for e in emb}
+    if not chosen or chosen - set(EMB_SHARDINGS):
+        raise ConfigError(f"emb={list(emb)} must list embedding shardings; allowed: {', '.join(EMB_SHARDINGS)}")
+    return tuple(e for e in EMB_SHARDINGS if e in chosen)
 
 
 def _orders(orders: list[str] | str | None) -> tuple[str, ...]:
@@ -110,6 +141,12 @@ def search(model: Any, system: Any, num_gpus: int | None = None, task: Any = "pr
     estimated); `exposed_communication_s` (simulated rows only).
     Simulated rows come first, ranked by the objective. `df.attrs` holds `enumerated`, `rejected` (per
     rule, including `memory`), `evaluated`, `objective` and `timings_s`.
+
+    A model with embedding tables (a recommendation model) is searched over its sharding plan jointly
+    with ZeRO (`search.tables`): emb=[...] (shardings to try, default tw, rw, cw, twrw, dp), zero and
+    hybrid (one-node shard groups) filter it; every candidate is simulated, so exact and refine do not
+    apply, and max_vp, max_mbs, recompute, sp and orders are errors. Its frame adds the columns `emb`
+    and `emb_group` (0: all ranks); its tokens are samples (sequence length 1).
     """
     return to_frame(find(model, system, num_gpus, task, global_batch, seq_len, dtype, **options))
 
@@ -145,6 +182,10 @@ def to_frame(outcome: Outcome):
         "peak_memory_bytes": peak, "exposed_communication_s": exposed,
         "objective": outcome.scorer.value(t),
     })
+    if "emb" in cols:  # a model with tables: its sharding plan (emb_group 0: all ranks, as shard 0)
+        frame.insert(frame.columns.get_loc("order") + 1, "emb",
+                     pd.Categorical.from_codes(cols["emb"], list(EMB_SHARDINGS)))
+        frame.insert(frame.columns.get_loc("emb") + 1, "emb_group", cols["emb_group"])
     frame.attrs.update({"enumerated": outcome.enumerated, "rejected": dict(outcome.rejected),
                         "evaluated": outcome.evaluated, "objective": outcome.scorer.objective.value,
                         "objective_unit": outcome.scorer.unit, "timings_s": dict(outcome.timings_s)})

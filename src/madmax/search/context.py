@@ -47,6 +47,11 @@ class Context:
         return self.system.gpu.hbm_bytes
 
     @property
+    def has_tables(self) -> bool:
+        """Whether the model has embedding tables (a recommendation model), whose sharding is searched."""
+        return bool(self.workload.tables)
+
+    @property
     def tokens(self) -> int:
         """Tokens of one iteration (global batch x sequence length)."""
         return self.global_batch * self.seq_len
@@ -79,10 +84,6 @@ def prepare(model: Any, system: Any, num_gpus: int | None = None, task: Any = "p
     from madmax.workload import build_workload
 
     spec = load_model(model)
-    if spec.family != "decoder":
-        # The space enumerated here is that of transformer training (tp, cp, pp, vp, ZeRO, recompute, sp).
-        raise ConfigError(f"search enumerates transformer strategies; model {spec.name} is a {spec.family} model; "
-                          "allowed: decoder models")
     sysm = load_system(system, num_gpus)
     if dtype is None and not isinstance(task, Task | dict):
         dtype = DType.BF16.value if DType.BF16 in sysm.gpu.flops_per_s else DType.FP16.value

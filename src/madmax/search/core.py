@@ -144,7 +144,7 @@ def run_search(ctx: Context, space: Space, scorer: Scorer, *, refine_count: int 
         lap("simulate")
     return Outcome(ctx=ctx, scorer=scorer, space=space, columns=ev, peak_memory_bytes=peak[keep],
                    estimate_s=estimate, refined_s=refined, exact=results,
-                   ranked=_ranking(scorer, estimate, refined, results), rejected=rejected, model_flops=flops,
+                   ranked=ranking(scorer, estimate, refined, results), rejected=rejected, model_flops=flops,
                    timings_s=timings)
 
 
@@ -169,7 +169,7 @@ def _peak_memory(ctx: Context, space: Space, memory, layouts: _Layouts) -> np.nd
     return peak
 
 
-def _ranking(scorer: Scorer, estimate: np.ndarray, refined: np.ndarray, results: dict[int, Result]) -> np.ndarray:
+def ranking(scorer: Scorer, estimate: np.ndarray, refined: np.ndarray, results: dict[int, Result]) -> np.ndarray:
     """The simulated candidates by their simulated objective (those that fit first), then the rest by the
     replay where it ran, else the closed form."""
     simulated = np.array(sorted(results, key=lambda i: (not results[i].fits,
@@ -193,26 +193,38 @@ def _pool(key: np.ndarray, estimate: np.ndarray, count: int, margin: float) -> n
 def _simulate(ctx: Context, cols: dict[str, np.ndarray], space: Space, indices: np.ndarray,
               workers: int) -> dict[int, Result]:
     """`madmax.simulate` of each candidate, in `workers` processes when more than one."""
-    from madmax.api import simulate
-
     strategies = [describe({k: int(v[i]) for k, v in cols.items()}, space.orders) for i in indices]
+    results = simulate_many(ctx, strategies, workers)
+    return {int(i): r for i, r in zip(indices, results, strict=True)}
+
+
+def simulate_many(ctx: Context, strategies: list[str], workers: int, *,
+                  refused: tuple[type[Exception], ...] = (), chunksize: int | None = None) -> list[Any]:
+    """`madmax.simulate` of each strategy string, in `workers` processes (forked) when more than one.
+
+    An error of a type in `refused` comes back in the list in place of the result (a candidate the
+    engine refuses); any other error propagates. chunksize: strategies per task sent to a process
+    (default a quarter of each process' share).
+    """
+    jobs = [(ctx.simulate_kwargs, s, refused) for s in strategies]
     if workers > 1 and len(strategies) > workers:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
         if "fork" in multiprocessing.get_all_start_methods():
             with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-                results = list(pool.map(_simulate_one, [(ctx.simulate_kwargs, s) for s in strategies],
-                                        chunksize=max(1, len(strategies) // (4 * workers))))
-            return {int(i): r for i, r in zip(indices, results, strict=True)}
-    return {int(i): simulate(**ctx.simulate_kwargs, strategy=s) for i, s in zip(indices, strategies, strict=True)}
+                return list(pool.map(_simulate_one, jobs, chunksize=chunksize or max(1, len(jobs) // (4 * workers))))
+    return [_simulate_one(job) for job in jobs]
 
 
-def _simulate_one(job: tuple[dict[str, Any], str]) -> Result:
+def _simulate_one(job: tuple[dict[str, Any], str, tuple[type[Exception], ...]]) -> Any:
     from madmax.api import simulate
 
-    kwargs, strategy = job
-    return simulate(**kwargs, strategy=strategy)
+    kwargs, strategy, refused = job
+    try:
+        return simulate(**kwargs, strategy=strategy)
+    except refused as exc:
+        return exc
 
 
 def _model_flops(table, combo: np.ndarray, layouts: _Layouts, cols: dict[str, np.ndarray]) -> np.ndarray:

@@ -29,7 +29,7 @@ from itertools import permutations
 
 import numpy as np
 
-from madmax.config.strategy import DEFAULT_ORDER, Recompute, Strategy
+from madmax.config.strategy import DEFAULT_ORDER, EMB_SHARDINGS, Recompute, Strategy
 from madmax.errors import ConfigError
 
 RECOMPUTES = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
@@ -228,17 +228,25 @@ def _expand(problem: Problem, limits: Limits, tp, cp, pp, dp, vp, mbs) -> dict[s
 
 
 def strategy_of(row: dict[str, int], orders: tuple[str, ...]) -> Strategy:
-    """The Strategy of one candidate row (column values as ints)."""
+    """The Strategy of one candidate row (column values as ints; `emb`, `emb_group` where present)."""
+    tables = {"emb": EMB_SHARDINGS[row["emb"]], "emb_group": row["emb_group"] or None} if "emb" in row else {}
     return Strategy(tp=row["tp"], pp=row["pp"], dp=row["dp"], cp=row["cp"], vp=row["vp"], mbs=row["mbs"],
                     zero=row["zero"], shard=row["shard"] or None, recompute=RECOMPUTES[row["rec"]],
-                    sp=bool(row["sp"]), order=orders[row["order"]])
+                    sp=bool(row["sp"]), order=orders[row["order"]], **tables)
+
+
+def _emb_text(emb: int, group: int) -> str:
+    """The embedding keys of a candidate with tables: `,emb=tw`, plus `,emb_group=G` in 2-D sharding."""
+    return f",emb={EMB_SHARDINGS[emb]}" + (f",emb_group={group}" if group else "")
 
 
 def describe(row: dict[str, int], orders: tuple[str, ...]) -> str:
-    """The strategy string of one candidate: `Strategy.describe()`, plus the order when not the default."""
+    """The strategy string of one candidate: `Strategy.describe()`, plus the order when not the default
+    and the embedding sharding of a model with tables (which `Strategy.describe` leaves out)."""
     text = strategy_of(row, orders).describe()
     order = orders[row["order"]]
-    return text if order == DEFAULT_ORDER else f"{text},order={order}"
+    text = text if order == DEFAULT_ORDER else f"{text},order={order}"
+    return text + _emb_text(row["emb"], row["emb_group"]) if "emb" in row else text
 
 
 def strategy_strings(cols: dict[str, np.ndarray], orders: tuple[str, ...]) -> np.ndarray:
@@ -253,5 +261,8 @@ def strategy_strings(cols: dict[str, np.ndarray], orders: tuple[str, ...]) -> np
     ):
         values, index = unique_rows(cols, names)
         parts.append(np.array([text(*(int(x) for x in v)) for v in values], dtype=object)[index])
-    return parts[0] + parts[1] + parts[2]
+    if "emb" in cols and len(cols["emb"]):
+        values, index = unique_rows(cols, ("emb", "emb_group"))
+        parts.append(np.array([_emb_text(int(e), int(g)) for e, g in values], dtype=object)[index])
+    return sum(parts[1:], parts[0])
 

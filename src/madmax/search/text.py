@@ -34,9 +34,10 @@ def print_search(outcome: Outcome, top: int, wall_s: float, console: Console | N
     """The pruning counts, then the top strategies with time, throughput, MFU, memory and exposed comm."""
     console = console or Console()
     ctx, score = outcome.ctx, outcome.scorer
+    # A model with tables has no sequence: a token is a sample (seq_len 1).
+    batch = f"{ctx.global_batch} samples" if ctx.has_tables else f"{ctx.global_batch} x {ctx.seq_len}"
     console.print(f"[bold]{ctx.spec.name}[/bold] on {ctx.num_gpus} x {ctx.system.name} ({ctx.task.kind.value}, "
-                  f"{ctx.dtype.value}), global batch {ctx.global_batch} x {ctx.seq_len}; objective "
-                  f"{score.objective.value}", soft_wrap=True)
+                  f"{ctx.dtype.value}), global batch {batch}; objective {score.objective.value}", soft_wrap=True)
     info = report(outcome, top, wall_s)
     counts = Table(title="Candidates", title_justify="left", show_header=False)
     counts.add_column(style="bold")
@@ -45,7 +46,8 @@ def print_search(outcome: Outcome, top: int, wall_s: float, console: Console | N
     for rule, n in info["rejected"].items():
         counts.add_row(f"  rejected: {rule}", f"{n:,}")
     counts.add_row("evaluated (fit in memory)", f"{info['evaluated']:,}")
-    counts.add_row("replayed step by step", f"{info['replayed']:,}")
+    if not ctx.has_tables:  # a table search simulates every candidate: it has no replay step
+        counts.add_row("replayed step by step", f"{info['replayed']:,}")
     counts.add_row("simulated", f"{info['simulated']:,}")
     counts.add_row("wall time", f"{wall_s:,.2f} s ({info['strategies_per_s']:,.0f} strategies/s)")
     console.print(counts)
@@ -54,14 +56,16 @@ def print_search(outcome: Outcome, top: int, wall_s: float, console: Console | N
         console.print("[red]no strategy fits in memory[/red]")
         return
     table = Table(title=f"Top {len(best)} by {score.objective.value}", title_justify="left")
-    columns = ["#", "strategy", "iter ms", "tok/s/GPU", "MFU", "GiB", "exposed ms"]
+    columns = ["#", "strategy", "iter ms", "samples/s/GPU" if ctx.has_tables else "tok/s/GPU", "MFU", "GiB",
+               "exposed ms"]
     if score.objective.value != "throughput":
         columns.append(f"{score.objective.value}")
     for name in columns:
         table.add_column(name, justify="left" if name == "strategy" else "right", overflow="fold")
+    fixed = TABLE_FIXED if ctx.has_tables else set()
     for rank, i in enumerate(best, 1):
         r = outcome.exact[i]
-        row = [str(rank), compact(outcome.strategy(i)), f"{r.iteration_time_s * 1e3:,.1f}",
+        row = [str(rank), compact(outcome.strategy(i), fixed), f"{r.iteration_time_s * 1e3:,.1f}",
                f"{r.tokens_per_s_per_gpu:,.0f}", f"{r.mfu:.1%}", f"{r.peak_memory_bytes / GIB:,.1f}",
                f"{r.breakdown['exposed_communication_s'] * 1e3:,.1f}"]
         if len(columns) > len(row):
@@ -71,8 +75,9 @@ def print_search(outcome: Outcome, top: int, wall_s: float, console: Console | N
 
 
 DEFAULTS = {"cp=1", "ep=1", "vp=1"}
+TABLE_FIXED = {"tp=1", "pp=1", "recompute=none", "sp=0"}  # the same in every candidate of a table search
 
 
-def compact(strategy: str) -> str:
-    """The strategy without the keys at their default (cp=1, ep=1, vp=1), for narrow terminals."""
-    return ",".join(p for p in strategy.split(",") if p not in DEFAULTS)
+def compact(strategy: str, fixed: frozenset[str] | set[str] = frozenset()) -> str:
+    """The strategy without the keys at their default (cp=1, ep=1, vp=1) or in `fixed`, for narrow terminals."""
+    return ",".join(p for p in strategy.split(",") if p not in DEFAULTS and p not in fixed)

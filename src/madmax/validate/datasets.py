@@ -9,17 +9,20 @@ to validate a user's own measurements in the same format.
 - korthikanti2022: Korthikanti et al. 2022, iteration times (Table 5, Sec. 6.3) and MFU.
 - nemo: NeMo 24.07 performance summary (tokens/s/GPU) and NeMo 24.03 long-sequence table (TFLOP/s).
 - vtrain_single, vtrain_multi: vTrain (MICRO 2024) Megatron-DeepSpeed iteration times on A100s.
+- nvidia_dlrm: NVIDIA DeepLearningExamples TensorFlow2 DLRM and DCNv2 training throughput (samples/s).
 """
 
 from __future__ import annotations
 
 import csv
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from madmax.config.loaders import find_in_catalog
 from madmax.errors import MadmaxError
 from madmax.validate.conventions import METRICS, published_flops_per_token
 from madmax.validate.inputs import (
@@ -337,12 +340,176 @@ def load_vtrain_multi(rows: Rows | None = None) -> Dataset:
                                             system_for("a100-80gb", 8, None, VTRAIN_SCALE_OUT_GBPS)))
 
 
+# ------------------------------------------------------------------------- NVIDIA DLRM / DCNv2 (TF2)
+
+# Rows of Criteo 1TB embedding tables after frequency thresholding T15, T3, T0 (26 one-hot features):
+# NVIDIA/DeepLearningExamples TensorFlow2/Recommendation/DLRM_and_DCNv2/dataloading/generate_feature_spec.py
+# (commit d53419f2) variants criteo_t15/t3/t0_synthetic. Times 128 columns they hold 4.187 B, 22.777 B and
+# 112.995 B elements (15.6, 84.9 and 420.9 GiB in fp32; the T0 maximum, 139.6 GiB, is README.md's "largest
+# table weighs 140 GiB"): the 4.2B, 22.8B and 113B models of doc/DLRM.md and doc/DCNv2.md.
+CRITEO_TABLE_ROWS = {
+    15: (7912889, 33823, 17139, 7339, 20046, 4, 7105, 1382, 63, 5554114, 582469, 245828, 11, 2209, 10667, 104,
+         4, 968, 15, 8165896, 2675940, 7156453, 302516, 12022, 97, 35),
+    3: (45833188, 36747, 1572176, 345139, 11, 2209, 11268, 128, 4, 975, 15, 48937457, 17246, 11316796,
+        40094537, 452104, 12607, 105, 36, 7414, 20244, 4, 7115, 1442, 63, 29275261),
+    0: (227605432, 39061, 3067956, 405283, 11, 2209, 11939, 155, 4, 977, 15, 292775614, 17296, 40790948,
+        187188510, 590152, 12974, 109, 37, 7425, 20266, 4, 7123, 1544, 64, 130229467),
+}
+# dlrm.py / dcnv2.py flags of the same repository: embedding_dim 128, bottom 512-256-128, top
+# 1024-1024-512-256-1; DCNv2 num_cross_layers 3, cross_layer_projection_dim 512 (low rank, nn/dcn.py Cross:
+# U N x 512 without bias, V 512 x N with bias); 13 numerical features.
+NVIDIA_DLRM_SHAPE = {"num_dense_features": 13, "bottom_mlp": [512, 256, 128], "top_mlp": [1024, 1024, 512, 256, 1]}
+NVIDIA_DLRM_DIM = 128
+NVIDIA_DCN = {"interaction": "dcnv2", "num_cross_layers": 3, "low_rank": 512}
+# Merlin Distributed Embeddings cuts tables above main.py's column_slice_threshold (1e10 elements at commit
+# 2693c632; 5e9 in a later main.py and in the older DLRM README's V100 commands, which would also cut three
+# T3 tables in two) into column slices. The four T0 tables above 1e10 must be cut: the largest, 139.6 GiB,
+# exceeds an 80 GB GPU.
+MDE_COLUMN_SLICE_ELEMENTS = 10**10
+
+
+def _v100_dgx(name: str, gpus: int, scale_up_GBps: float, sources: dict[str, str]) -> dict:
+    """A DGX of V100 32GB (not in the catalog): NVLink 2 at `scale_up_GBps` per GPU per direction, 50 Gb/s
+    of EDR InfiniBand per GPU (4 x 100 Gb/s per DGX-1, 8 x 100 Gb/s per DGX-2), PCIe Gen3 x16 to the host,
+    and the catalog's NCCL latencies (NVIDIA/nccl src/graph/tuning.cc hwLat: NVLink 1.9, NET 4.0, PCI 2.5 us)."""
+    return {"name": name, "gpu": "v100-32gb", "gpus_per_node": gpus,
+            "scale_up": {"kind": "nvlink", "bytes_per_s": f"{scale_up_GBps:g} GB/s", "latency_s": "1.9 us",
+                         "domain_size": gpus},
+            "scale_out": {"kind": "infiniband", "bytes_per_s": "50 Gbit/s", "latency_s": "4.0 us"},
+            "host_link": {"kind": "pcie", "bytes_per_s": "16 GB/s", "latency_s": "2.5 us"},
+            "sources": {"gpu": "V100 SXM2/SXM3 32GB: same 125 TFLOPS fp16 / 15.7 fp32 and 900 GB/s "
+                               "(DGX-2 datasheet: 2 PFLOPS over 16 GPUs)",
+                        "scale_out.bytes_per_s": "NVIDIA DGX-1 / DGX-2 datasheets (4 / 8 x 100 Gb/s EDR IB)",
+                        "host_link.bytes_per_s": "NVIDIA Tesla V100 datasheet (PCIe Gen3 32 GB/s, both "
+                                                 "directions) / 2", **sources}}
+
+
+# DGX-1 (V100): 6 NVLink 2 links of 25 GB/s per direction per GPU in a hybrid cube-mesh; each GPU reaches 4
+# peers directly (two over 2 links, two over 1; nvidia-smi topo NV2/NV1) and 3 only over PCIe and the CPU
+# link (SYS). madmax has one scale-up bandwidth for every collective: 150 GB/s, as though every pair were
+# linked, is an upper bound for the all-to-all of the tables (assumed; the DGX-1 rows are optimistic).
+V100_NVLINK_GBPS = 150.0
+DGX1_V100 = _v100_dgx("dgx-1-v100-32gb", 8, V100_NVLINK_GBPS, {
+    "scale_up.bytes_per_s": "NVIDIA DGX-1 with Tesla V100 System Architecture whitepaper: 6 NVLink links x "
+                            "25 GB/s per direction per GPU, hybrid cube-mesh (not all-to-all)"})
+# DGX-2: 16 V100 SXM3, each with 6 NVLink 2 links, one to each NVSwitch of its baseboard (6 of 12),
+# non-blocking: 150 GB/s per GPU per direction to any peer.
+DGX2_V100 = _v100_dgx("dgx-2-v100-32gb", 16, V100_NVLINK_GBPS, {
+    "scale_up.bytes_per_s": "NVIDIA DGX-2 datasheet and NVSwitch whitepaper: 6 NVLink links x 25 GB/s per "
+                            "direction per GPU, one to each of its baseboard's 6 NVSwitches (12 in all), "
+                            "2.4 TB/s bisection"})
+NVIDIA_DLRM_NOTES = (
+    "tables: 26 one-hot Criteo features (pooling 1), dim 128, fp32 (TF2 DLRM_and_DCNv2 defaults)",
+    "strategy: Merlin Distributed Embeddings memory_balanced: tables model-parallel, balanced by size, MLPs "
+    "data-parallel with Horovod (zero=0); one micro-batch of global batch / GPUs per GPU",
+    "kernels: madmax's GEMM and element-wise costs (H200 eager-PyTorch profile) stand in for TF2 with XLA",
+    "optimizer: TF2 DLRM uses SGD (no state), DCNv2 LazyAdam (8 B per element); madmax's embedding update "
+    "assumes row-wise Adagrad (4 B per row)",
+)
+
+
+def _criteo_rows(row: Mapping[str, str]) -> tuple[tuple[int, ...], str]:
+    """Table rows of a row's model: the T15/T3/T0 counts named by '(Criteo Tn)', else the MLPerf Criteo
+    Terabyte profile (catalog dlrm-mlperf-v1) scaled so rows * 128 equals the row's parameter count."""
+    threshold = re.search(r"\bT(\d+)\b", row["model"])
+    if threshold and int(threshold.group(1)) in CRITEO_TABLE_ROWS:
+        return (CRITEO_TABLE_ROWS[int(threshold.group(1))],
+                f"table rows: Criteo T{threshold.group(1)} synthetic feature spec (generate_feature_spec.py)")
+    if not row.get("params_b"):
+        raise NotMappable("row names no Criteo frequency threshold (T15, T3, T0) and no params_b")
+    profile = [t["rows"] for t in find_in_catalog("models", "dlrm-mlperf-v1")["tables"]]
+    scale = float(row["params_b"]) * 1e9 / NVIDIA_DLRM_DIM / sum(profile)
+    return (tuple(max(1, round(r * scale)) for r in profile),
+            f"table rows: MLPerf Criteo Terabyte profile scaled by {scale:.4g} to {row['params_b']} B elements "
+            "(lookups per sample do not depend on rows; memory and table-wise balance do)")
+
+
+def nvidia_dlrm_model(name: str, table_rows: Iterable[int], *, dcn: bool, embedding_dtype: str = "fp32") -> dict:
+    """The TF2 DLRM (dot interaction) or DCNv2 (3 low-rank cross layers) over one-hot tables of dim 128."""
+    model = {"family": "dlrm", "name": name, **NVIDIA_DLRM_SHAPE,
+             "tables": [{"rows": r, "dim": NVIDIA_DLRM_DIM, "pooling": 1} for r in table_rows],
+             "interaction": "dot", "embedding_dtype": embedding_dtype}
+    return {**model, **NVIDIA_DCN} if dcn else model
+
+
+def _nvidia_dlrm_dtype(text: str) -> str:
+    """Compute dtype of the MLPs: tf32 and fp32 as written; amp: fp16 MLPs (tables stay fp32)."""
+    if text in ("tf32", "fp32"):
+        return text
+    if text.startswith("amp"):
+        return "fp16"
+    raise NotMappable(f"dtype {text!r} is not mapped; allowed: tf32, fp32, amp")
+
+
+def _nvidia_dlrm_system(row: Mapping[str, str], per_node: int) -> str | dict:
+    gpu = catalog_gpu(row["gpu"])["name"]
+    if gpu == "v100-32gb":
+        by_node = {8: DGX1_V100, 16: DGX2_V100}
+        if per_node not in by_node:
+            raise NotMappable(f"no V100 DGX of {per_node} GPUs (8: DGX-1, 16: DGX-2)")
+        if row.get("intra_bw_GBps") and float(row["intra_bw_GBps"]) != V100_NVLINK_GBPS:
+            raise NotMappable(f"intra_bw_GBps={row['intra_bw_GBps']} differs from V100 NVLink's "
+                              f"{V100_NVLINK_GBPS:g} GB/s per GPU per direction")
+        return by_node[per_node]
+    intra = float(row["intra_bw_GBps"]) if row.get("intra_bw_GBps") else None
+    return system_for(row["gpu"], per_node, intra)
+
+
+def _nvidia_dlrm_case(row_id: str, row: dict[str, str]) -> Case:
+    if row["task"] != "pretrain":
+        raise NotMappable("inference not supported yet")
+    kind = row["model"].split()[0].lower()
+    if kind not in ("dlrm", "dcnv2"):
+        raise NotMappable(f"model {row['model']!r} is neither DLRM nor DCNv2")
+    num_gpus, per_node, gb = _need(row, "num_gpus", "gpus_per_node", "global_batch")
+    mbs = _int(row, "micro_batch") or gb // num_gpus
+    if mbs * num_gpus != gb:
+        raise NotMappable(f"global_batch={gb} is not {num_gpus} GPUs x micro_batch={mbs} (no accumulation)")
+    rows, rows_note = _criteo_rows(row)
+    dtype = _nvidia_dlrm_dtype(row["dtype"])
+    size = f"{row['params_b']}b" if row.get("params_b") else "custom"
+    name = f"dlrm-{size}" if kind == "dlrm" else f"dlrm-dcnv2-{size}"
+    model = nvidia_dlrm_model(name, rows, dcn=kind == "dcnv2")
+    model["source"] = f"madmax validation row {row_id}"
+    notes = [rows_note, *NVIDIA_DLRM_NOTES]
+    emb = "tw"
+    if num_gpus > 1 and any(r * NVIDIA_DLRM_DIM > MDE_COLUMN_SLICE_ELEMENTS for r in rows):
+        emb = "cw"  # one sharding for all tables: TW cannot hold the 139.6 GiB T0 table on one GPU
+        notes.append("tables above 1e10 elements are column-sliced by Merlin DE; madmax applies one sharding "
+                     "to all tables, so emb=cw (every table in 2 column slices) is simulated")
+    if dtype == "fp16":
+        notes.append("amp: fp16 MLPs over fp32 tables; the pooled vectors are exchanged in fp32 (the table "
+                     "dtype), though Keras' mixed_float16 policy may send them in fp16, half the bytes")
+    system = _nvidia_dlrm_system(row, per_node)
+    if isinstance(system, dict):
+        notes.append(f"{system['name']}: NVLink {system['scale_up']['bytes_per_s']} per GPU per direction"
+                     + (" (hybrid cube-mesh: an upper bound for the all-to-all)" if per_node == 8 else ""))
+    s = {"tp": 1, "pp": 1, "dp": num_gpus, "mbs": mbs, "zero": 0, "emb": emb}
+    case = _case("nvidia_dlrm", row_id, model, system=system, gpu=row["gpu"], num_gpus=num_gpus,
+                 task="pretrain", gb=gb, seq=1, dtype=dtype, s=s, metric=row["metric"],
+                 measured=float(row["value"]), unit=row["unit"], assumptions=notes)
+    where = "DGX-1" if "DGX-1" in row["gpu"] else "DGX-2" if "DGX-2" in row["gpu"] else ""
+    label = " ".join(p for p in (case.label, row["dtype"].split()[0], f"emb={emb}", where) if p)
+    return replace(case, label=label)
+
+
+def load_nvidia_dlrm(rows: Rows | None = None) -> Dataset:
+    """NVIDIA DeepLearningExamples TF2 DLRM and DCNv2 (doc/DLRM.md, doc/DCNv2.md): samples/s of training
+    on DGX A100, DGX-1 and DGX-2 (V100); the inference latency rows are reported as unmapped."""
+    source = "NVIDIA/DeepLearningExamples TensorFlow2/Recommendation/DLRM_and_DCNv2"
+    chosen = ((i, r) for i, r in (read_rows(PUBLISHED_CSV) if rows is None else rows)
+              if r["source"].startswith(source))
+    return _build("nvidia_dlrm", "NVIDIA DeepLearningExamples TF2 DLRM/DCNv2, samples/s on A100 and V100",
+                  chosen, _nvidia_dlrm_case)
+
+
 LOADERS: dict[str, Callable[[], Dataset]] = {
     "narayanan2021": load_narayanan2021,
     "korthikanti2022": load_korthikanti2022,
     "nemo": load_nemo,
     "vtrain_single": load_vtrain_single,
     "vtrain_multi": load_vtrain_multi,
+    "nvidia_dlrm": load_nvidia_dlrm,
 }
 
 

@@ -54,7 +54,11 @@ def _counted(messages: Iterable[str], limit: int = 8) -> list[str]:
 def describe_inputs(kwargs: dict[str, Any]) -> str:
     """The simulate() arguments of a case in one line: model shape, system, batch, strategy."""
     m = kwargs["model"]
-    if isinstance(m, dict):
+    if isinstance(m, dict) and "tables" in m:
+        tables = sum(t.get("count", 1) for t in m["tables"])
+        model = (f"{m['name']} ({tables} tables, bottom {m['bottom_mlp']}, top {m['top_mlp']}, "
+                 f"{m.get('interaction', 'dot')} interaction)")
+    elif isinstance(m, dict):
         model = (f"{m['name']} (L={m['num_layers']}, h={m['hidden_size']}, a={m['num_heads']}, "
                  f"kv={m.get('num_kv_heads')}, f={m['ffn_hidden_size']}, V={m['vocab_size']})")
     else:

@@ -1,0 +1,205 @@
+"""The search of a model with embedding tables: sharding plan x ZeRO, every candidate simulated.
+
+The case: a small DLRM on 16 A100s (two ZionEX nodes of 8) whose HBM is cut to 3100 MiB, 3072 MiB of
+it the runtime reserve. Its 25 tables are 24 of 100,000 x 64 (pooling 4) and one of 1,000 x 1, which
+column-wise sharding cannot cut into its 2 slices (the planner refuses). Dense MLPs:
+    bottom 64*1024+1024 + 1024*1024+1024 + 1024*64+64     = 1,181,760
+    top    64*1024+1024 + 1024*1024+1024 + 1024*1+1       = 1,117,185   (interaction none: input 64)
+                                                          = 2,298,945 parameters
+ZeRO 0 keeps 16 bytes per parameter (bf16 weights and gradients, 12 bytes of fp32 Adam state):
+36.8 MB = 35.1 MiB, so 3072 + 35.1 > 3100 MiB: no zero=0 plan fits. ZeRO 1 keeps 2 + 2 + 12/16 bytes
+per parameter (10.4 MiB): it fits, the tables taking what HBM is left and the rest going to host memory.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from madmax import api
+from madmax.cli import app
+from madmax.config.loaders import find_in_catalog
+from madmax.errors import ConfigError, StrategyError
+from madmax.search.api import find
+from madmax.search.context import prepare
+from madmax.search.tables import TableLimits, enumerate_tables, node_groups
+
+runner = CliRunner()
+
+TINY_DLRM = {"family": "dlrm", "name": "tiny-dlrm", "num_dense_features": 64, "bottom_mlp": [1024, 1024, 64],
+             "top_mlp": [1024, 1024, 1], "interaction": "none",
+             "tables": [{"rows": 100_000, "dim": 64, "pooling": 4, "count": 24},
+                        {"rows": 1_000, "dim": 1, "pooling": 1}]}
+
+
+def small_zionex() -> dict:
+    gpu = dict(find_in_catalog("gpus", "a100-40gb"))
+    gpu["hbm_bytes"] = "3100 MiB"
+    node = dict(find_in_catalog("systems", "zionex"))
+    node.update(name="small-zionex", gpu=gpu)
+    return node
+
+
+CASE = {"model": TINY_DLRM, "system": small_zionex(), "num_gpus": 16, "global_batch": 4096}
+
+
+@pytest.fixture(scope="session")
+def dlrm_outcome():
+    return find(**CASE, top=3)
+
+
+@pytest.fixture(scope="session")
+def dlrm_files(tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("dlrm_search")
+    paths = {"model": root / "tiny-dlrm.yaml", "system": root / "small-zionex.yaml"}
+    paths["model"].write_text(yaml.safe_dump(TINY_DLRM))
+    paths["system"].write_text(yaml.safe_dump(small_zionex(), sort_keys=False))
+    return paths
+
+
+def test_node_groups():
+    # 128 GPUs, 8 per node: proper divisors 1..64, of which whole nodes: 8, 16, 32, 64.
+    assert node_groups(128, 8) == [8, 16, 32, 64]
+    assert node_groups(8, 8) == []  # one node: only all ranks
+
+
+def test_space_by_hand():
+    ctx = prepare(**CASE)
+    cols = enumerate_tables(ctx, TableLimits())
+    # Plans: tw, rw, cw, twrw x (all 16 ranks, groups of 8) + dp (all ranks) = 9.
+    # Dense: zero 0; zero 1-3 over all ranks or one node (shard=8): 1 + 3*2 = 7. 9 * 7 = 63.
+    assert len(cols["tp"]) == 63
+    assert set(cols["tp"]) == set(cols["pp"]) == set(cols["cp"]) == {1}
+    assert set(cols["dp"]) == {16} and set(cols["mbs"]) == {4096 // 16} and set(cols["m"]) == {1}
+    assert set(cols["emb_group"]) == {0, 8} and set(cols["shard"]) == {0, 8}
+    # Without hybrid groups: 9 plans x 4 stages; on one node (8 GPUs): 5 plans x 4 stages.
+    assert len(enumerate_tables(ctx, TableLimits(hybrid=False))["tp"]) == 36
+    assert len(enumerate_tables(prepare(**{**CASE, "num_gpus": 8}), TableLimits())["tp"]) == 20
+
+
+def test_counts_add_up(dlrm_outcome):
+    o = dlrm_outcome
+    # cw: 2 plans x 7 dense settings refused by the planner; zero=0 of the other 7 plans does not fit.
+    assert o.enumerated == 63 and o.rejected == {"embedding_plan": 14, "memory": 7}
+    assert o.evaluated == 63 - 14 - 7 == len(o.exact)
+    assert o.valid == o.evaluated + o.rejected["memory"]
+
+
+def test_best_equals_every_candidate_simulated(dlrm_outcome):
+    # Simulate every enumerated candidate independently: the refused ones raise the planner's error,
+    # the ones that fit are exactly those evaluated, and the search's best is the best of them.
+    ctx = prepare(**CASE)
+    cols = enumerate_tables(ctx, TableLimits())
+    from madmax.search.space import describe
+
+    times, refused = {}, 0
+    for i in range(len(cols["tp"])):
+        strategy = describe({k: int(v[i]) for k, v in cols.items()}, ("tp-cp-ep-dp-pp",))
+        try:
+            r = api.simulate(**ctx.simulate_kwargs, strategy=strategy)
+        except StrategyError as exc:
+            assert "col_shards" in str(exc) and "emb=cw" in strategy
+            refused += 1
+            continue
+        if r.fits:
+            times[strategy] = r.iteration_time_s
+    assert refused == 14 and len(times) == dlrm_outcome.evaluated
+    best = dlrm_outcome.top(1)[0]
+    assert dlrm_outcome.exact[best].iteration_time_s == min(times.values())
+    assert times[dlrm_outcome.strategy(best)] == min(times.values())
+    ranked = [dlrm_outcome.exact[i].iteration_time_s for i in dlrm_outcome.top(10)]
+    assert ranked == sorted(ranked)
+
+
+def test_strategy_names_the_sharding_plan(dlrm_outcome):
+    o = dlrm_outcome
+    for i in range(o.evaluated):
+        text, info = o.strategy(i), o.exact[i].breakdown["embedding"]
+        assert f"emb={info['sharding']}" in text
+        assert ("emb_group=8" in text) == (info["group"] == 8)
+        assert "mbs=256" in text and "zero=0" not in text
+
+
+def test_objectives_rank_alike(dlrm_outcome):
+    # With the GPUs and the batch fixed, energy = P * N T / B ranks as the time T does; here N = B
+    # (one iteration) and P = 6500 W x 2 nodes.
+    energy = find(**CASE, objective="energy", top=3)
+    assert [energy.strategy(i) for i in energy.top(3)] == [dlrm_outcome.strategy(i) for i in dlrm_outcome.top(3)]
+    best = energy.exact[energy.top(1)[0]]
+    assert energy.scorer.value(best.iteration_time_s) == pytest.approx(13_000 * best.iteration_time_s)
+
+
+def test_workers_give_the_same_results(dlrm_outcome):
+    again = find(**CASE, top=3, workers=2)
+    assert [again.strategy(i) for i in again.top(5)] == [dlrm_outcome.strategy(i) for i in dlrm_outcome.top(5)]
+
+
+def test_filters_shrink_the_space():
+    o = find(**CASE, emb=["tw", "dp"], zero=[1, 3], hybrid=False)
+    # tw x (all ranks, groups of 8) + dp = 3 plans x 2 stages; all fit at ZeRO >= 1.
+    assert o.enumerated == 6 and o.evaluated == 6
+    assert {o.strategy(i).split("emb=")[1][:2] for i in range(6)} == {"tw", "dp"}
+
+
+def test_dataframe_has_the_sharding_columns(dlrm_outcome):
+    pytest.importorskip("pandas")
+    from madmax.search.api import to_frame
+
+    frame = to_frame(dlrm_outcome)
+    assert len(frame) == dlrm_outcome.evaluated and frame["simulated"].all()
+    assert set(frame["emb"]) == {"tw", "rw", "twrw", "dp"} and set(frame["emb_group"]) == {0, 8}
+    assert frame["iteration_time_s"].is_monotonic_increasing
+    assert list(frame["strategy"]) == [dlrm_outcome.strategy(int(i)) for i in dlrm_outcome.ranked]
+
+
+@pytest.mark.parametrize(("options", "words"), [
+    ({"recompute": ["none"]}, "recompute applies to transformer searches"),
+    ({"max_mbs": 4}, "max_mbs applies to transformer searches"),
+    ({"emb": ["xw"]}, "allowed: tw, rw, cw, twrw, dp"),
+    ({"global_batch": 4100}, "global_batch=4100 is not a multiple of num_gpus=16"),
+])
+def test_bad_options(options, words):
+    with pytest.raises(ConfigError, match=words):
+        find(**{**CASE, **options})
+
+
+def test_emb_needs_tables():
+    with pytest.raises(ConfigError, match=r"emb=.* applies to models with embedding tables"):
+        find("llama-3.1-8b", "dgx-h100", 8, global_batch=8, emb=["tw"])
+
+
+def _cli(files, *extra: str):
+    return runner.invoke(app, ["search", "-m", str(files["model"]), "-s", str(files["system"]), "--num-gpus", "16",
+                               "--global-batch", "4096", *extra])
+
+
+def test_cli_json(dlrm_files):
+    result = _cli(dlrm_files, "--json", "--top", "2")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["evaluated"] == 42 and data["simulated"] == 42 and len(data["results"]) == 2
+    first = data["results"][0]
+    assert "emb=" in first["strategy"] and first["fits"]
+    assert first["iteration_time_s"] <= data["results"][1]["iteration_time_s"]
+    assert first["estimated_iteration_time_s"] == first["iteration_time_s"]
+
+
+def test_cli_text_and_parquet(dlrm_files, tmp_path):
+    pytest.importorskip("pyarrow")
+    import pandas as pd
+
+    out = tmp_path / "dlrm.parquet"
+    result = _cli(dlrm_files, "--top", "3", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    assert "rejected: embedding_plan" in result.output and "samples/s/GPU" in result.output
+    frame = pd.read_parquet(out)
+    assert len(frame) == 42 and {"emb", "emb_group"} <= set(frame.columns)
+
+
+def test_cli_transformer_option_exits_2(dlrm_files):
+    result = _cli(dlrm_files, "--recompute", "full")
+    assert result.exit_code == 2
+    assert result.output.strip().startswith("error: recompute applies to transformer searches")
