@@ -135,7 +135,8 @@ def simulate(model: str | Path | dict | ModelSpec, system: str | Path | dict | S
     if band is not None and "family" not in band["matched"]:
         band = None  # no validation rows of this model family: no band to claim
     return Result(
-        model=spec.name, system=sysm.name, num_gpus=n, task=t.kind.value, strategy=strat.describe(),
+        model=spec.name, system=sysm.name, num_gpus=n, task=t.kind.value,
+        strategy=strat.describe() + (_emb_keys(strat) if workload.tables else ""),
         dtype=t.dtype.value, global_batch=batch_size, seq_len=seq, iteration_time_s=iteration,
         samples_per_s=batch_size / iteration, tokens_per_s=tokens / iteration,
         tokens_per_s_per_gpu=tokens / iteration / n, mfu=model_flops / iteration / peak_flops,
@@ -157,6 +158,11 @@ def _memory_timeline(sim, memories) -> dict[int, list[tuple[float, float]]]:
             points.append((sim.schedule.end_s[task], used))
         timeline[stage] = points
     return timeline
+
+
+def _emb_keys(strat: Strategy) -> str:
+    """The embedding-sharding keys, shown for models with tables: `,emb=tw` (`,emb_group=G` in 2-D)."""
+    return f",emb={strat.emb}" + (f",emb_group={strat.emb_group}" if strat.emb_group else "")
 
 
 def _stage_ends(sim) -> list[float]:

@@ -161,7 +161,8 @@ def schema(kind: Annotated[SchemaKind, typer.Argument(help="model, system, gpu, 
 @app.command()
 def validate(
     datasets: Annotated[list[str] | None, typer.Argument(
-        help="narayanan2021, korthikanti2022, nemo, vtrain_single, vtrain_multi, or CSV files; default all.")] = None,
+        help="narayanan2021, korthikanti2022, nemo, vtrain_single, vtrain_multi, nvidia_dlrm, or CSV files; "
+             "default all.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summaries as JSON.")] = False,
     out: Annotated[Path | None, typer.Option("--out", help="Write every row's result to this CSV.")] = None,
     markdown: Annotated[Path | None, typer.Option(help="Write the report page (docs/validation.md).")] = None,
@@ -300,6 +301,8 @@ def search(
     lora_rank: Annotated[int | None, typer.Option(help="LoRA rank r.")] = None,
     frozen_layers: Annotated[int | None, typer.Option(help="Bottom layers frozen (finetune).")] = None,
     lora_targets: Annotated[str | None, typer.Option(help="LoRA projections, e.g. qkv,out,up,gate,down.")] = None,
+    emb: Annotated[str | None, typer.Option(help='Embedding shardings to try (models with tables), e.g. '
+                                                 '"tw,rw" (default tw,rw,cw,twrw,dp).')] = None,
     calibration: Annotated[Path | None, typer.Option(help="Compute profile from `madmax calibrate`.")] = None,
 ) -> None:
     """Search every valid strategy; print the best by the objective, each one simulated."""
@@ -328,7 +331,8 @@ def search(
                        recompute=recompute.split(",") if recompute else None, hybrid=hybrid,
                        orders=orders.split(",") if orders else None, calibration=calibration, workers=workers,
                        finetune=finetune, lora_rank=lora_rank, frozen_layers=frozen_layers,
-                       lora_targets=lora_targets.split(",") if lora_targets else None)
+                       lora_targets=lora_targets.split(",") if lora_targets else None,
+                       emb=emb.split(",") if emb else None)
         wall = time.perf_counter() - start
         if out is not None:
             try:
