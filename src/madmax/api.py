@@ -72,8 +72,7 @@ def simulate(model: str | Path | dict | ModelSpec, system: str | Path | dict | S
     t = make_task(task, global_batch=global_batch, seq_len=seq_len, dtype=dtype, batch=batch,
                   prompt_len=prompt_len, output_len=output_len, finetune=finetune, lora_rank=lora_rank,
                   frozen_layers=frozen_layers, lora_targets=lora_targets)
-    if t.kind is TaskKind.INFERENCE:
-        raise ConfigError("task=inference is not supported yet; allowed: pretrain, finetune")
+
     if t.dtype not in sysm.gpu.flops_per_s:
         allowed = ", ".join(d.value for d in sysm.gpu.flops_per_s if d in (DType.BF16, DType.FP16, DType.FP8,
                                                                            DType.FP32))
@@ -83,6 +82,13 @@ def simulate(model: str | Path | dict | ModelSpec, system: str | Path | dict | S
         raise ConfigError(f"seq_len={seq} exceeds max_seq_len={spec.max_seq_len} of {spec.name}")
     n = sysm.cluster_gpus
     workload = build_workload(spec, t, flash=parse_strategy(strategy).flash)
+    if t.kind is TaskKind.INFERENCE:
+        if workload.generates_tokens:
+            raise ConfigError(f"task=inference of {spec.name} (prefill and token-by-token decode) is not "
+                              "supported yet; allowed: pretrain, finetune (inference: recommendation models)")
+        if t.batch is None:
+            raise ConfigError("task.batch is required for inference: the requests (samples) served at once")
+        t = t.model_copy(update={"global_batch": t.batch})
     strat, batch_size = resolve_strategy(
         parse_strategy(strategy), num_gpus=n, model_name=spec.name,
         constraints={Axis(a): sizes for a, sizes in spec.parallel_constraints().items()},
@@ -94,7 +100,7 @@ def simulate(model: str | Path | dict | ModelSpec, system: str | Path | dict | S
     reserved = parse_quantity(_runtime()["reserved_memory_bytes"], "bytes")
     plan = build_plan(workload, strat, domain_size=sysm.scale_up_domain, seq_len=seq, global_batch=batch_size,
                       dtype=t.dtype)
-    if workload.tables:
+    if workload.tables and strat.emb_offload:
         # Embedding tables get the HBM the rest of the rank leaves; rows beyond it live in host memory.
         rest = max(m.total_bytes - m.tables_bytes for m in
                    (stage_memory(plan, stage, reserved) for stage in range(plan.num_stages)))
@@ -110,6 +116,9 @@ def simulate(model: str | Path | dict | ModelSpec, system: str | Path | dict | S
     memories = [stage_memory(plan, stage, reserved) for stage in range(plan.num_stages)]
     worst = max(range(len(memories)), key=lambda i: memories[i].total_bytes)
     peak = memories[worst].total_bytes
+    fits = peak <= sysm.gpu.hbm_bytes
+    fits_reason = None if fits else _over_capacity(memories[worst], sysm.gpu.hbm_bytes, worst,
+                                                   bool(workload.tables) and not strat.emb_offload)
 
     ends = _stage_ends(sim)
     critical = max(range(len(ends)), key=lambda i: ends[i])
@@ -140,7 +149,7 @@ def simulate(model: str | Path | dict | ModelSpec, system: str | Path | dict | S
         dtype=t.dtype.value, global_batch=batch_size, seq_len=seq, iteration_time_s=iteration,
         samples_per_s=batch_size / iteration, tokens_per_s=tokens / iteration,
         tokens_per_s_per_gpu=tokens / iteration / n, mfu=model_flops / iteration / peak_flops,
-        hfu=hw_flops / iteration / peak_flops, peak_memory_bytes=peak, fits=peak <= sysm.gpu.hbm_bytes,
+        hfu=hw_flops / iteration / peak_flops, peak_memory_bytes=peak, fits=fits, fits_reason=fits_reason,
         breakdown=breakdown, memory={"stage": worst, **memories[worst].to_dict(),
                                      "capacity": sysm.gpu.hbm_bytes},
         assumptions=assumptions, error_band=band, schedule=sim.schedule if keep_schedule else None,
@@ -160,9 +169,19 @@ def _memory_timeline(sim, memories) -> dict[int, list[tuple[float, float]]]:
     return timeline
 
 
+def _over_capacity(memory, capacity: float, stage: int, can_offload: bool) -> str:
+    """Why a plan does not fit: the largest parts of the worst rank against the GPU's HBM."""
+    parts = sorted(((v, k) for k, v in memory.to_dict().items() if k != "total"), reverse=True)
+    largest = ", ".join(f"{k} {v / 2**30:.1f} GiB" for v, k in parts[:3] if v)
+    hint = "; emb_offload=1 keeps the excess embedding rows in host memory" if can_offload else ""
+    return (f"stage {stage} needs {memory.total_bytes / 2**30:.1f} GiB per GPU ({largest}) but the GPU has "
+            f"{capacity / 2**30:.1f} GiB{hint}")
+
+
 def _emb_keys(strat: Strategy) -> str:
     """The embedding-sharding keys, shown for models with tables: `,emb=tw` (`,emb_group=G` in 2-D)."""
-    return f",emb={strat.emb}" + (f",emb_group={strat.emb_group}" if strat.emb_group else "")
+    return (f",emb={strat.emb}" + (f",emb_group={strat.emb_group}" if strat.emb_group else "")
+            + (",emb_offload=1" if strat.emb_offload else ""))
 
 
 def _stage_ends(sim) -> list[float]:

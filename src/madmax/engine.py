@@ -207,7 +207,12 @@ class _Builder:
                     grad_tasks += self._grad_sync(streams[DP], unit, task, step.microbatch == m - 1)
                 if step.phase is Phase.BACKWARD and unit.update and step.microbatch == m - 1:
                     grad_tasks += [self.comm_op(streams[DP], op, (task,)) for op in unit.update]
-            assert first_task is not None and last_compute is not None
+            if first_task is None:
+                # A backward with nothing to do: frozen bottom units (and every stage below them) or an
+                # inference pass. Nothing later waits for it.
+                assert step.phase is Phase.BACKWARD
+                continue
+            assert last_compute is not None
             kept = sum(plan.units[key].saved_bytes for key in units)
             events.append((last_compute, kept if step.phase is Phase.FORWARD else -kept))
             self.first[(step.phase, virtual, step.microbatch)] = first_task

@@ -41,6 +41,7 @@ class Result:
     breakdown: dict[str, Any]
     memory: dict[str, float]
     assumptions: list[str] = field(default_factory=list)
+    fits_reason: str | None = None
     error_band: dict[str, Any] | None = None
     schedule: Schedule | None = field(default=None, repr=False, compare=False)
     memory_timeline: dict[int, list[tuple[float, float]]] | None = field(default=None, repr=False, compare=False)
@@ -52,7 +53,8 @@ class Result:
             "seq_len": self.seq_len, "iteration_time_s": self.iteration_time_s,
             "samples_per_s": self.samples_per_s, "tokens_per_s": self.tokens_per_s,
             "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu, "mfu": self.mfu, "hfu": self.hfu,
-            "peak_memory_bytes": self.peak_memory_bytes, "fits": self.fits, "breakdown": self.breakdown,
+            "peak_memory_bytes": self.peak_memory_bytes, "fits": self.fits, "fits_reason": self.fits_reason,
+            "breakdown": self.breakdown,
             "memory": self.memory, "assumptions": list(self.assumptions), "error_band": self.error_band,
         }
 

@@ -33,13 +33,25 @@ def test_dlrm_a_on_128_zionex_fits_with_the_exchange_beside_the_bottom_mlp():
     assert r.memory["embedding_tables"] > 801e9 * 2 / 128
 
 
-def test_tables_beyond_hbm_go_to_host_memory():
-    # DLRM-A's 1.6 TB of tables on 8 x 40 GB: rows beyond HBM are offloaded and every lookup of them
-    # crosses the PCIe host link, which then dominates the iteration.
+def test_tables_beyond_hbm_do_not_fit_unless_offloaded():
+    # DLRM-A's 1.6 TB of fp16 tables on 8 x 40 GB: 190 GiB of tables per GPU does not fit ...
     r = api.simulate("dlrm-a", "zionex", num_gpus=8, global_batch=4096)
-    assert r.fits
+    assert not r.fits
+    assert "embedding_tables 190" in r.fits_reason and "emb_offload=1" in r.fits_reason
+    # ... unless the rows beyond HBM live in host memory: then every lookup of them crosses the PCIe
+    # host link, which dominates the iteration.
+    r = api.simulate("dlrm-a", "zionex", num_gpus=8, global_batch=4096, strategy="emb_offload=1")
+    assert r.fits and r.fits_reason is None
     assert any("offloaded" in a for a in r.assumptions)
     assert r.breakdown["compute_s"]["embedding_offload"] > 10 * r.breakdown["compute_s"]["gemm"]
+
+
+def test_recommendation_inference_is_one_forward_pass():
+    # No backward, no gradients, no optimizer state: only weights and tables in memory.
+    r = api.simulate(TINY, "dgx-a100", num_gpus=2, task="inference", batch=128)
+    assert r.memory["gradients"] == r.memory["optimizer"] == 0
+    assert set(r.breakdown["communication_s"]) <= {"emb.ids_a2a", "emb.pooled_a2a"}
+    assert r.samples_per_s == pytest.approx(128 / r.iteration_time_s)
 
 
 def test_dlrm_rejects_tensor_parallelism_clearly():

@@ -22,10 +22,12 @@ def _case(dataset, line):
 
 
 def test_counts(dataset):
-    # 20 pretrain rows (16 DLRM on DGX A100, DGX-1, DGX-2; 4 DCNv2 on DGX A100) and 8 inference latency rows.
-    assert len(dataset.cases) == 20 and len(dataset.unmapped) == 8
-    assert {u.reason for u in dataset.unmapped} == {"inference not supported yet"}
-    assert {c.metric for c in dataset.cases} == {"samples_per_s"}
+    # 20 pretrain rows (16 DLRM on DGX A100, DGX-1, DGX-2; 4 DCNv2 on DGX A100) and 8 inference latency rows
+    # (one forward pass of a 2,048-sample batch on one GPU).
+    assert len(dataset.cases) == 28 and not dataset.unmapped
+    assert sorted(c.metric for c in dataset.cases) == ["latency_ms"] * 8 + ["samples_per_s"] * 20
+    inference = [c for c in dataset.cases if c.metric == "latency_ms"]
+    assert all(c.kwargs["task"] == "inference" and c.kwargs["batch"] == 2048 for c in inference)
 
 
 def test_dlrm_22_8b_a100_amp_row(dataset):

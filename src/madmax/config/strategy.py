@@ -55,6 +55,8 @@ class Strategy(Schema):
     dp_overlap: bool = Field(True, description="Overlap the gradient reduction with the backward pass.")
     order: str = Field(DEFAULT_ORDER, description="Placement of axes on the network, innermost first.")
     emb: str = Field("tw", description="Embedding-table sharding (recommendation models): tw, rw, cw, twrw, dp.")
+    emb_offload: bool = Field(False, description="Keep embedding rows that do not fit HBM in host memory "
+                                                 "(each lookup of them crosses the host link).")
     emb_group: PositiveInt | None = Field(
         None, description="Ranks sharing one copy of the tables (2-D sharding: replicated across groups); "
                           "default all ranks.")

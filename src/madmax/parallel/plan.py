@@ -156,6 +156,7 @@ def table_unit(key: str, block: Block, tables: tuple, s: Strategy, shape: Shape,
                                      sharding=emb.ShardingType(s.emb), group_size=s.emb_group,
                                      hbm_budget_bytes=budget_bytes)
     plan = _shard(tuple(emb.Table(t.rows, t.dim, t.pooling, t.elem_bytes, t.name) for t in tables), strategy)
+    trains = any(op.trainable for op in block.ops)
     worst = max(range(len(plan.lookup_bytes_per_sample)), key=lambda r: plan.lookup_bytes_per_sample[r])
     fwd = [Kernel(KernelKind.MEMORY, "embedding", num_bytes=local * plan.lookup_bytes_per_sample[worst])]
     bwd = [Kernel(KernelKind.MEMORY, "embedding", num_bytes=local * plan.update_bytes_per_sample[worst])]
@@ -163,12 +164,16 @@ def table_unit(key: str, block: Block, tables: tuple, s: Strategy, shape: Shape,
     if host:
         fwd.append(Kernel(KernelKind.HOST, "embedding_offload", num_bytes=host))
         bwd.append(Kernel(KernelKind.HOST, "embedding_offload", num_bytes=2 * host))
+    if not trains:  # inference: lookups only, no optimizer state
+        bwd = []
     by_phase: dict[str, list[CommOp]] = {"pre": [], "forward": [], "backward": [], "update": []}
     for c in emb.comm(plan, local):
+        if not trains and c.phase != "forward":
+            continue
         phase = "pre" if c.label == "emb.ids_a2a" else c.phase
         axis = Axis.DP
         by_phase[phase].append(CommOp(axis, c.kind, c.size_bytes, c.span, c.label))
-    state = max(plan.table_bytes[r] + plan.optimizer_bytes[r] - plan.offloaded_bytes[r]
+    state = max(plan.table_bytes[r] + (plan.optimizer_bytes[r] if trains else 0) - plan.offloaded_bytes[r]
                 for r in range(len(plan.table_bytes)))
     return UnitPlan(name=key, fwd=tuple(fwd), bwd=tuple(bwd), recompute=(), tp_fwd=(), tp_bwd=(), cp_fwd=(),
                     cp_bwd=(), params=0.0, trainable_params=0.0, saved_bytes=0.0, working_bytes=0.0,

@@ -32,7 +32,7 @@ def print_result(result: Result, console: Console | None = None) -> None:
         ("MFU / HFU", f"{result.mfu:.1%} / {result.hfu:.1%}"),
         ("peak memory per GPU", f"{result.peak_memory_bytes / GIB:,.1f} GiB of "
                                 f"{result.memory['capacity'] / GIB:,.0f} GiB"),
-        ("fits", "yes" if result.fits else "[red]NO[/red]"),
+        ("fits", "yes" if result.fits else f"[red]NO[/red]: {result.fits_reason}"),
     ]
     band = result.error_band
     if band and band.get("p50_abs_pct") is not None:

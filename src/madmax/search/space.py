@@ -229,7 +229,9 @@ def _expand(problem: Problem, limits: Limits, tp, cp, pp, dp, vp, mbs) -> dict[s
 
 def strategy_of(row: dict[str, int], orders: tuple[str, ...]) -> Strategy:
     """The Strategy of one candidate row (column values as ints; `emb`, `emb_group` where present)."""
-    tables = {"emb": EMB_SHARDINGS[row["emb"]], "emb_group": row["emb_group"] or None} if "emb" in row else {}
+    # Searched plans may keep table rows beyond HBM in host memory (a plan that fits is unaffected).
+    tables = ({"emb": EMB_SHARDINGS[row["emb"]], "emb_group": row["emb_group"] or None, "emb_offload": True}
+              if "emb" in row else {})
     return Strategy(tp=row["tp"], pp=row["pp"], dp=row["dp"], cp=row["cp"], vp=row["vp"], mbs=row["mbs"],
                     zero=row["zero"], shard=row["shard"] or None, recompute=RECOMPUTES[row["rec"]],
                     sp=bool(row["sp"]), order=orders[row["order"]], **tables)
@@ -237,7 +239,7 @@ def strategy_of(row: dict[str, int], orders: tuple[str, ...]) -> Strategy:
 
 def _emb_text(emb: int, group: int) -> str:
     """The embedding keys of a candidate with tables: `,emb=tw`, plus `,emb_group=G` in 2-D sharding."""
-    return f",emb={EMB_SHARDINGS[emb]}" + (f",emb_group={group}" if group else "")
+    return f",emb={EMB_SHARDINGS[emb]}" + (f",emb_group={group}" if group else "") + ",emb_offload=1"
 
 
 def describe(row: dict[str, int], orders: tuple[str, ...]) -> str:

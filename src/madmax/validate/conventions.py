@@ -18,7 +18,7 @@ from typing import Any
 
 TERA = 1e12
 
-METRICS = ("iteration_time_s", "tokens_per_s_per_gpu", "samples_per_s", "tflops_per_gpu", "mfu")
+METRICS = ("iteration_time_s", "tokens_per_s_per_gpu", "samples_per_s", "tflops_per_gpu", "mfu", "latency_ms")
 """Row metrics the runner can predict. Times are lower-is-better, the others higher-is-better."""
 
 
@@ -55,12 +55,15 @@ def predicted_value(
 ) -> float:
     """The prediction of `metric` from a `Result.to_dict()`, in the row's unit.
 
-    iteration_time_s (s), tokens_per_s_per_gpu, samples_per_s: read directly.
+    iteration_time_s (s), tokens_per_s_per_gpu, samples_per_s: read directly; latency_ms: the
+    iteration (one forward pass of the batch) in milliseconds.
     tflops_per_gpu (TFLOP/s): F_tok * tokens/s/GPU / 1e12 with the source's F_tok.
     mfu (fraction): F_tok * tokens/s/GPU / peak, peak in FLOP/s as the source states it.
     """
     if metric in ("iteration_time_s", "tokens_per_s_per_gpu", "samples_per_s"):
         return float(result[metric])
+    if metric == "latency_ms":  # one forward pass of a request batch (recommendation inference)
+        return float(result["iteration_time_s"]) * 1e3
     if flops_per_token is None:
         raise ValueError(f"metric {metric!r} needs the source's FLOPs per token")
     achieved = flops_per_token * float(result["tokens_per_s_per_gpu"])

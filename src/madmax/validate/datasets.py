@@ -456,8 +456,9 @@ def _nvidia_dlrm_system(row: Mapping[str, str], per_node: int) -> str | dict:
 
 
 def _nvidia_dlrm_case(row_id: str, row: dict[str, str]) -> Case:
-    if row["task"] != "pretrain":
-        raise NotMappable("inference not supported yet")
+    if row["task"] not in ("pretrain", "inference"):
+        raise NotMappable(f"task {row['task']!r} is neither pretrain nor inference")
+    inference = row["task"] == "inference"
     kind = row["model"].split()[0].lower()
     if kind not in ("dlrm", "dcnv2"):
         raise NotMappable(f"model {row['model']!r} is neither DLRM nor DCNv2")
@@ -486,8 +487,11 @@ def _nvidia_dlrm_case(row_id: str, row: dict[str, str]) -> Case:
                      + (" (hybrid cube-mesh: an upper bound for the all-to-all)" if per_node == 8 else ""))
     s = {"tp": 1, "pp": 1, "dp": num_gpus, "mbs": mbs, "zero": 0, "emb": emb}
     case = _case("nvidia_dlrm", row_id, model, system=system, gpu=row["gpu"], num_gpus=num_gpus,
-                 task="pretrain", gb=gb, seq=1, dtype=dtype, s=s, metric=row["metric"],
+                 task=row["task"], gb=gb, seq=1, dtype=dtype, s=s, metric=row["metric"],
                  measured=float(row["value"]), unit=row["unit"], assumptions=notes)
+    if inference:  # a request batch, one forward pass: simulate takes it as `batch`
+        kwargs = {k: v for k, v in case.kwargs.items() if k != "global_batch"}
+        case = replace(case, kwargs={**kwargs, "batch": gb})
     where = "DGX-1" if "DGX-1" in row["gpu"] else "DGX-2" if "DGX-2" in row["gpu"] else ""
     label = " ".join(p for p in (case.label, row["dtype"].split()[0], f"emb={emb}", where) if p)
     return replace(case, label=label)
@@ -495,7 +499,7 @@ def _nvidia_dlrm_case(row_id: str, row: dict[str, str]) -> Case:
 
 def load_nvidia_dlrm(rows: Rows | None = None) -> Dataset:
     """NVIDIA DeepLearningExamples TF2 DLRM and DCNv2 (doc/DLRM.md, doc/DCNv2.md): samples/s of training
-    on DGX A100, DGX-1 and DGX-2 (V100); the inference latency rows are reported as unmapped."""
+    on DGX A100, DGX-1 and DGX-2 (V100), and the latency of one-GPU inference batches."""
     source = "NVIDIA/DeepLearningExamples TensorFlow2/Recommendation/DLRM_and_DCNv2"
     chosen = ((i, r) for i, r in (read_rows(PUBLISHED_CSV) if rows is None else rows)
               if r["source"].startswith(source))

@@ -68,7 +68,8 @@ def describe_inputs(kwargs: dict[str, Any]) -> str:
         up, out = system["scale_up"]["bytes_per_s"], system["scale_out"]["bytes_per_s"]
         system = f"{system['name']} (scale-up {up}, scale-out {out} per GPU per direction)"
     text = (f"model {model}; system {system}; {kwargs['num_gpus']} GPUs; task {kwargs['task']}; "
-            f"global batch {kwargs['global_batch']}; seq {kwargs['seq_len']}; {kwargs['dtype']}; "
+            f"{'batch' if 'batch' in kwargs else 'global batch'} {kwargs.get('batch', kwargs.get('global_batch'))}; "
+            f"seq {kwargs['seq_len']}; {kwargs['dtype']}; "
             f"strategy {kwargs['strategy']}")
     if kwargs.get("calibration"):
         text += f"; calibration {kwargs['calibration']}"

@@ -25,6 +25,7 @@ the logit. Embedding bags keep only their integer indices, not counted.
 
 from __future__ import annotations
 
+import dataclasses
 from math import comb
 
 from madmax.config.dlrm import DLRMModel, EmbeddingTable, Interaction
@@ -164,5 +165,10 @@ def build(model: DLRMModel, task: Task, *, flash: bool = True) -> Workload:
     e = model.embedding_dtype.num_bytes
     tables = tuple(TableSpec(t.rows, t.dim, t.pooling, e, f"group{g}.{i}")
                    for g, t in enumerate(model.tables) for i in range(t.count))
-    return Workload(name=model.name, blocks=tuple(_blocks(model)), params_by_component=param_counts(model),
-                    tables=tables, accumulates_gradients=False)
+    blocks = _blocks(model)
+    if task.kind is TaskKind.INFERENCE:  # forward only: nothing trains, nothing is kept for a backward
+        blocks = [dataclasses.replace(b, trainable=False,
+                                      ops=tuple(dataclasses.replace(op, trainable=False) for op in b.ops))
+                  for b in blocks]
+    return Workload(name=model.name, blocks=tuple(blocks), params_by_component=param_counts(model),
+                    tables=tables, accumulates_gradients=False, generates_tokens=False)

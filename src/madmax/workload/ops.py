@@ -126,6 +126,7 @@ class Workload:
     tables: the embedding tables behind the TABLE ops (recommendation models), for the sharding plan.
     accumulates_gradients: whether a global batch is split into micro-batches by default (LLMs) or
     runs as one micro-batch per rank (recommendation models).
+    generates_tokens: inference is autoregressive decoding (LLMs), not one forward pass.
     """
 
     name: str
@@ -134,6 +135,9 @@ class Workload:
     tied_params: int = 0
     tables: tuple[TableSpec, ...] = ()
     accumulates_gradients: bool = True
+    # Inference is one forward pass per request batch (recommendation models); a generative model
+    # instead needs prefill and a token-by-token decode with its KV cache.
+    generates_tokens: bool = True
 
     @property
     def total_params(self) -> int:
