@@ -155,3 +155,14 @@ def test_time_is_never_below_compute(strategy):
     r = api.simulate(EVEN, load_system("dgx-h100", 16), global_batch=32, seq_len=2048, strategy=strategy)
     assert r.iteration_time_s >= r.breakdown["compute_s"]["total"] * (1 - 1e-12)
     assert r.hfu >= r.mfu > 0
+
+
+def test_a_whole_frozen_stage_runs_forward_only():
+    # Fine-tuning with every layer frozen and pp=4: the first stages have no backward at all. Their
+    # backward steps are skipped, so the pipeline still ends and only the head trains.
+    r = api.simulate("llama-3.1-8b", "dgx-h100", num_gpus=16, task="finetune", frozen_layers=32,
+                     global_batch=16, strategy="pp=4")
+    full = api.simulate("llama-3.1-8b", "dgx-h100", num_gpus=16, task="finetune", global_batch=16,
+                        strategy="pp=4")
+    assert 0 < r.iteration_time_s < full.iteration_time_s
+    assert r.memory["optimizer"] < full.memory["optimizer"]
