@@ -8,6 +8,7 @@ the global batch splits into micro-batches) are checked here, once, by `resolve`
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Literal
 
 from pydantic import Field, PositiveInt, ValidationError, field_validator
 
@@ -55,6 +56,8 @@ class Strategy(Schema):
     dp_overlap: bool = Field(True, description="Overlap the gradient reduction with the backward pass.")
     order: str = Field(DEFAULT_ORDER, description="Placement of axes on the network, innermost first.")
     emb: str = Field("tw", description="Embedding-table sharding (recommendation models): tw, rw, cw, twrw, dp.")
+    emb_balance: Literal["size", "lookup"] = Field(
+        "size", description="Balance table placement by bytes stored (size) or by lookup cost (lookup).")
     emb_offload: bool = Field(False, description="Keep embedding rows that do not fit HBM in host memory "
                                                  "(each lookup of them crosses the host link).")
     emb_group: PositiveInt | None = Field(

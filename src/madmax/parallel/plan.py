@@ -154,6 +154,7 @@ def table_unit(key: str, block: Block, tables: tuple, s: Strategy, shape: Shape,
     local = shape.batch
     strategy = emb.EmbeddingStrategy(num_ranks=ranks, ranks_per_node=min(domain_size, ranks),
                                      sharding=emb.ShardingType(s.emb), group_size=s.emb_group,
+                                     balance=emb.Balance(s.emb_balance),
                                      hbm_budget_bytes=budget_bytes)
     plan = _shard(tuple(emb.Table(t.rows, t.dim, t.pooling, t.elem_bytes, t.name) for t in tables), strategy)
     trains = any(op.trainable for op in block.ops)
