@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -14,7 +16,7 @@ from madmax.config.hardware import System
 from madmax.config.loaders import load_model, load_system, validate
 from madmax.config.model import ModelSpec
 from madmax.config.strategy import Axis, Strategy, parse_strategy, resolve_strategy
-from madmax.config.task import Task, TaskKind
+from madmax.config.task import COMPUTE_DTYPES, Task, TaskKind
 from madmax.config.units import parse_quantity
 from madmax.errors import ConfigError
 from madmax.results import Result, stream_breakdown
@@ -47,7 +49,7 @@ def simulate(model: str | Path | dict | ModelSpec, system: str | Path | dict | S
              finetune: str | None = None, lora_rank: int | None = None, frozen_layers: int | None = None,
              lora_targets: list[str] | None = None, calibration: str | Path | None = None,
              keep_schedule: bool = False) -> Result:
-    """Predict one training iteration of `model` on `system` with `strategy`.
+    """Predict one training iteration (or one inference batch) of `model` on `system` with `strategy`.
 
     Mirrors `madmax simulate`: names are catalog names or files; `strategy` uses the grammar
     `tp=8,pp=4,dp=32,cp=1,ep=1,vp=1,mbs=1,zero=1,recompute=selective,sp=1`; keys not given take
@@ -59,28 +61,54 @@ def simulate(model: str | Path | dict | ModelSpec, system: str | Path | dict | S
     from madmax.hardware.collectives import network_model
     from madmax.hardware.compute import compute_model
     from madmax.parallel.memory import stage_memory
-    from madmax.parallel.plan import build_plan
+
+    run = _resolve(model, system, num_gpus, task, strategy, calibration, dict(
+        global_batch=global_batch, seq_len=seq_len, dtype=dtype, batch=batch, prompt_len=prompt_len,
+        output_len=output_len, finetune=finetune, lora_rank=lora_rank, frozen_layers=frozen_layers,
+        lora_targets=lora_targets))
+    reserved = parse_quantity(_runtime()["reserved_memory_bytes"], "bytes")
+    plan, notes = _plan(run, reserved)
+    run = dataclasses.replace(run, assumptions=run.assumptions + notes)
+    compute = compute_model(run.system.gpu, calibration)
+    network = network_model(run.system, compute.profile.network if calibration else ())
+    sim = simulate_plan(plan, compute, network)
+    memories = [stage_memory(plan, stage, reserved) for stage in range(plan.num_stages)]
+    return _result(run, plan, sim, memories, keep_schedule)
+
+
+@dataclass(frozen=True)
+class _Run:
+    """A simulation request, validated: the model, system, task, workload and resolved strategy."""
+
+    spec: ModelSpec
+    system: System
+    task: Task
+    workload: Any
+    strategy: Strategy
+    global_batch: int
+    seq_len: int
+    calibration: str | Path | None
+    assumptions: tuple[str, ...]
+
+
+def _resolve(model, system, num_gpus, task, strategy, calibration, fields: dict[str, Any]) -> _Run:
+    """Load the inputs and check every rule; MadmaxError with one sentence otherwise."""
     from madmax.workload import build_workload
 
     spec = load_model(model)
     sysm = load_system(system, num_gpus)
     assumptions = []
-    if dtype is None and not isinstance(task, Task | dict):
-        dtype = DType.BF16.value if DType.BF16 in sysm.gpu.flops_per_s else DType.FP16.value
-        if dtype != DType.BF16.value:
+    if fields["dtype"] is None and not isinstance(task, Task | dict):
+        fields["dtype"] = DType.BF16.value if DType.BF16 in sysm.gpu.flops_per_s else DType.FP16.value
+        if fields["dtype"] != DType.BF16.value:
             assumptions.append(f"dtype not given: fp16, since gpu {sysm.gpu.name} has no bf16 peak")
-    t = make_task(task, global_batch=global_batch, seq_len=seq_len, dtype=dtype, batch=batch,
-                  prompt_len=prompt_len, output_len=output_len, finetune=finetune, lora_rank=lora_rank,
-                  frozen_layers=frozen_layers, lora_targets=lora_targets)
-
+    t = make_task(task, **fields)
     if t.dtype not in sysm.gpu.flops_per_s:
-        allowed = ", ".join(d.value for d in sysm.gpu.flops_per_s if d in (DType.BF16, DType.FP16, DType.FP8,
-                                                                           DType.FP32))
+        allowed = ", ".join(d.value for d in sysm.gpu.flops_per_s if d.value in COMPUTE_DTYPES)
         raise ConfigError(f"dtype={t.dtype.value} has no peak on gpu {sysm.gpu.name}; allowed: {allowed}")
     seq = t.seq_len or spec.default_seq_len
     if seq > spec.max_seq_len:
         raise ConfigError(f"seq_len={seq} exceeds max_seq_len={spec.max_seq_len} of {spec.name}")
-    n = sysm.cluster_gpus
     workload = build_workload(spec, t, flash=parse_strategy(strategy).flash)
     if t.kind is TaskKind.INFERENCE:
         if workload.generates_tokens:
@@ -90,45 +118,55 @@ def simulate(model: str | Path | dict | ModelSpec, system: str | Path | dict | S
             raise ConfigError("task.batch is required for inference: the requests (samples) served at once")
         t = t.model_copy(update={"global_batch": t.batch})
     strat, batch_size = resolve_strategy(
-        parse_strategy(strategy), num_gpus=n, model_name=spec.name,
+        parse_strategy(strategy), num_gpus=sysm.cluster_gpus, model_name=spec.name,
         constraints={Axis(a): sizes for a, sizes in spec.parallel_constraints().items()},
         num_pipeline_units=spec.num_pipeline_units, has_experts=spec.has_experts, global_batch=t.global_batch,
         seq_len=seq, limits={Axis(a): lim for a, lim in spec.degree_limits().items()},
         accumulates_gradients=workload.accumulates_gradients)
     if t.global_batch is None:
         assumptions.append(f"global_batch not given: {batch_size} = dp*mbs*pp sequences")
-    reserved = parse_quantity(_runtime()["reserved_memory_bytes"], "bytes")
-    plan = build_plan(workload, strat, domain_size=sysm.scale_up_domain, seq_len=seq, global_batch=batch_size,
-                      dtype=t.dtype)
-    if workload.tables and strat.emb_offload:
-        # Embedding tables get the HBM the rest of the rank leaves; rows beyond it live in host memory.
-        rest = max(m.total_bytes - m.tables_bytes for m in
-                   (stage_memory(plan, stage, reserved) for stage in range(plan.num_stages)))
-        if any(m.tables_bytes + rest > sysm.gpu.hbm_bytes
-               for m in (stage_memory(plan, stage, reserved) for stage in range(plan.num_stages))):
-            plan = build_plan(workload, strat, domain_size=sysm.scale_up_domain, seq_len=seq,
-                              global_batch=batch_size, dtype=t.dtype,
-                              table_budget_bytes=max(0.0, sysm.gpu.hbm_bytes - rest))
-            assumptions.append("embedding rows beyond HBM are offloaded to host memory (no software cache)")
-    compute = compute_model(sysm.gpu, calibration)
-    network = network_model(sysm, compute.profile.network if calibration else ())
-    sim = simulate_plan(plan, compute, network)
-    memories = [stage_memory(plan, stage, reserved) for stage in range(plan.num_stages)]
+    return _Run(spec, sysm, t, workload, strat, batch_size, seq, calibration, tuple(assumptions))
+
+
+def _plan(run: _Run, reserved: float) -> tuple[Any, tuple[str, ...]]:
+    """The plan and what it assumed; with emb_offload, embedding tables get the HBM the rest of the rank leaves and rows
+    beyond it live in host memory."""
+    from madmax.parallel.memory import stage_memory
+    from madmax.parallel.plan import build_plan
+
+    def build(budget: float | None = None):
+        return build_plan(run.workload, run.strategy, domain_size=run.system.scale_up_domain, seq_len=run.seq_len,
+                          global_batch=run.global_batch, dtype=run.task.dtype, table_budget_bytes=budget)
+
+    plan = build()
+    if run.workload.tables and run.strategy.emb_offload:
+        memories = [stage_memory(plan, stage, reserved) for stage in range(plan.num_stages)]
+        rest = max(m.total_bytes - m.tables_bytes for m in memories)
+        if any(m.tables_bytes + rest > run.system.gpu.hbm_bytes for m in memories):
+            plan = build(max(0.0, run.system.gpu.hbm_bytes - rest))
+            return plan, ("embedding rows beyond HBM are offloaded to host memory (no software cache)",)
+    return plan, ()
+
+
+def _result(run: _Run, plan, sim, memories, keep_schedule: bool) -> Result:
+    """Metrics of the critical stage, memory of the worst one, and the error band of the regime."""
+    from madmax.validate.trust import error_band
+
+    sysm, strat, n = run.system, run.strategy, run.system.cluster_gpus
     worst = max(range(len(memories)), key=lambda i: memories[i].total_bytes)
     peak = memories[worst].total_bytes
     fits = peak <= sysm.gpu.hbm_bytes
     fits_reason = None if fits else _over_capacity(memories[worst], sysm.gpu.hbm_bytes, worst,
-                                                   bool(workload.tables) and not strat.emb_offload)
-
+                                                   bool(run.workload.tables) and not strat.emb_offload)
     ends = _stage_ends(sim)
     critical = max(range(len(ends)), key=lambda i: ends[i])
     iteration = max(ends)
     stage_view = stream_breakdown(sim.schedule, f"stage{critical}")
     ranks_per_stage = strat.tp * strat.cp * strat.dp
-    model_flops = sum(sim.model_flops) * ranks_per_stage
-    hw_flops = sum(sim.hardware_flops) * ranks_per_stage
-    peak_flops = sysm.gpu.flops_per_s[t.dtype] * n
-    tokens = batch_size * seq
+    peak_flops = sysm.gpu.flops_per_s[run.task.dtype] * n
+    mfu = sum(sim.model_flops) * ranks_per_stage / iteration / peak_flops
+    hfu = sum(sim.hardware_flops) * ranks_per_stage / iteration / peak_flops
+    tokens = run.global_batch * run.seq_len
     breakdown = {
         "stage": critical,
         "compute_s": _compute_summary(sim.compute_by_kind[critical], sim.optimizer_s[critical]),
@@ -137,22 +175,20 @@ def simulate(model: str | Path | dict | ModelSpec, system: str | Path | dict | S
         "pipeline_bubble_s": stage_view["pipeline_bubble_s"],
         **{unit.name: dict(unit.info) for unit in plan.units.values() if unit.info},
     }
-    from madmax.validate.trust import error_band
-
-    # The bands are residuals of the shipped profile; a user profile has its own accuracy.
-    band = None if calibration else error_band(spec.name, n, strat, sysm.gpu.name)
+    # The bands are residuals of the shipped profile (a user profile has its own accuracy), and only
+    # a family with validation rows has one.
+    band = None if run.calibration else error_band(run.spec.name, n, strat, sysm.gpu.name)
     if band is not None and "family" not in band["matched"]:
-        band = None  # no validation rows of this model family: no band to claim
+        band = None
     return Result(
-        model=spec.name, system=sysm.name, num_gpus=n, task=t.kind.value,
-        strategy=strat.describe() + (_emb_keys(strat) if workload.tables else ""),
-        dtype=t.dtype.value, global_batch=batch_size, seq_len=seq, iteration_time_s=iteration,
-        samples_per_s=batch_size / iteration, tokens_per_s=tokens / iteration,
-        tokens_per_s_per_gpu=tokens / iteration / n, mfu=model_flops / iteration / peak_flops,
-        hfu=hw_flops / iteration / peak_flops, peak_memory_bytes=peak, fits=fits, fits_reason=fits_reason,
-        breakdown=breakdown, memory={"stage": worst, **memories[worst].to_dict(),
-                                     "capacity": sysm.gpu.hbm_bytes},
-        assumptions=assumptions, error_band=band, schedule=sim.schedule if keep_schedule else None,
+        model=run.spec.name, system=sysm.name, num_gpus=n, task=run.task.kind.value,
+        strategy=strat.describe() + (_emb_keys(strat) if run.workload.tables else ""),
+        dtype=run.task.dtype.value, global_batch=run.global_batch, seq_len=run.seq_len,
+        iteration_time_s=iteration, samples_per_s=run.global_batch / iteration, tokens_per_s=tokens / iteration,
+        tokens_per_s_per_gpu=tokens / iteration / n, mfu=mfu, hfu=hfu, peak_memory_bytes=peak, fits=fits,
+        fits_reason=fits_reason, breakdown=breakdown,
+        memory={"stage": worst, **memories[worst].to_dict(), "capacity": sysm.gpu.hbm_bytes},
+        assumptions=list(run.assumptions), error_band=band, schedule=sim.schedule if keep_schedule else None,
         memory_timeline=_memory_timeline(sim, memories) if keep_schedule else None)
 
 
