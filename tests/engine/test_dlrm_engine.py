@@ -69,3 +69,13 @@ def test_inspect_dlrm_from_the_cli():
     result = CliRunner().invoke(app, ["inspect", "dlrm-a"])
     assert result.exit_code == 0, result.output
     assert "801.169 B" in result.output  # 4096 x 2,080,000 x 94 + 20 MLP layers of 3994^2 + bias + logit
+
+
+def test_tables_can_choose_their_own_sharding():
+    # The model file may shard some tables differently from the strategy's default: here the first
+    # group row-wise (reduce-scatter of partial sums) and the rest table-wise (all-to-all).
+    model = {**TINY, "tables": [{"rows": 1000, "dim": 16, "pooling": 2, "count": 1, "sharding": "rw"},
+                                {"rows": 1000, "dim": 16, "pooling": 2, "count": 1}]}
+    r = api.simulate(model, "dgx-a100", num_gpus=2, global_batch=128, strategy="emb=tw")
+    comm = r.breakdown["communication_s"]
+    assert "emb.rw_reduce_scatter" in comm and "emb.pooled_a2a" in comm

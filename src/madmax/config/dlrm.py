@@ -49,6 +49,8 @@ class EmbeddingTable(Schema):
         1.0, description="Average lookups per sample (multi-hot size); 1 for one-hot features."
     )
     count: PositiveInt = Field(1, description="How many identical tables this entry stands for.")
+    sharding: Literal["tw", "rw", "cw", "twrw", "dp"] | None = Field(
+        None, description="How these tables are sharded (tw, rw, cw, twrw, dp); default the strategy's emb.")
 
     @property
     def params(self) -> int:

@@ -153,7 +153,7 @@ def table_unit(key: str, block: Block, tables: tuple, s: Strategy, shape: Shape,
     ranks = s.dp or 1
     local = shape.batch
     strategy = emb.EmbeddingStrategy(num_ranks=ranks, ranks_per_node=min(domain_size, ranks),
-                                     sharding=emb.ShardingType(s.emb), group_size=s.emb_group,
+                                     sharding=_table_shardings(tables, s.emb), group_size=s.emb_group,
                                      balance=emb.Balance(s.emb_balance),
                                      hbm_budget_bytes=budget_bytes)
     plan = _shard(tuple(emb.Table(t.rows, t.dim, t.pooling, t.elem_bytes, t.name) for t in tables), strategy)
@@ -184,6 +184,15 @@ def table_unit(key: str, block: Block, tables: tuple, s: Strategy, shape: Shape,
                     info=(("sharding", s.emb), ("group", strategy.group), ("size_imbalance", plan.size_imbalance),
                           ("lookup_imbalance", plan.lookup_imbalance),
                           ("offloaded_bytes_per_gpu", max(plan.offloaded_bytes))))
+
+
+def _table_shardings(tables: tuple, default: str):
+    """One sharding for all tables (the strategy's `emb`), or per table where the model names one."""
+    from madmax.parallel import embedding as emb
+
+    if not any(t.sharding for t in tables):
+        return emb.ShardingType(default)
+    return tuple(emb.ShardingType(t.sharding or default) for t in tables)
 
 
 @functools.lru_cache(maxsize=256)

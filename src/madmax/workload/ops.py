@@ -117,6 +117,7 @@ class TableSpec:
     pooling: float
     elem_bytes: float
     name: str = ""
+    sharding: str | None = None  # the model's choice for this table (tw, rw, cw, twrw, dp), if any
 
 
 @dataclass(frozen=True)
