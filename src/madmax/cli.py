@@ -60,7 +60,8 @@ def simulate(
     dtype: Annotated[str | None, typer.Option(help="Compute dtype: bf16, fp16, fp8, fp32 (default bf16, "
                                                     "or fp16 on GPUs without bf16).")] = None,
     strategy: Annotated[str | None, typer.Option(help='e.g. "tp=8,pp=4,dp=32,vp=1,mbs=1,zero=1,'
-                                                      'recompute=selective,sp=1".')] = None,
+                                                      'recompute=selective,sp=1"; recommendation models: '
+                                                      '"emb=tw|rw|cw|twrw|dp,emb_group=G,emb_offload=1".')] = None,
     batch: Annotated[int | None, typer.Option(help="Concurrent requests (inference).")] = None,
     prompt_len: Annotated[int | None, typer.Option(help="Prompt tokens (inference).")] = None,
     output_len: Annotated[int | None, typer.Option(help="Generated tokens (inference).")] = None,
