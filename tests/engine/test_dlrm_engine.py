@@ -54,11 +54,24 @@ def test_recommendation_inference_is_one_forward_pass():
     assert r.samples_per_s == pytest.approx(128 / r.iteration_time_s)
 
 
-def test_dlrm_rejects_tensor_parallelism_clearly():
+def test_dlrm_rejects_pipeline_parallelism_clearly():
     from madmax.errors import StrategyError
 
-    with pytest.raises(StrategyError, match=r"strategy.tp=2 is not modelled for dlrm-a"):
-        api.simulate("dlrm-a", "zionex", num_gpus=128, global_batch=65536, strategy="tp=2")
+    with pytest.raises(StrategyError, match=r"strategy.pp=2 is not modelled for dlrm-a"):
+        api.simulate("dlrm-a", "zionex", num_gpus=128, global_batch=65536, strategy="pp=2")
+
+
+def test_tensor_parallel_mlps_gather_the_pooled_embeddings():
+    # TP8 x DDP16 for the MLPs (the paper's DLRM-A example): the tables shard over all 128 GPUs, each TP
+    # rank looks up 1/8 of its replica's 4,096 samples and the TP group all-gathers the pooled vectors:
+    # 4096 samples x 4096 tables x 94 x 2 bytes per rank.
+    r = api.simulate("dlrm-a", "zionex", num_gpus=128, global_batch=65536, strategy="tp=8")
+    comm = r.breakdown["communication_s"]
+    assert r.breakdown["embedding"]["group"] == 128
+    net = network_model(load_system("zionex", 128))
+    gather = net.collective_s(Collective.ALL_GATHER, 4096 * 4096 * 94 * 2, Span(8, 1))
+    assert comm["emb.tp_all_gather"]["total"] == pytest.approx(gather)
+    assert "tp.all_gather" in comm or "tp.all_reduce" in comm  # the MLPs' own TP regions
 
 
 def test_inspect_dlrm_from_the_cli():

@@ -203,3 +203,13 @@ def test_cli_transformer_option_exits_2(dlrm_files):
     result = _cli(dlrm_files, "--recompute", "full")
     assert result.exit_code == 2
     assert result.output.strip().startswith("error: recompute applies to transformer searches")
+
+
+def test_max_tp_adds_tensor_parallel_mlps():
+    # With max_tp=2 every plan is also tried with the MLPs split over 2 GPUs (dp halves, the micro-batch
+    # doubles); each candidate is a simulate result whose strategy says so.
+    outcome = find(**CASE, top=3, max_tp=2, hybrid=False)
+    tps = {int(t) for t in outcome.space.columns["tp"]}
+    assert tps == {1, 2}
+    tp2 = api.simulate(**CASE, strategy="tp=2,emb=tw,emb_offload=1")
+    assert "tp=2" in tp2.strategy and tp2.breakdown["embedding"]["group"] == 16

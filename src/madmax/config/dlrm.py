@@ -140,8 +140,8 @@ class DLRMModel(Schema):
 
     def degree_limits(self) -> dict[str, tuple[int, str]]:
         """Largest degree of each axis this family is modelled for, with the reason."""
-        why = "DLRM dense layers are modelled with data parallelism (DDP/ZeRO/FSDP) and sharded tables"
-        return {"tp": (1, why), "pp": (1, why), "cp": (1, why)}
+        why = "a DLRM has no layer stack to pipeline and no sequence to split"
+        return {"pp": (1, why), "cp": (1, why)}
 
     @property
     def has_experts(self) -> bool:

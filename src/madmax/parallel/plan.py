@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from madmax.config.base import DType
 from madmax.config.strategy import Axis, Recompute, Strategy
+from madmax.errors import StrategyError
 from madmax.hardware.collectives import Collective, Span
 from madmax.parallel.context import ring_kv
 from madmax.parallel.data import DataParallelPlan, data_parallel_plan
@@ -106,7 +107,8 @@ def build_plan(workload: Workload, strategy: Strategy, *, domain_size: int, seq_
         trainable_seen = trainable_seen or any(op.trainable for op in block.ops)
         key = block.name if block.trainable or not block.is_layer else f"{block.name}_frozen"
         if any(op.tp is TPSplit.TABLE for op in block.ops):
-            units[key] = table_unit(key, block, workload.tables, s, shape, domain_size, table_budget_bytes)
+            units[key] = table_unit(key, block, workload.tables, s, shape, domain_size, table_budget_bytes,
+                                    tp_span)
         else:
             units[key] = _unit(key, block, shape, s, tp_span, cp_span, needs_backward=trainable_seen)
         order += [key] * block.count
@@ -140,18 +142,24 @@ def _with_edges(units: dict[str, UnitPlan], workload: Workload) -> dict[str, Uni
 
 
 def table_unit(key: str, block: Block, tables: tuple, s: Strategy, shape: Shape, domain_size: int,
-               budget_bytes: float | None) -> UnitPlan:
+               budget_bytes: float | None, tp_span: Span) -> UnitPlan:
     """Embedding tables placed by the embedding-sharding plan (`parallel.embedding`), worst rank.
 
     Forward: the rank's lookups (a memory-bound gather of its pieces' rows for the samples it serves)
     after the ids reach their owners; the pooled vectors then travel to the ranks that own the samples
     (edge to the interaction). Backward: the pooled gradients travel back, then the fused backward and
     optimizer update the rows looked up. Offloaded rows cross the host link on every lookup.
+    With tensor parallelism the tables shard over all dp x tp ranks; each TP rank looks up 1/tp of its
+    replica's micro-batch and the TP group all-gathers the pooled vectors, since every TP rank runs the
+    interaction on the whole micro-batch (its backward is a split, no exchange).
     """
     from madmax.parallel import embedding as emb
 
-    ranks = s.dp or 1
-    local = shape.batch
+    ranks = (s.dp or 1) * s.tp
+    if shape.batch % s.tp:
+        raise StrategyError(f"strategy.tp={s.tp} does not divide the micro-batch of {shape.batch} samples whose "
+                            f"embeddings its ranks look up; allowed: a tp dividing {shape.batch}")
+    local = shape.batch // s.tp
     strategy = emb.EmbeddingStrategy(num_ranks=ranks, ranks_per_node=min(domain_size, ranks),
                                      sharding=_table_shardings(tables, s.emb), group_size=s.emb_group,
                                      balance=emb.Balance(s.emb_balance),
@@ -174,6 +182,9 @@ def table_unit(key: str, block: Block, tables: tuple, s: Strategy, shape: Shape,
         phase = "pre" if c.label == "emb.ids_a2a" else c.phase
         axis = Axis.DP
         by_phase[phase].append(CommOp(axis, c.kind, c.size_bytes, c.span, c.label))
+    if s.tp > 1:
+        pooled = shape.batch * sum(t.dim * t.elem_bytes for t in tables)
+        by_phase["forward"].append(CommOp(Axis.TP, Collective.ALL_GATHER, pooled, tp_span, "emb.tp_all_gather"))
     state = max(plan.table_bytes[r] + (plan.optimizer_bytes[r] if trains else 0) - plan.offloaded_bytes[r]
                 for r in range(len(plan.table_bytes)))
     return UnitPlan(name=key, fwd=tuple(fwd), bwd=tuple(bwd), recompute=(), tp_fwd=(), tp_bwd=(), cp_fwd=(),
@@ -262,37 +273,49 @@ def _unit(key: str, block: Block, shape: Shape, s: Strategy, tp_span: Span, cp_s
 
 
 def _tp_comm(block: Block, shape: Shape, tp_span: Span) -> tuple[list[CommOp], list[CommOp]]:
-    """Tensor-parallel collectives of one block per micro-batch (Korthikanti et al. 2022, Fig. 5).
+    """Tensor-parallel collectives of one block per micro-batch, from its ops (Megatron's f and g).
 
-    A layer has two TP regions (attention, FFN). Without sequence parallelism each ends in an
-    all-reduce of the T x h activation, and the backward all-reduces the input gradient of each
-    region; with it, an all-gather opens and a reduce-scatter closes each region, in both passes.
+    A column-parallel GEMM opens a TP region, the next row-parallel GEMM closes it (Shoeybi et al. 2019,
+    Fig. 3; Korthikanti et al. 2022, Fig. 5). Without sequence parallelism the closer all-reduces its
+    T x n output in the forward pass and the opener all-reduces its T x k input gradient in the
+    backward; with it, the opener all-gathers T x k (forward) / reduce-scatters its gradient
+    (backward) and the closer reduce-scatters T x n (forward) / all-gathers (backward). A region still
+    open at the block's end either feeds the vocabulary-parallel loss (three fp32 all-reduces per
+    token: max, target logit, sum of exponentials) or is gathered (T x n forward; its backward is a
+    split). A vocabulary-parallel embedding reduces its output over tp.
     """
     if shape.tp == 1:
         return [], []
-    size = shape.tokens * _width(block) * shape.act_bytes
-    ar = lambda label: CommOp(Axis.TP, Collective.ALL_REDUCE, size, tp_span, label)  # noqa: E731
-    ag = lambda label: CommOp(Axis.TP, Collective.ALL_GATHER, size, tp_span, label)  # noqa: E731
-    rs = lambda label: CommOp(Axis.TP, Collective.REDUCE_SCATTER, size, tp_span, label)  # noqa: E731
-    names = {op.name.split(".")[0] for op in block.ops}
-    if block.is_layer:
-        if shape.sp:
-            both = [ag("tp.attn_in"), rs("tp.attn_out"), ag("tp.ffn_in"), rs("tp.ffn_out")]
-            return both, list(both)
-        return [ar("tp.attn_out"), ar("tp.ffn_out")], [ar("tp.attn_in_grad"), ar("tp.ffn_in_grad")]
-    if "embed" in names:
-        return [rs("tp.embed_out") if shape.sp else ar("tp.embed_out")], ([ag("tp.embed_grad")] if shape.sp else [])
-    loss = [CommOp(Axis.TP, Collective.ALL_REDUCE, shape.tokens * DType.FP32.num_bytes, tp_span, "tp.loss")
-            for _ in range(CROSS_ENTROPY_ALL_REDUCES)]
-    if shape.sp:
-        return [ag("tp.head_in"), *loss], [rs("tp.head_in_grad")]
-    return loss, [ar("tp.head_in_grad")]
+    t, b = shape.tokens, shape.act_bytes
+
+    def op(kind: Collective, width: float, label: str) -> CommOp:
+        return CommOp(Axis.TP, kind, t * width * b, tp_span, label)
+
+    fwd: list[CommOp] = []
+    bwd: list[CommOp] = []
+    opener = None
+    reduced = False  # the embedding sum (tokens, positions) is reduced once
+    for o in block.ops:
+        if o.kind is OpKind.EMBEDDING and o.tp is TPSplit.VOCAB and not reduced:
+            reduced = True
+            fwd.append(op(Collective.REDUCE_SCATTER if shape.sp else Collective.ALL_REDUCE, o.n, "tp.embed_out"))
+            bwd += [op(Collective.ALL_GATHER, o.n, "tp.embed_grad")] if shape.sp else []
+        elif o.kind is OpKind.GEMM and o.tp is TPSplit.COLUMN and opener is None:
+            opener = o
+            fwd += [op(Collective.ALL_GATHER, o.k, f"tp.{o.name}_in")] if shape.sp else []
+            bwd.append(op(Collective.REDUCE_SCATTER if shape.sp else Collective.ALL_REDUCE, o.k,
+                          f"tp.{o.name}_in_grad"))
+        elif o.kind is OpKind.GEMM and o.tp is TPSplit.ROW and opener is not None:
+            opener = None
+            fwd.append(op(Collective.REDUCE_SCATTER if shape.sp else Collective.ALL_REDUCE, o.n, f"tp.{o.name}_out"))
+            bwd += [op(Collective.ALL_GATHER, o.n, f"tp.{o.name}_out_grad")] if shape.sp else []
+    if opener is not None:
+        if any(o.tp is TPSplit.TP_REGION and o.name.endswith(".loss") for o in block.ops):
+            fwd += [CommOp(Axis.TP, Collective.ALL_REDUCE, t * DType.FP32.num_bytes, tp_span, "tp.loss")
+                    for _ in range(CROSS_ENTROPY_ALL_REDUCES)]
+        else:
+            last = [o for o in block.ops if o.kind is OpKind.GEMM and o.tp is TPSplit.COLUMN][-1]
+            fwd.append(op(Collective.ALL_GATHER, last.n, f"tp.{last.name}_gather"))
+    return fwd, bwd
 
 
-def _width(block: Block) -> int:
-    for op in block.ops:
-        if op.kind is OpKind.GEMM:
-            return op.k
-        if op.kind is OpKind.EMBEDDING:
-            return op.n
-    raise AssertionError(f"block {block.name} has no GEMM or embedding")

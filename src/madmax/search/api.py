@@ -45,13 +45,14 @@ def find(model: Any, system: Any, num_gpus: int | None = None, task: Any = "pret
             raise ConfigError(f"{name}={value} must be a positive integer")
     score = scorer(objective, ctx.system, ctx.tokens, tokens)
     if ctx.has_tables:
-        # tp = pp = cp = 1 there (the family's degree limits), so max_tp, max_pp, max_cp always hold.
+        # pp = cp = 1 there (the family's degree limits); tensor parallelism of the MLPs is searched up to
+        # max_tp (default 1: data-parallel MLPs, the common layout).
         given = [name for name, value in (("max_vp", max_vp), ("max_mbs", max_mbs), ("recompute", recompute),
                                           ("sp", sp), ("orders", orders)) if value is not None]
         if given:
             raise ConfigError(f"{given[0]} applies to transformer searches; {ctx.spec.name} has embedding tables "
                               "and is searched over emb, emb_group and zero; allowed: omit it")
-        limits = TableLimits(emb=_embs(emb), zero=_zeros(zero), hybrid=hybrid)
+        limits = TableLimits(emb=_embs(emb), zero=_zeros(zero), hybrid=hybrid, max_tp=max_tp or 1)
         return run_table_search(ctx, limits, score, workers=workers)
     if emb is not None:
         raise ConfigError(f"emb={list(emb)} applies to models with embedding tables; {ctx.spec.name} has none; "

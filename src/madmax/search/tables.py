@@ -56,6 +56,7 @@ class TableLimits:
     emb: tuple[str, ...] = EMB_SHARDINGS
     zero: tuple[int, ...] = (0, 1, 2, 3)
     hybrid: bool = True
+    max_tp: int = 1  # tensor parallelism of the MLPs, inside a scale-up domain
 
 
 def node_groups(num_gpus: int, ranks_per_node: int) -> list[int]:
@@ -67,20 +68,24 @@ def enumerate_tables(ctx: Context, limits: TableLimits) -> dict[str, np.ndarray]
     """Every candidate of the module docstring as integer columns (TABLE_COLUMNS; `emb` indexes
     EMB_SHARDINGS, `emb_group` and `shard` 0 mean all ranks), sharding plans outermost."""
     degree_limit = dict(ctx.problem().max_degree)
-    assert all(degree_limit.get(axis) == 1 for axis in DENSE_AXES), \
-        f"the table search enumerates data parallelism only; {ctx.spec.name} allows {degree_limit}"
+    assert all(degree_limit.get(axis) == 1 for axis in DENSE_AXES if axis != "tp"), \
+        f"the table search enumerates data and tensor parallelism only; {ctx.spec.name} allows {degree_limit}"
     n = ctx.num_gpus
     local = min(ctx.domain, n)
+    tps = [t for t in divisors(local) if t <= limits.max_tp and (ctx.global_batch // (n // t)) % t == 0]
     plans = [(EMB_SHARDINGS.index(e), g) for e in limits.emb for g in [0, *node_groups(n, local)]
              if e != "dp" or g == 0]
     shards = [0, local] if limits.hybrid and local < n else [0]
     dense = [(0, 0)] if 0 in limits.zero else []
     dense += [(z, s) for z in limits.zero if z > 0 for s in shards]
-    rows = np.array([(e, g, z, s) for e, g in plans for z, s in dense], dtype=np.int32).reshape(-1, 4)
-    fixed = {"tp": 1, "cp": 1, "pp": 1, "dp": n, "vp": 1, "mbs": ctx.global_batch // n, "m": 1,
-             "rec": RECOMPUTES.index(Recompute.NONE), "sp": 0, "order": 0}
+    rows = np.array([(t, e, g, z, s) for t in tps for e, g in plans for z, s in dense
+                     if s == 0 or (n // t) % s == 0],
+                    dtype=np.int32).reshape(-1, 5)
+    fixed = {"cp": 1, "pp": 1, "vp": 1, "m": 1, "rec": RECOMPUTES.index(Recompute.NONE), "order": 0}
     cols = {name: np.full(len(rows), value, dtype=np.int32) for name, value in fixed.items()}
-    cols.update(emb=rows[:, 0], emb_group=rows[:, 1], zero=rows[:, 2], shard=rows[:, 3])
+    tp = rows[:, 0]
+    cols.update(tp=tp, dp=n // tp, mbs=ctx.global_batch // (n // tp), sp=(tp > 1).astype(np.int32),
+                emb=rows[:, 1], emb_group=rows[:, 2], zero=rows[:, 3], shard=rows[:, 4])
     return {name: cols[name] for name in TABLE_COLUMNS}
 
 
