@@ -109,7 +109,8 @@ def _resolve(model, system, num_gpus, task, strategy, calibration, fields: dict[
     seq = t.seq_len or spec.default_seq_len
     if seq > spec.max_seq_len:
         raise ConfigError(f"seq_len={seq} exceeds max_seq_len={spec.max_seq_len} of {spec.name}")
-    workload = build_workload(spec, t, flash=parse_strategy(strategy).flash)
+    requested = parse_strategy(strategy)
+    workload = build_workload(spec, t, flash=requested.flash)
     if t.kind is TaskKind.INFERENCE:
         if workload.generates_tokens:
             raise ConfigError(f"task=inference of {spec.name} (prefill and token-by-token decode) is not "
@@ -118,7 +119,7 @@ def _resolve(model, system, num_gpus, task, strategy, calibration, fields: dict[
             raise ConfigError("task.batch is required for inference: the requests (samples) served at once")
         t = t.model_copy(update={"global_batch": t.batch})
     strat, batch_size = resolve_strategy(
-        parse_strategy(strategy), num_gpus=sysm.cluster_gpus, model_name=spec.name,
+        requested, num_gpus=sysm.cluster_gpus, model_name=spec.name,
         constraints={Axis(a): sizes for a, sizes in spec.parallel_constraints().items()},
         num_pipeline_units=spec.num_pipeline_units, has_experts=spec.has_experts, global_batch=t.global_batch,
         seq_len=seq, limits={Axis(a): lim for a, lim in spec.degree_limits().items()},

@@ -80,14 +80,14 @@ def unit_times(unit: UnitPlan, compute: ComputeModel, network: NetworkModel, dty
             by[k.category] += network.host_s(k.num_bytes) if k.kind is KernelKind.HOST else kernel_s(compute, k, dtype)
         return sum(by.values()), dict(by), sum(k.flops for k in kernels)
 
-    def comm(ops: tuple[CommOp, ...]) -> float:
-        return sum(network.collective_s(op.kind, op.size_bytes, op.span) for op in ops)
-
     def comm_by_kind(ops: tuple[CommOp, ...]) -> tuple[tuple[str, float], ...]:
         by: dict[str, float] = {}
         for op in ops:
             by[op.kind.value] = by.get(op.kind.value, 0.0) + network.collective_s(op.kind, op.size_bytes, op.span)
         return tuple(by.items())
+
+    def comm(ops: tuple[CommOp, ...]) -> float:
+        return sum(seconds for _, seconds in comm_by_kind(ops))
 
     fwd, fwd_by, fwd_flops = cost(unit.fwd)
     bwd, bwd_by, bwd_flops = cost(unit.bwd)
@@ -166,7 +166,7 @@ class _Builder:
                 if step.phase is Phase.BACKWARD and not unit.has_backward:
                     continue
                 deps: list[int] = self._edges_in(streams, step, key)
-                if data.zero >= 3 and unit.trainable_params + (unit.params - unit.trainable_params) > 0:
+                if data.zero >= 3 and unit.params > 0:
                     deps.append(self.comm(streams[DP], Collective.ALL_GATHER,
                                           unit.params * data.weight_bytes, data.shard_span, DP))
                 if step.phase is Phase.FORWARD and step.microbatch == 0 and key in gathered:
