@@ -8,15 +8,33 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "madmax"
 
-# Which madmax packages each layer may import (besides itself and madmax.errors).
+# Which madmax packages each layer may import (besides itself and madmax.errors). Every module and
+# package of src/madmax is listed (test_every_package_has_a_layer): data flows one way,
+# config -> workload -> parallel -> program (with hardware costs and the sim scheduler) -> results ->
+# analysis (search, sweep, validate, report) -> api and cli.
+ANALYSIS = {"config", "collective", "workload", "hardware", "parallel", "sim", "program", "results", "request",
+            "catalog"}
 ALLOWED = {
+    "errors": set(),
+    "catalog": set(),
+    "collective": set(),
     "config": set(),
-    "workload": {"config"},
-    "hardware": {"config"},
     "sim": set(),
-    "parallel": {"config", "workload", "hardware", "sim"},
-    "engine": {"config", "workload", "parallel", "hardware", "sim"},
-    "results": {"sim"},
+    "workload": {"config"},
+    "hardware": {"config", "collective"},
+    "parallel": {"config", "workload", "collective"},
+    "program": {"config", "workload", "parallel", "hardware", "collective", "sim"},
+    "results": {"config", "workload", "parallel", "hardware", "collective", "sim", "program"},
+    "request": {"config", "workload"},
+    "bench": {"config", "hardware"},
+    "validate": ANALYSIS | {"api"},
+    "search": ANALYSIS | {"api"},
+    "sweep": ANALYSIS | {"api", "search"},
+    "report": ANALYSIS | {"sweep", "search"},
+    "api": ANALYSIS | {"validate"},
+    "cli": ANALYSIS | {"api", "bench", "report", "search", "sweep", "validate"},
+    "__init__": {"api"},
+    "__main__": {"cli"},
 }
 
 
@@ -31,6 +49,11 @@ def _imports(path: Path) -> set[str]:
                 if alias.name.startswith("madmax."):
                     found.add(alias.name.split(".")[1])
     return found
+
+
+def test_every_package_has_a_layer():
+    found = {p.stem for p in SRC.iterdir() if p.suffix == ".py" or (p.is_dir() and (p / "__init__.py").exists())}
+    assert found == set(ALLOWED), f"give each module a layer in ALLOWED: {sorted(found ^ set(ALLOWED))}"
 
 
 @pytest.mark.parametrize("layer", sorted(ALLOWED))

@@ -2,9 +2,9 @@
 
 import pytest
 
+from madmax.collective import Collective, Span
 from madmax.config.loaders import load_model
 from madmax.errors import StrategyError
-from madmax.hardware.collectives import Collective, Span
 from madmax.parallel.embedding import (
     Balance,
     EmbeddingOptimizer,

@@ -30,38 +30,13 @@ doc/PERFORMANCE.md (busbw); NCCL's hierarchical (tree/NVLS-tree) algorithms for 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import StrEnum
 from functools import lru_cache
 from typing import Any
 
+from madmax.collective import Collective, Span
 from madmax.config.hardware import Fabric, System
 from madmax.errors import ConfigError
 from madmax.hardware.profile import efficiency_table
-
-
-class Collective(StrEnum):
-    ALL_REDUCE = "all_reduce"
-    ALL_GATHER = "all_gather"
-    REDUCE_SCATTER = "reduce_scatter"
-    ALL_TO_ALL = "all_to_all"
-    SEND_RECV = "send_recv"
-
-
-@dataclass(frozen=True)
-class Span:
-    """The ranks of one collective group: `intra` ranks per scale-up domain, in `inter` domains."""
-
-    intra: int
-    inter: int
-
-    def __post_init__(self) -> None:
-        if self.intra < 1 or self.inter < 1:
-            raise ConfigError(f"span intra={self.intra}, inter={self.inter}: both must be >= 1")
-
-    @property
-    def size(self) -> int:
-        """Group size n = intra * inter."""
-        return self.intra * self.inter
 
 
 def ring_all_reduce_s(size_bytes: float, n: int, busbw_bytes_per_s: float, step_latency_s: float) -> float:

@@ -8,9 +8,8 @@ context parallelism). The backward pass sends K/V again and their gradients: twi
 
 from __future__ import annotations
 
-from madmax.config.strategy import Axis
-from madmax.hardware.collectives import Collective, Span
-from madmax.parallel.kernels import CommOp
+from madmax.collective import Collective, Span
+from madmax.parallel.kernels import CommOp, Phase, Where
 from madmax.parallel.tensor import Shape
 from madmax.workload.ops import Op, OpKind
 
@@ -22,6 +21,8 @@ def ring_kv(op: Op, shape: Shape, span: Span) -> tuple[list[CommOp], list[CommOp
     kv_heads = max(1, op.kv_heads // shape.tp)
     block = shape.tokens * 2 * kv_heads * op.head_dim * shape.act_bytes
     steps = shape.cp - 1
-    fwd = [CommOp(Axis.CP, Collective.SEND_RECV, block, span, "cp.kv") for _ in range(steps)]
-    bwd = [CommOp(Axis.CP, Collective.SEND_RECV, 2 * block, span, "cp.kv_grad") for _ in range(steps)]
+    fwd = [CommOp("cp", Collective.SEND_RECV, block, span, "cp.kv", Phase.FORWARD, Where.BESIDE_ATTENTION)
+           for _ in range(steps)]
+    bwd = [CommOp("cp", Collective.SEND_RECV, 2 * block, span, "cp.kv_grad", Phase.BACKWARD, Where.BESIDE_ATTENTION)
+           for _ in range(steps)]
     return fwd, bwd

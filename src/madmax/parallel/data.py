@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from madmax.collective import Span
 from madmax.config.base import DType
 from madmax.config.strategy import Axis, Strategy
-from madmax.hardware.collectives import Span
 from madmax.parallel.placement import span
 
 ADAM_MOMENTS = 2

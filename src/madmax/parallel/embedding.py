@@ -47,10 +47,10 @@ from enum import StrEnum
 
 import numpy as np
 
+from madmax.collective import Collective, Span
 from madmax.config.base import DType
 from madmax.config.dlrm import DLRMModel
 from madmax.errors import StrategyError
-from madmax.hardware.collectives import Collective, Span
 
 
 class ShardingType(StrEnum):

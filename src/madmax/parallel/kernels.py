@@ -1,13 +1,18 @@
-"""Kernels: what one rank runs for one op of one micro-batch, after sharding. Costed by `hardware`."""
+"""Kernels and collectives: what one rank runs for one op of one micro-batch, after sharding.
+
+Kernels are costed by `madmax.hardware.compute`; collectives by `madmax.hardware.collectives`. A
+collective names its process group (the stream it runs on), the pass it belongs to and where it sits
+relative to its unit's compute, so a program builder can place it without knowing which parallelism
+made it.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
 
+from madmax.collective import Collective, Span
 from madmax.config.base import DType
-from madmax.config.strategy import Axis
-from madmax.hardware.collectives import Collective, Span
 
 
 class KernelKind(StrEnum):
@@ -16,6 +21,31 @@ class KernelKind(StrEnum):
     MEMORY = "memory"
     LAUNCH = "launch"  # a kernel too small to cost more than its launch (transposes, masks, bias adds)
     HOST = "host"  # bytes over the GPU-host link (embedding rows offloaded to host memory)
+
+
+class Phase(StrEnum):
+    """The pass a piece of work belongs to."""
+
+    FORWARD = "F"
+    BACKWARD = "B"
+
+
+class Where(StrEnum):
+    """Where a unit's collective runs relative to the unit's own kernels in its pass.
+
+    AFTER: after the pass's kernels, before the next unit starts (Megatron's TP f/g collectives).
+    BESIDE_ATTENTION: during the attention kernels, which wait for it (the context-parallel K/V ring).
+    BEFORE: before the forward (ids sent to the owners of embedding rows).
+    TO_CONSUMER: forward: the unit's output travels to the unit that consumes it, whose forward waits;
+    backward: the gradient travels back after the consumer's backward, and this unit's backward waits.
+    UPDATE: once per iteration, after the last micro-batch's backward (with the gradient reduction).
+    """
+
+    AFTER = "after"
+    BESIDE_ATTENTION = "beside_attention"
+    BEFORE = "before"
+    TO_CONSUMER = "to_consumer"
+    UPDATE = "update"
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,10 +76,13 @@ class Kernel:
 
 @dataclass(frozen=True, slots=True)
 class CommOp:
-    """A collective of one rank: its axis, algorithm, size (nccl-tests convention) and group span."""
+    """A collective of one rank: its process group (the stream it runs on), algorithm, size (nccl-tests
+    convention), the ranks it spans, and its place in the unit's pass."""
 
-    axis: Axis
+    group: str
     kind: Collective
     size_bytes: float
     span: Span
     label: str
+    phase: Phase = Phase.FORWARD
+    where: Where = Where.AFTER

@@ -9,12 +9,8 @@ Sources: Narayanan et al. 2021 (SC21, arXiv 2104.04473) Sec. 2.2 (1F1B, interlea
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 
-
-class Phase(StrEnum):
-    FORWARD = "F"
-    BACKWARD = "B"
+from madmax.parallel.kernels import Phase
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,8 +8,8 @@ many of them share a scale-up domain decides which fabric carries the traffic.
 
 from __future__ import annotations
 
+from madmax.collective import Span
 from madmax.config.strategy import Axis, Strategy
-from madmax.hardware.collectives import Span
 
 
 def span(strategy: Strategy, axes: tuple[Axis, ...], domain_size: int) -> Span:

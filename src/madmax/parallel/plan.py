@@ -12,57 +12,74 @@ from __future__ import annotations
 import dataclasses
 import functools
 from dataclasses import dataclass
+from functools import cached_property
 
+from madmax.collective import Collective, Span
 from madmax.config.base import DType
 from madmax.config.strategy import Axis, Recompute, Strategy
 from madmax.errors import StrategyError
-from madmax.hardware.collectives import Collective, Span
 from madmax.parallel.context import ring_kv
 from madmax.parallel.data import DataParallelPlan, data_parallel_plan
-from madmax.parallel.kernels import CommOp, Kernel, KernelKind
+from madmax.parallel.kernels import CommOp, Kernel, KernelKind, Phase, Where
 from madmax.parallel.pipeline import split_layers
 from madmax.parallel.placement import span
 from madmax.parallel.tensor import Shape, backward_kernels, forward_kernels, saved_bytes
-from madmax.workload.ops import Block, OpKind, TPSplit, Workload
+from madmax.workload.ops import Block, OpKind, Placement, TPSplit, Workload
 
 # Megatron's vocabulary-parallel cross-entropy all-reduces three per-token fp32 values over tp
 # (the logit max, the target logit and the sum of exponentials).
 CROSS_ENTROPY_ALL_REDUCES = 3
+# The process group (stream) of the embedding tables' exchanges: ids, pooled vectors and their gradients.
+EMBEDDING_GROUP = "emb"
+TP_GROUP = Axis.TP.value
 
 
 @dataclass(frozen=True)
 class UnitPlan:
-    """One block instance (a layer, the embedding or the head) on one rank for one micro-batch."""
+    """One block instance (a layer, the embedding or the head) on one rank for one micro-batch.
+
+    comm: every collective of the unit, each tagged with its pass and its place relative to the unit's
+    kernels (`Where`): TP collectives after a pass, the CP ring beside the attention, embedding
+    exchanges before the forward or to the consuming unit (`edge_to`), sparse-optimizer traffic once
+    per iteration.
+    """
 
     name: str
     fwd: tuple[Kernel, ...]
     bwd: tuple[Kernel, ...]
     recompute: tuple[Kernel, ...]
-    tp_fwd: tuple[CommOp, ...]
-    tp_bwd: tuple[CommOp, ...]
-    cp_fwd: tuple[CommOp, ...]
-    cp_bwd: tuple[CommOp, ...]
+    comm: tuple[CommOp, ...]
     params: float
     trainable_params: float
     saved_bytes: float
     working_bytes: float
     is_layer: bool
+    placement: Placement = Placement.LAYERS
     # Embedding tables (sharded by the embedding plan, not ZeRO): bytes of tables and optimizer state
     # on the worst rank; their optimizer runs fused in the backward pass.
     state_bytes: float = 0.0
-    # Collectives around the unit: `pre_fwd` before its forward (ids to their owners); `edge_fwd` after
-    # its forward, awaited by the forward of `edge_to` (pooled embeddings); `edge_bwd` after the backward
-    # of `edge_to`, awaited by this unit's backward; `update` once per iteration after the last backward.
-    pre_fwd: tuple[CommOp, ...] = ()
-    edge_fwd: tuple[CommOp, ...] = ()
-    edge_bwd: tuple[CommOp, ...] = ()
-    update: tuple[CommOp, ...] = ()
-    edge_to: str | None = None
+    edge_to: str | None = None  # the unit that consumes this one's TO_CONSUMER exchange
     info: tuple[tuple[str, object], ...] = ()  # what the unit's plan reports (e.g. table load imbalance)
 
     @property
     def has_backward(self) -> bool:
         return bool(self.bwd)
+
+    @cached_property
+    def _comm_by_place(self) -> dict[tuple[Phase, Where], tuple[CommOp, ...]]:
+        by: dict[tuple[Phase, Where], list[CommOp]] = {}
+        for op in self.comm:
+            by.setdefault((op.phase, op.where), []).append(op)
+        return {key: tuple(ops) for key, ops in by.items()}
+
+    def collectives(self, phase: Phase, where: Where) -> tuple[CommOp, ...]:
+        """The unit's collectives of one pass at one place, in the order they run."""
+        return self._comm_by_place.get((phase, where), ())
+
+    @property
+    def has_exchanges(self) -> bool:
+        """Whether the unit exchanges data with other units (before, to a consumer, at the update)."""
+        return any(op.where in (Where.BEFORE, Where.TO_CONSUMER, Where.UPDATE) for op in self.comm)
 
 
 @dataclass(frozen=True)
@@ -114,7 +131,7 @@ def build_plan(workload: Workload, strategy: Strategy, *, domain_size: int, seq_
         order += [key] * block.count
     units = _with_edges(units, workload)
     data = data_parallel_plan(s, domain_size, dtype)
-    stages = _stages(order, s.pp, s.vp)
+    stages = _stages(units, order, s.pp, s.vp)
     p2p = shape.tokens * workload_hidden(workload) * act_bytes / (s.tp if s.sequence_parallel else 1)
     tied = workload.tied_params / s.tp * act_bytes if (workload.tied_params and s.pp > 1) else 0.0
     return Plan(strategy=s, dtype=dtype, seq_len=seq_len, global_batch=global_batch,
@@ -124,12 +141,12 @@ def build_plan(workload: Workload, strategy: Strategy, *, domain_size: int, seq_
 
 
 def _with_edges(units: dict[str, UnitPlan], workload: Workload) -> dict[str, UnitPlan]:
-    """Point each unit with an output exchange (`edge_fwd`) at the first later block that consumes it."""
+    """Point each unit with an output exchange (TO_CONSUMER) at the first later block that consumes it."""
     names = [b.name for b in workload.blocks]
     keys = list(units)
     out = dict(units)
     for i, key in enumerate(keys):
-        if not units[key].edge_fwd:
+        if not units[key].collectives(Phase.FORWARD, Where.TO_CONSUMER):
             continue
         for later, block in zip(keys[i + 1:], workload.blocks[i + 1:], strict=True):
             consumed = block.consumes if block.consumes is not None else (names[names.index(block.name) - 1],)
@@ -175,23 +192,28 @@ def table_unit(key: str, block: Block, tables: tuple, s: Strategy, shape: Shape,
         bwd.append(Kernel(KernelKind.HOST, "embedding_offload", num_bytes=2 * host))
     if not trains:  # inference: lookups only, no optimizer state
         bwd = []
-    by_phase: dict[str, list[CommOp]] = {"pre": [], "forward": [], "backward": [], "update": []}
+    # The ids and pooled vectors travel on the embedding exchange's own stream ("emb"), beside the bottom
+    # MLP; the sparse optimizer's traffic joins the gradient reduction ("dp").
+    comm: list[CommOp] = []
     for c in emb.comm(plan, local):
         if not trains and c.phase != "forward":
             continue
-        phase = "pre" if c.label == "emb.ids_a2a" else c.phase
-        axis = Axis.DP
-        by_phase[phase].append(CommOp(axis, c.kind, c.size_bytes, c.span, c.label))
+        if c.label == "emb.ids_a2a":
+            comm.append(CommOp(EMBEDDING_GROUP, c.kind, c.size_bytes, c.span, c.label, Phase.FORWARD, Where.BEFORE))
+        elif c.phase == "update":
+            comm.append(CommOp("dp", c.kind, c.size_bytes, c.span, c.label, Phase.BACKWARD, Where.UPDATE))
+        else:
+            phase = Phase.FORWARD if c.phase == "forward" else Phase.BACKWARD
+            comm.append(CommOp(EMBEDDING_GROUP, c.kind, c.size_bytes, c.span, c.label, phase, Where.TO_CONSUMER))
     if s.tp > 1:
         pooled = shape.batch * sum(t.dim * t.elem_bytes for t in tables)
-        by_phase["forward"].append(CommOp(Axis.TP, Collective.ALL_GATHER, pooled, tp_span, "emb.tp_all_gather"))
+        comm.append(CommOp(EMBEDDING_GROUP, Collective.ALL_GATHER, pooled, tp_span, "emb.tp_all_gather",
+                           Phase.FORWARD, Where.TO_CONSUMER))
     state = max(plan.table_bytes[r] + (plan.optimizer_bytes[r] if trains else 0) - plan.offloaded_bytes[r]
                 for r in range(len(plan.table_bytes)))
-    return UnitPlan(name=key, fwd=tuple(fwd), bwd=tuple(bwd), recompute=(), tp_fwd=(), tp_bwd=(), cp_fwd=(),
-                    cp_bwd=(), params=0.0, trainable_params=0.0, saved_bytes=0.0, working_bytes=0.0,
-                    is_layer=False, state_bytes=state, pre_fwd=tuple(by_phase["pre"]),
-                    edge_fwd=tuple(by_phase["forward"]), edge_bwd=tuple(by_phase["backward"]),
-                    update=tuple(by_phase["update"]),
+    return UnitPlan(name=key, fwd=tuple(fwd), bwd=tuple(bwd), recompute=(), comm=tuple(comm), params=0.0,
+                    trainable_params=0.0, saved_bytes=0.0, working_bytes=0.0, is_layer=False,
+                    placement=block.placement, state_bytes=state,
                     info=(("sharding", s.emb), ("group", strategy.group), ("size_imbalance", plan.size_imbalance),
                           ("lookup_imbalance", plan.lookup_imbalance),
                           ("offloaded_bytes_per_gpu", max(plan.offloaded_bytes))))
@@ -223,17 +245,22 @@ def workload_hidden(workload: Workload) -> int:
     raise AssertionError("workload without an embedding")
 
 
-def _stages(order: list[str], pp: int, vp: int) -> tuple[tuple[tuple[str, ...], ...], ...]:
-    """Units of each stage's local chunks; virtual chunk v runs on stage v % pp as its chunk v // pp."""
-    layers = [i for i, key in enumerate(order) if not key.startswith(("embedding", "head"))]
+def _stages(units: dict[str, UnitPlan], order: list[str], pp: int,
+            vp: int) -> tuple[tuple[tuple[str, ...], ...], ...]:
+    """Units of each stage's local chunks; virtual chunk v runs on stage v % pp as its chunk v // pp.
+
+    The LAYERS units split over the pp*vp chunks (`split_layers`); FIRST units go before them on the
+    first chunk, LAST units after them on the last.
+    """
+    layers = [i for i, key in enumerate(order) if units[key].placement is Placement.LAYERS]
     counts = split_layers(len(layers), pp * vp)
     chunks: list[list[str]] = []
     pos = 0
     for count in counts:
         chunks.append([order[i] for i in layers[pos:pos + count]])
         pos += count
-    chunks[0] = [k for k in order if k.startswith("embedding")] + chunks[0]
-    chunks[-1] = chunks[-1] + [k for k in order if k.startswith("head")]
+    chunks[0] = [k for k in order if units[k].placement is Placement.FIRST] + chunks[0]
+    chunks[-1] = chunks[-1] + [k for k in order if units[k].placement is Placement.LAST]
     return tuple(tuple(tuple(chunks[c * pp + stage]) for c in range(vp)) for stage in range(pp))
 
 
@@ -255,21 +282,22 @@ def _unit(key: str, block: Block, shape: Shape, s: Strategy, tp_span: Span, cp_s
         working = saved
         saved = shape.tokens * block.ops[0].saved_elems_per_token * shape.act_bytes / (
             shape.tp if shape.sp else 1)
-        tp_bwd = tp_fwd + tp_bwd
+        # the recomputed forward repeats its collectives before the backward's own
+        tp_bwd = [dataclasses.replace(op, phase=Phase.BACKWARD) for op in tp_fwd] + tp_bwd
     cp_fwd: list[CommOp] = []
     cp_bwd: list[CommOp] = []
     for op in block.ops:
         f, b = ring_kv(op, shape, cp_span)
         cp_fwd += f
         cp_bwd += b if needs_backward else []
+    comm = tuple(tp_fwd) + (tuple(tp_bwd) if needs_backward else ()) + tuple(cp_fwd) + tuple(cp_bwd)
     params = sum(op.params / (1 if op.tp in (TPSplit.SEQUENCE, TPSplit.REPLICATED) else shape.tp)
                  for op in block.ops)
     trainable = sum(op.params / (1 if op.tp in (TPSplit.SEQUENCE, TPSplit.REPLICATED) else shape.tp)
                     for op in block.ops if op.trainable)
-    return UnitPlan(name=key, fwd=tuple(fwd), bwd=tuple(bwd), recompute=tuple(recompute),
-                    tp_fwd=tuple(tp_fwd), tp_bwd=tuple(tp_bwd) if needs_backward else (),
-                    cp_fwd=tuple(cp_fwd), cp_bwd=tuple(cp_bwd), params=params, trainable_params=trainable,
-                    saved_bytes=saved, working_bytes=working, is_layer=block.is_layer)
+    return UnitPlan(name=key, fwd=tuple(fwd), bwd=tuple(bwd), recompute=tuple(recompute), comm=comm,
+                    params=params, trainable_params=trainable, saved_bytes=saved, working_bytes=working,
+                    is_layer=block.is_layer, placement=block.placement)
 
 
 def _tp_comm(block: Block, shape: Shape, tp_span: Span) -> tuple[list[CommOp], list[CommOp]]:
@@ -288,30 +316,31 @@ def _tp_comm(block: Block, shape: Shape, tp_span: Span) -> tuple[list[CommOp], l
         return [], []
     t, b = shape.tokens, shape.act_bytes
 
-    def op(kind: Collective, width: float, label: str) -> CommOp:
-        return CommOp(Axis.TP, kind, t * width * b, tp_span, label)
+    def op(kind: Collective, width: float, label: str, phase: Phase = Phase.FORWARD) -> CommOp:
+        return CommOp(TP_GROUP, kind, t * width * b, tp_span, label, phase)
 
     fwd: list[CommOp] = []
     bwd: list[CommOp] = []
     opener = None
     reduced = False  # the embedding sum (tokens, positions) is reduced once
+    back = Phase.BACKWARD
     for o in block.ops:
         if o.kind is OpKind.EMBEDDING and o.tp is TPSplit.VOCAB and not reduced:
             reduced = True
             fwd.append(op(Collective.REDUCE_SCATTER if shape.sp else Collective.ALL_REDUCE, o.n, "tp.embed_out"))
-            bwd += [op(Collective.ALL_GATHER, o.n, "tp.embed_grad")] if shape.sp else []
+            bwd += [op(Collective.ALL_GATHER, o.n, "tp.embed_grad", back)] if shape.sp else []
         elif o.kind is OpKind.GEMM and o.tp is TPSplit.COLUMN and opener is None:
             opener = o
             fwd += [op(Collective.ALL_GATHER, o.k, f"tp.{o.name}_in")] if shape.sp else []
             bwd.append(op(Collective.REDUCE_SCATTER if shape.sp else Collective.ALL_REDUCE, o.k,
-                          f"tp.{o.name}_in_grad"))
+                          f"tp.{o.name}_in_grad", back))
         elif o.kind is OpKind.GEMM and o.tp is TPSplit.ROW and opener is not None:
             opener = None
             fwd.append(op(Collective.REDUCE_SCATTER if shape.sp else Collective.ALL_REDUCE, o.n, f"tp.{o.name}_out"))
-            bwd += [op(Collective.ALL_GATHER, o.n, f"tp.{o.name}_out_grad")] if shape.sp else []
+            bwd += [op(Collective.ALL_GATHER, o.n, f"tp.{o.name}_out_grad", back)] if shape.sp else []
     if opener is not None:
         if any(o.tp is TPSplit.TP_REGION and o.name.endswith(".loss") for o in block.ops):
-            fwd += [CommOp(Axis.TP, Collective.ALL_REDUCE, t * DType.FP32.num_bytes, tp_span, "tp.loss")
+            fwd += [CommOp(TP_GROUP, Collective.ALL_REDUCE, t * DType.FP32.num_bytes, tp_span, "tp.loss")
                     for _ in range(CROSS_ENTROPY_ALL_REDUCES)]
         else:
             last = [o for o in block.ops if o.kind is OpKind.GEMM and o.tp is TPSplit.COLUMN][-1]

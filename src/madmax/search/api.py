@@ -10,6 +10,7 @@ import numpy as np
 
 from madmax.config.strategy import DEFAULT_ORDER, EMB_SHARDINGS, Recompute
 from madmax.errors import ConfigError
+from madmax.program import builder_for
 from madmax.search.context import prepare
 from madmax.search.core import Outcome, run_search
 from madmax.search.objective import scorer
@@ -44,7 +45,9 @@ def find(model: Any, system: Any, num_gpus: int | None = None, task: Any = "pret
         if value is not None and value < 1:
             raise ConfigError(f"{name}={value} must be a positive integer")
     score = scorer(objective, ctx.system, ctx.tokens, tokens)
-    if ctx.has_tables:
+    if not builder_for(ctx.task.kind, ctx.workload).fast_estimate(ctx.workload):
+        # No closed form for this workload: every candidate of its space is simulated. Today that is a
+        # model with embedding tables, searched over its sharding plan (`search.tables`).
         # pp = cp = 1 there (the family's degree limits); tensor parallelism of the MLPs is searched up to
         # max_tp (default 1: data-parallel MLPs, the common layout).
         given = [name for name, value in (("max_vp", max_vp), ("max_mbs", max_mbs), ("recompute", recompute),

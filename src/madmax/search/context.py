@@ -71,39 +71,28 @@ class Context:
 def prepare(model: Any, system: Any, num_gpus: int | None = None, task: Any = "pretrain",
             global_batch: int | None = None, seq_len: int | None = None, dtype: str | None = None, *,
             calibration: str | Path | None = None, **task_fields: Any) -> Context:
-    """Load and check the inputs as `madmax.simulate` does; a search also needs the global batch.
+    """Load and check the inputs with the request resolver `madmax.simulate` uses; a search also needs
+    the global batch.
 
     task_fields: finetune, lora_rank, frozen_layers, lora_targets (fine-tuning).
     Raises `MadmaxError` with one sentence on bad input.
     """
-    from madmax.api import _runtime, make_task
-    from madmax.config.loaders import load_model, load_system
-    from madmax.config.units import parse_quantity
     from madmax.hardware.collectives import network_model
     from madmax.hardware.compute import compute_model
-    from madmax.workload import build_workload
+    from madmax.request import reserved_memory_bytes, resolve_request
 
-    spec = load_model(model)
-    sysm = load_system(system, num_gpus)
-    if dtype is None and not isinstance(task, Task | dict):
-        dtype = DType.BF16.value if DType.BF16 in sysm.gpu.flops_per_s else DType.FP16.value
-    t = make_task(task, global_batch=global_batch, seq_len=seq_len, dtype=dtype, **task_fields)
+    request = resolve_request(model, system, num_gpus, task, calibration=calibration, global_batch=global_batch,
+                              seq_len=seq_len, dtype=dtype, **task_fields)
+    t, sysm = request.task, request.system
     if t.kind is TaskKind.INFERENCE:
         raise ConfigError("task=inference is not supported by search yet; allowed: pretrain, finetune")
-    if t.dtype not in sysm.gpu.flops_per_s:
-        allowed = ", ".join(d.value for d in sysm.gpu.flops_per_s
-                            if d in (DType.BF16, DType.FP16, DType.FP8, DType.FP32))
-        raise ConfigError(f"dtype={t.dtype.value} has no peak on gpu {sysm.gpu.name}; allowed: {allowed}")
-    seq = t.seq_len or spec.default_seq_len
-    if seq > spec.max_seq_len:
-        raise ConfigError(f"seq_len={seq} exceeds max_seq_len={spec.max_seq_len} of {spec.name}")
     if t.global_batch is None:
         raise ConfigError("global_batch is required by search (sequences per optimizer step), "
                           "e.g. --global-batch 1024; allowed: a positive integer")
-    kwargs = {"model": spec, "system": sysm, "num_gpus": sysm.cluster_gpus, "task": t, "calibration": calibration}
+    kwargs = {"model": request.spec, "system": sysm, "num_gpus": sysm.cluster_gpus, "task": t,
+              "calibration": calibration}
     compute = compute_model(sysm.gpu, calibration)
-    return Context(spec=spec, system=sysm, task=t, seq_len=seq, global_batch=t.global_batch,
-                   workload=build_workload(spec, t, flash=True), compute=compute,
+    return Context(spec=request.spec, system=sysm, task=t, seq_len=request.seq_len, global_batch=t.global_batch,
+                   workload=request.workload, compute=compute,
                    network=network_model(sysm, compute.profile.network if calibration else ()),
-                   reserved_bytes=parse_quantity(_runtime()["reserved_memory_bytes"], "bytes"),
-                   calibration=calibration, simulate_kwargs=kwargs)
+                   reserved_bytes=reserved_memory_bytes(), calibration=calibration, simulate_kwargs=kwargs)

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from madmax.collective import Collective, Span
 from madmax.config.base import DType
-from madmax.hardware.collectives import Collective, Span
 from madmax.search.context import Context
 from madmax.search.space import unique_rows
 from madmax.search.units import (

@@ -18,8 +18,9 @@ from functools import cached_property
 
 import numpy as np
 
+from madmax.collective import Collective, Span
 from madmax.config.strategy import DEFAULT_ORDER, Axis, Recompute, Strategy
-from madmax.hardware.collectives import Collective, Span
+from madmax.parallel.kernels import Phase, Where
 from madmax.search.context import Context
 from madmax.search.space import RECOMPUTES
 
@@ -27,10 +28,9 @@ MEMORY = ("tp", "sp", "rec")
 COMBO = ("tp", "cp", "mbs", "sp", "rec")
 LAYOUT = ("order", "tp", "cp", "pp", "dp")
 DATA = ("order", "tp", "cp", "pp", "dp", "zero", "shard")
-COMM = ("tp_fwd", "tp_bwd", "cp_fwd", "cp_bwd")
-# Parts of a unit plan this search does not model (other families' exchanges and tables): a decoder
-# unit has none of them, and `_plan` checks it.
-UNMODELLED = ("pre_fwd", "edge_fwd", "edge_bwd", "update")
+# A unit's collectives this search times, by name: (pass, place) of `parallel.kernels`.
+COMM = {"tp_fwd": (Phase.FORWARD, Where.AFTER), "tp_bwd": (Phase.BACKWARD, Where.AFTER),
+        "cp_fwd": (Phase.FORWARD, Where.BESIDE_ATTENTION), "cp_bwd": (Phase.BACKWARD, Where.BESIDE_ATTENTION)}
 
 Collectives = tuple[tuple[tuple[Collective, float], int], ...]  # ((kind, size_bytes), count), ...
 
@@ -49,8 +49,8 @@ def _plan(ctx: Context, row: dict[str, int]):
     plan = build_plan(ctx.workload, strategy(row), domain_size=ctx.domain, seq_len=ctx.seq_len,
                       global_batch=ctx.global_batch, dtype=ctx.dtype)
     for unit in plan.units.values():
-        assert not any(getattr(unit, name, ()) for name in UNMODELLED) and not getattr(unit, "state_bytes", 0), (
-            f"unit {unit.name} has parts the search does not model")
+        # Exchanges between units and embedding tables (other families) have no closed form here.
+        assert not unit.has_exchanges and not unit.state_bytes, f"unit {unit.name} has parts the search does not model"
     return plan
 
 
@@ -117,14 +117,14 @@ def _collectives(ops) -> Collectives:
 
 def _base(ctx: Context, tp: int, cp: int, mbs: int, sp: int) -> tuple[tuple[str, ...], list, float]:
     """Plan without recompute of one (tp, cp, mbs, sp): its units with their kernel times and collectives."""
-    from madmax.engine import unit_times
+    from madmax.program.costs import unit_times
 
     plan = _plan(ctx, {"tp": tp, "cp": cp, "mbs": mbs, "sp": sp})
     units = []
     for unit in plan.units.values():
         # The kernels alone: collectives are timed per span by the caller.
-        t = unit_times(replace(unit, **{name: () for name in COMM}), ctx.compute, ctx.network, ctx.dtype)
-        units.append((unit, t, {name: _collectives(getattr(unit, name)) for name in COMM}))
+        t = unit_times(replace(unit, comm=()), ctx.compute, ctx.network, ctx.dtype)
+        units.append((unit, t, {name: _collectives(unit.collectives(*place)) for name, place in COMM.items()}))
     return tuple(plan.units), units, plan.p2p_bytes
 
 
@@ -151,7 +151,8 @@ def unit_table(ctx: Context, combos: np.ndarray) -> UnitTable:
             if redo and RECOMPUTES[rec] is Recompute.SELECTIVE:
                 rec_s = t.attention_fwd_s
             elif redo and RECOMPUTES[rec] is Recompute.FULL:
-                rec_s, tp_bwd = t.fwd_s, _collectives(unit.tp_fwd + unit.tp_bwd)
+                redone = unit.collectives(*COMM["tp_fwd"]) + unit.collectives(*COMM["tp_bwd"])
+                rec_s, tp_bwd = t.fwd_s, _collectives(redone)
             for name, value in zip(names, (t.fwd_s, t.bwd_s, rec_s, t.attention_fwd_s, t.attention_bwd_s,
                                            t.flops_fwd + t.flops_bwd, unit.has_backward), strict=True):
                 row[name].append(value)
@@ -180,8 +181,8 @@ class Layouts:
 
 
 def layouts(ctx: Context, values: np.ndarray, orders: tuple[str, ...]) -> Layouts:
-    from madmax.engine import _p2p_span
     from madmax.parallel.placement import span
+    from madmax.program.training import p2p_span as _p2p_span
 
     tp, cp, p2p = [], [], []
     for v in values:

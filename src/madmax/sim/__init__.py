@@ -1,5 +1,9 @@
-"""The stream scheduler: timed tasks on streams with dependencies -> a timeline. Knows nothing of models."""
+"""The stream scheduler: programs (segments on named streams with dependencies) -> a timeline.
 
-from madmax.sim.engine import Schedule, Timeline
+Knows nothing of models, tasks or collectives: program builders in `madmax.program` write programs.
+"""
 
-__all__ = ["Schedule", "Timeline"]
+from madmax.sim.engine import Schedule, schedule
+from madmax.sim.program import Program, Segment
+
+__all__ = ["Program", "Schedule", "Segment", "schedule"]

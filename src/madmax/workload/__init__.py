@@ -5,7 +5,7 @@ from __future__ import annotations
 from madmax.config.model import ModelSpec
 from madmax.config.task import Task
 from madmax.workload import dlrm, transformer
-from madmax.workload.ops import Block, Op, OpKind, TPSplit, Workload
+from madmax.workload.ops import Block, Op, OpKind, Placement, TPSplit, Workload
 
 BUILDERS = {"decoder": transformer.build, "dlrm": dlrm.build}
 PARAM_COUNTERS = {"decoder": transformer.param_counts, "dlrm": dlrm.param_counts}
@@ -20,4 +20,4 @@ def param_counts(model: ModelSpec) -> dict[str, int]:
     return PARAM_COUNTERS[model.family](model)
 
 
-__all__ = ["Block", "Op", "OpKind", "TPSplit", "Workload", "build_workload", "param_counts"]
+__all__ = ["Block", "Op", "OpKind", "Placement", "TPSplit", "Workload", "build_workload", "param_counts"]

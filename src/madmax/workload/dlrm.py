@@ -32,7 +32,7 @@ from madmax.config.dlrm import DLRMModel, EmbeddingTable, Interaction
 from madmax.config.task import FinetuneMethod, Task, TaskKind
 from madmax.errors import ConfigError
 from madmax.workload.blocks import READ_WRITE
-from madmax.workload.ops import Block, Op, OpKind, TableSpec, TPSplit, Workload
+from madmax.workload.ops import Block, Op, OpKind, Placement, TableSpec, TPSplit, Workload
 
 # Sigmoid (exp, add, reciprocal), log-loss (log, multiply-add) and its gradient (subtract): a handful
 # of FLOPs per logit, negligible next to the MLPs.
@@ -133,7 +133,7 @@ def _blocks(model: DLRMModel) -> list[Block]:
     top = [*mlp_ops("top", model.interaction_width, model.top_mlp, relu_last=False), loss_op(model.top_mlp[-1])]
     # The bottom MLP reads the dense features, not the embeddings: the pooled-embedding exchange can
     # run beside it (Mudigere et al. 2022, Sec. 4.3); the interaction reads both.
-    blocks = [Block("embedding", tuple(embedding), is_layer=False, consumes=()),
+    blocks = [Block("embedding", tuple(embedding), is_layer=False, consumes=(), placement=Placement.FIRST),
               Block("bottom_mlp", tuple(bottom), consumes=())]
     inter = interaction_ops(model)
     if inter:

@@ -91,9 +91,21 @@ class Op:
         return tokens * self.flops_per_token
 
 
+class Placement(StrEnum):
+    """Where a block goes when pipeline stages split the model: before the layers on the first stage
+    (embeddings), among the layers split over the stages, or after them on the last stage (LM head)."""
+
+    FIRST = "first"
+    LAYERS = "layers"
+    LAST = "last"
+
+
 @dataclass(frozen=True)
 class Block:
-    """A group of ops repeated `count` times (a transformer layer), or once (embedding, LM head)."""
+    """A group of ops repeated `count` times (a transformer layer), or once (embedding, LM head).
+
+    placement: its place in the pipeline split (see `Placement`).
+    """
 
     name: str
     ops: tuple[Op, ...]
@@ -101,6 +113,7 @@ class Block:
     is_layer: bool = True
     trainable: bool = True
     consumes: tuple[str, ...] | None = None  # blocks whose outputs it reads; None: the previous block
+    placement: Placement = Placement.LAYERS
 
     @property
     def params(self) -> int:

@@ -20,7 +20,7 @@ from madmax.workload.blocks import (
     norm_op,
     residual_op,
 )
-from madmax.workload.ops import Block, Op, Workload
+from madmax.workload.ops import Block, Op, Placement, Workload
 
 
 def layer_ops(model: DecoderModel, *, flash: bool = True) -> list[Op]:
@@ -75,12 +75,13 @@ def build(model: DecoderModel, task: Task, *, flash: bool = True) -> Workload:
     if lora:
         layer = _with_lora(layer, task.lora_rank, set(task.lora_targets))
         embed_ops, head = _frozen(embed_ops), _frozen(head)
-    blocks = [Block("embedding", tuple(embed_ops), is_layer=False, trainable=not (lora or frozen))]
+    blocks = [Block("embedding", tuple(embed_ops), is_layer=False, trainable=not (lora or frozen),
+                    placement=Placement.FIRST)]
     if frozen:
         blocks.append(Block("layer", tuple(_frozen(layer)), count=frozen, trainable=False))
     if model.num_layers - frozen:
         blocks.append(Block("layer", tuple(layer), count=model.num_layers - frozen))
-    blocks.append(Block("head", tuple(head), is_layer=False))
+    blocks.append(Block("head", tuple(head), is_layer=False, placement=Placement.LAST))
     if lora:
         counts["lora"] = (model.num_layers - frozen) * sum(op.params for op in layer if op.lora_target is None
                                                            and op.name.endswith(("lora_a", "lora_b")))

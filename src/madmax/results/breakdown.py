@@ -1,4 +1,4 @@
-"""Results of one simulated iteration: throughput, MFU/HFU, the breakdown and memory, in SI units.
+"""The breakdown of one rank's timeline: compute, communication exposed and overlapped by kind, bubble.
 
 Exposed communication is the time a rank's communication streams are busy while its compute stream
 is not (the MAD-Max definition: iteration time minus compute time, split by collective); the rest of
@@ -10,53 +10,11 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
-from dataclasses import dataclass, field
 from typing import Any
 
 from madmax.sim import Schedule
 
 COMPUTE_STREAM = "compute"
-
-
-@dataclass(frozen=True)
-class Result:
-    """Prediction for one model x system x task x strategy; `to_dict()` is the `--json` output."""
-
-    model: str
-    system: str
-    num_gpus: int
-    task: str
-    strategy: str
-    dtype: str
-    global_batch: int
-    seq_len: int
-    iteration_time_s: float
-    samples_per_s: float
-    tokens_per_s: float
-    tokens_per_s_per_gpu: float
-    mfu: float
-    hfu: float
-    peak_memory_bytes: float
-    fits: bool
-    breakdown: dict[str, Any]
-    memory: dict[str, float]
-    assumptions: list[str] = field(default_factory=list)
-    fits_reason: str | None = None
-    error_band: dict[str, Any] | None = None
-    schedule: Schedule | None = field(default=None, repr=False, compare=False)
-    memory_timeline: dict[int, list[tuple[float, float]]] | None = field(default=None, repr=False, compare=False)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "model": self.model, "system": self.system, "num_gpus": self.num_gpus, "task": self.task,
-            "strategy": self.strategy, "dtype": self.dtype, "global_batch": self.global_batch,
-            "seq_len": self.seq_len, "iteration_time_s": self.iteration_time_s,
-            "samples_per_s": self.samples_per_s, "tokens_per_s": self.tokens_per_s,
-            "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu, "mfu": self.mfu, "hfu": self.hfu,
-            "peak_memory_bytes": self.peak_memory_bytes, "fits": self.fits, "fits_reason": self.fits_reason,
-            "breakdown": self.breakdown,
-            "memory": self.memory, "assumptions": list(self.assumptions), "error_band": self.error_band,
-        }
 
 
 def _busy(intervals: list[tuple[float, float]]):

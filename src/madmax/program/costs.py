@@ -1,0 +1,88 @@
+"""Seconds of a plan's kernels and collectives: the cost models applied to one unit of one micro-batch.
+
+Program builders use these to give their segments durations; the search uses them for its estimates.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from madmax.hardware.collectives import NetworkModel
+from madmax.hardware.compute import ComputeModel
+from madmax.parallel.kernels import CommOp, Kernel, KernelKind, Phase, Where
+from madmax.parallel.plan import UnitPlan
+
+# (group, collective kind, seconds): a unit's collectives at one place, summed per group and kind in the
+# order they first appear.
+GroupTimes = tuple[tuple[str, str, float], ...]
+
+
+@dataclass(frozen=True)
+class UnitTimes:
+    """Seconds of one unit for one micro-batch on one rank.
+
+    after_fwd / after_bwd: the collectives after its forward / backward kernels (TP); beside_fwd /
+    beside_bwd: those beside its attention (the CP ring); *_by_kind: kernel seconds by breakdown
+    category; flops_*: model FLOPs of each pass.
+    """
+
+    fwd_s: float
+    bwd_s: float
+    recompute_s: float
+    attention_fwd_s: float
+    attention_bwd_s: float
+    after_fwd: GroupTimes
+    after_bwd: GroupTimes
+    beside_fwd: GroupTimes
+    beside_bwd: GroupTimes
+    fwd_by_kind: dict[str, float]
+    bwd_by_kind: dict[str, float]
+    recompute_by_kind: dict[str, float]
+    flops_fwd: float
+    flops_bwd: float
+    flops_recompute: float
+
+
+def kernel_s(compute: ComputeModel, k: Kernel, dtype) -> float:
+    """Seconds of one kernel. A batched GEMM (bmm) is one launch: costed as one GEMM of batch*m rows,
+    which has its FLOPs and bytes to within the small per-matrix operand."""
+    dtype = k.dtype or dtype
+    if k.kind is KernelKind.GEMM:
+        return compute.gemm_s(k.batch * k.m, k.k, k.n, dtype)
+    if k.kind is KernelKind.ATTENTION:
+        return compute.attention_s(k.batch, k.heads, k.kv_heads, k.q_len, k.kv_len, k.head_dim, k.causal, dtype,
+                                   backward=k.backward)
+    if k.kind is KernelKind.LAUNCH:
+        return k.batch * compute.launch_s
+    return compute.memory_s(k.num_bytes)
+
+
+def group_times(ops: tuple[CommOp, ...], network: NetworkModel) -> GroupTimes:
+    """Seconds of `ops` summed per (group, kind), in the order each pair first appears."""
+    by: dict[tuple[str, str], float] = {}
+    for op in ops:
+        key = (op.group, op.kind.value)
+        by[key] = by.get(key, 0.0) + network.collective_s(op.kind, op.size_bytes, op.span)
+    return tuple((group, kind, seconds) for (group, kind), seconds in by.items())
+
+
+def unit_times(unit: UnitPlan, compute: ComputeModel, network: NetworkModel, dtype) -> UnitTimes:
+    def cost(kernels: tuple[Kernel, ...]) -> tuple[float, dict[str, float], float]:
+        by: dict[str, float] = defaultdict(float)
+        for k in kernels:
+            by[k.category] += network.host_s(k.num_bytes) if k.kind is KernelKind.HOST else kernel_s(compute, k, dtype)
+        return sum(by.values()), dict(by), sum(k.flops for k in kernels)
+
+    fwd, fwd_by, fwd_flops = cost(unit.fwd)
+    bwd, bwd_by, bwd_flops = cost(unit.bwd)
+    rec, rec_by, rec_flops = cost(unit.recompute)
+    F, B = Phase.FORWARD, Phase.BACKWARD
+    return UnitTimes(fwd_s=fwd, bwd_s=bwd, recompute_s=rec, attention_fwd_s=fwd_by.get("attention", 0.0),
+                     attention_bwd_s=bwd_by.get("attention", 0.0),
+                     after_fwd=group_times(unit.collectives(F, Where.AFTER), network),
+                     after_bwd=group_times(unit.collectives(B, Where.AFTER), network),
+                     beside_fwd=group_times(unit.collectives(F, Where.BESIDE_ATTENTION), network),
+                     beside_bwd=group_times(unit.collectives(B, Where.BESIDE_ATTENTION), network),
+                     fwd_by_kind=fwd_by, bwd_by_kind=bwd_by, recompute_by_kind=rec_by, flops_fwd=fwd_flops,
+                     flops_bwd=bwd_flops, flops_recompute=rec_flops)

@@ -1,0 +1,323 @@
+"""The training iteration as a program: one representative rank per pipeline stage, every pass of every
+micro-batch as segments on its compute stream and on the streams of its process groups.
+
+Every tp/cp/dp rank of a stage does the same work, so one rank stands for its stage. Each collective
+runs on the stream of its group (`CommOp.group`: "tp", "cp", "dp", "pp", "emb", ...), as Megatron-LM
+and PyTorch FSDP use a CUDA stream per process group; streams appear as the program uses them. A unit's
+collectives go where `CommOp.where` says: TP collectives between the compute that produces and the
+compute that consumes them (after the unit's kernels), the K/V ring of context parallelism beside the
+attention, embedding exchanges before the forward or on to the consuming unit, pipeline sends beside
+the next micro-batch, gradient reductions beside the rest of the backward pass (when overlap is on);
+the optimizer step waits for all of them.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from functools import cache
+
+from madmax.collective import Collective, Span
+from madmax.hardware.collectives import NetworkModel
+from madmax.hardware.compute import ComputeModel
+from madmax.parallel.kernels import CommOp, Phase, Where
+from madmax.parallel.pipeline import schedule
+from madmax.parallel.plan import Plan, UnitPlan
+from madmax.program.costs import GroupTimes, UnitTimes, unit_times
+from madmax.sim import Program
+
+COMPUTE = "compute"
+DP, PP = "dp", "pp"
+
+
+@dataclass
+class TrainingProgram:
+    """The iteration's program plus what the builder learned while writing it (per stage).
+
+    stage_of_rank: the stage each simulated rank stands for; activation_events: per stage, (segment,
+    bytes) -- activations kept when a forward pass ends, freed when its backward ends.
+    """
+
+    program: Program
+    stage_of_rank: dict[str, int] = field(default_factory=dict)
+    compute_by_kind: list[dict[str, float]] = field(default_factory=list)
+    model_flops: list[float] = field(default_factory=list)
+    hardware_flops: list[float] = field(default_factory=list)
+    optimizer_s: list[float] = field(default_factory=list)
+    activation_events: list[list[tuple[int, float]]] = field(default_factory=list)
+
+
+def rank_name(stage: int) -> str:
+    """The simulated rank that stands for pipeline stage `stage`."""
+    return f"stage{stage}"
+
+
+def build_training(plan: Plan, compute: ComputeModel, network: NetworkModel) -> TrainingProgram:
+    """Write the iteration's program for every stage and link the stages."""
+    times = {key: unit_times(unit, compute, network, plan.dtype) for key, unit in plan.units.items()}
+    builder = _Builder(plan, times, network, compute)
+    for stage in range(plan.num_stages):
+        builder.stage(stage)
+    builder.link_pipeline()
+    return builder.out
+
+
+@cache
+def _comm_s(network: NetworkModel, kind: Collective, size: float, span: Span) -> float:
+    return network.collective_s(kind, size, span)
+
+
+class _Streams(dict):
+    """Stream ids of one rank by group name, made on first use."""
+
+    def __init__(self, program: Program, rank: str) -> None:
+        super().__init__()
+        self.program, self.rank = program, rank
+
+    def __missing__(self, name: str) -> int:
+        self[name] = self.program.stream(self.rank, name)
+        return self[name]
+
+
+class _Builder:
+    """Adds the segments of each stage's passes to a Program and links the stages."""
+
+    def __init__(self, plan: Plan, times: dict[str, UnitTimes], network: NetworkModel,
+                 compute: ComputeModel) -> None:
+        self.plan, self.times, self.network, self.compute = plan, times, network, compute
+        self.out = TrainingProgram(program=Program())
+        self.prog = self.out.program
+        self.pp, self.vp = plan.strategy.pp, plan.strategy.vp
+        self.num_virtual = self.pp * self.vp
+        self.first: dict[tuple[Phase, int, int], int] = {}  # (phase, virtual chunk, mb) -> first segment
+        self.send: dict[tuple[Phase, int, int], int] = {}  # -> segment the next virtual stage waits for
+        self.deferred: list[int] = []  # gradient reductions that wait for the whole backward (no overlap)
+        self.pending: dict[tuple[Phase, int, str], list[int]] = {}  # exchanges a unit's pass waits for
+        self.consumers: dict[str, list[str]] = defaultdict(list)  # unit -> producers whose output it reads
+        for key, unit in plan.units.items():
+            if unit.edge_to is not None:
+                self.consumers[unit.edge_to].append(key)
+
+    def comm(self, stream: int, op_kind: Collective, size: float, span: Span, group: str, deps=()) -> int:
+        duration = _comm_s(self.network, op_kind, size, span)
+        category = f"{group}.{op_kind.value}"
+        return self.prog.add(stream, duration, tuple(deps), category=category, label=category)
+
+    def comm_op(self, stream: int, op: CommOp, deps=()) -> int:
+        duration = _comm_s(self.network, op.kind, op.size_bytes, op.span)
+        return self.prog.add(stream, duration, tuple(deps), category=op.label, label=op.label)
+
+    def stage(self, stage: int) -> None:
+        plan, prog, times = self.plan, self.prog, self.times
+        rank = rank_name(stage)
+        self.out.stage_of_rank[rank] = stage
+        streams = _Streams(prog, rank)
+        cs = streams[COMPUTE]
+        by_kind: dict[str, float] = defaultdict(float)
+        model_flops = hw_flops = 0.0
+        m = plan.microbatches
+        data = plan.data
+        chunks = plan.stages[stage]
+        grad_segments: list[int] = []
+        events: list[tuple[int, float]] = []
+        self.out.activation_events.append(events)
+        last_compute = None
+        gathered: dict[str, int] = {}
+        if data.zero in (1, 2) and data.overlap:
+            for chunk in chunks:
+                for key in chunk:
+                    if plan.units[key].trainable_params:
+                        gathered.setdefault(key, self._param_gather(streams[DP], plan.units[key]))
+        for step in schedule(stage, self.pp, self.vp, m):
+            virtual = step.chunk * self.pp + stage
+            units = chunks[step.chunk]
+            ordered = units if step.phase is Phase.FORWARD else tuple(reversed(units))
+            first_segment = None
+            for key in ordered:
+                unit, t = plan.units[key], times[key]
+                if step.phase is Phase.BACKWARD and not unit.has_backward:
+                    continue
+                deps: list[int] = self._edges_in(streams, step, key)
+                if data.zero >= 3 and unit.params > 0:
+                    deps.append(self.comm(streams[DP], Collective.ALL_GATHER,
+                                          unit.params * data.weight_bytes, data.shard_span, DP))
+                if step.phase is Phase.FORWARD and step.microbatch == 0 and key in gathered:
+                    deps.append(gathered[key])
+                if step.phase is Phase.FORWARD:
+                    start, seg = self._compute_beside(streams, t.fwd_s, t.attention_fwd_s, t.beside_fwd, deps,
+                                                      "forward")
+                    for cat, sec in t.fwd_by_kind.items():
+                        by_kind[cat] += sec
+                    model_flops += t.flops_fwd
+                    hw_flops += t.flops_fwd
+                else:
+                    rec = None
+                    if t.recompute_s:
+                        rec = prog.add(cs, t.recompute_s, tuple(deps), category="recompute", label="recompute")
+                        deps = [rec]
+                        for cat, sec in t.recompute_by_kind.items():
+                            by_kind["recompute." + cat] += sec
+                        hw_flops += t.flops_recompute
+                    start, seg = self._compute_beside(streams, t.bwd_s, t.attention_bwd_s, t.beside_bwd, deps,
+                                                      "backward")
+                    start = rec if rec is not None else start
+                    for cat, sec in t.bwd_by_kind.items():
+                        by_kind[cat] += sec
+                    model_flops += t.flops_bwd
+                    hw_flops += t.flops_bwd
+                if first_segment is None:
+                    first_segment = start
+                seg = self._after(streams, t.after_fwd if step.phase is Phase.FORWARD else t.after_bwd, seg)
+                last_compute = seg
+                self._edges_out(streams, step, key, seg)
+                if step.phase is Phase.BACKWARD and unit.trainable_params:
+                    grad_segments += self._grad_sync(streams[DP], unit, seg, step.microbatch == m - 1)
+                if step.phase is Phase.BACKWARD and step.microbatch == m - 1:
+                    grad_segments += [self.comm_op(streams[op.group], op, (seg,))
+                                      for op in unit.collectives(Phase.BACKWARD, Where.UPDATE)]
+            if first_segment is None:
+                # A backward with nothing to do: frozen bottom units (and every stage below them) or an
+                # inference pass. Nothing later waits for it.
+                assert step.phase is Phase.BACKWARD
+                continue
+            assert last_compute is not None
+            kept = sum(plan.units[key].saved_bytes for key in units)
+            events.append((last_compute, kept if step.phase is Phase.FORWARD else -kept))
+            self.first[(step.phase, virtual, step.microbatch)] = first_segment
+            self._send(streams[PP], step.phase, virtual, step.microbatch, last_compute)
+        self._finish_stage(stage, streams, grad_segments, last_compute)
+        self.out.compute_by_kind.append(dict(by_kind))
+        self.out.model_flops.append(model_flops)
+        self.out.hardware_flops.append(hw_flops)
+
+    def _after(self, streams: _Streams, after: GroupTimes, seg: int) -> int:
+        """The collectives after a unit's kernels, one segment per group and kind in order on the group's
+        stream; the compute stream waits for the last (the next unit consumes their result)."""
+        if not after:
+            return seg
+        comm = seg
+        for group, kind, seconds in after:
+            comm = self.prog.add(streams[group], seconds, (comm,), category=f"{group}.{kind}", label=f"{group} {kind}")
+        return self.prog.add(streams[COMPUTE], 0.0, (comm,), category="sync", label="wait for collectives")
+
+    def _edges_in(self, streams: _Streams, step, key: str) -> list[int]:
+        """Collectives this unit's pass must wait for: those before its forward (ids to their owners), the
+        exchanged outputs of earlier units before their consumer's forward, returned gradients before a
+        backward."""
+        unit = self.plan.units[key]
+        deps: list[int] = []
+        if step.phase is Phase.FORWARD:
+            seg = None
+            for op in unit.collectives(Phase.FORWARD, Where.BEFORE):
+                seg = self.comm_op(streams[op.group], op, (seg,) if seg is not None else ())
+            if seg is not None:
+                deps.append(seg)
+        deps += self.pending.pop((step.phase, step.microbatch, key), [])
+        return deps
+
+    def _edges_out(self, streams: _Streams, step, key: str, after: int) -> None:
+        """Start the exchanges this unit's pass produces, beside the next units' compute."""
+        units = self.plan.units
+        out = units[key].collectives(Phase.FORWARD, Where.TO_CONSUMER)
+        if step.phase is Phase.FORWARD and out:
+            seg = after
+            for op in out:
+                seg = self.comm_op(streams[op.group], op, (seg,))
+            self.pending.setdefault((Phase.FORWARD, step.microbatch, units[key].edge_to), []).append(seg)
+        if step.phase is Phase.BACKWARD:
+            for producer in self.consumers.get(key, ()):
+                back = units[producer].collectives(Phase.BACKWARD, Where.TO_CONSUMER)
+                if not back:
+                    continue
+                seg = after
+                for op in back:
+                    seg = self.comm_op(streams[op.group], op, (seg,))
+                self.pending.setdefault((Phase.BACKWARD, step.microbatch, producer), []).append(seg)
+
+    def _compute_beside(self, streams: _Streams, total_s: float, attention_s: float, beside: GroupTimes,
+                        deps: list[int], label: str) -> tuple[int, int]:
+        """First and last segment of a unit's compute; collectives that run beside its attention (the
+        context-parallel K/V ring) start with it and the unit ends when both have."""
+        cs = streams[COMPUTE]
+        if not any(seconds for _, _, seconds in beside):
+            seg = self.prog.add(cs, total_s, tuple(deps), category=label, label=label)
+            return seg, seg
+        pre = self.prog.add(cs, total_s - attention_s, tuple(deps), category=label, label=label)
+        ring = [self.prog.add(streams[group], seconds, (pre,), category=f"{group}.{kind}",
+                              label=f"{group} {kind} beside attention") for group, kind, seconds in beside]
+        attn = self.prog.add(cs, attention_s, (pre,), category=label, label=label + " attention")
+        return pre, self.prog.add(cs, 0.0, (attn, *ring), category="sync", label="wait for collectives")
+
+    def _param_gather(self, dp_stream: int, unit: UnitPlan) -> int:
+        data = self.plan.data
+        if data.shard == 1:
+            return self.prog.add(dp_stream, 0.0, category="sync", label="no gather")
+        return self.comm(dp_stream, Collective.ALL_GATHER, unit.trainable_params * data.weight_bytes,
+                         data.shard_span, DP)
+
+    def _grad_sync(self, dp_stream: int, unit: UnitPlan, after: int, last_microbatch: bool) -> list[int]:
+        """Gradient reduction of one unit: every micro-batch for ZeRO-2/3, else after the last one."""
+        data = self.plan.data
+        size = unit.trainable_params * data.grad_bytes
+        per_microbatch = data.zero >= 2
+        if not (per_microbatch or last_microbatch) or (data.shard == 1 and data.replicas == 1):
+            return []
+        deps = (after,) if data.overlap else ()
+        segs = []
+        if data.zero == 0:
+            segs.append(self.comm(dp_stream, Collective.ALL_REDUCE, size, data.grad_span, DP, deps))
+        else:
+            if data.shard > 1:
+                segs.append(self.comm(dp_stream, Collective.REDUCE_SCATTER, size, data.shard_span, DP, deps))
+            if last_microbatch and data.replicas > 1:
+                segs.append(self.comm(dp_stream, Collective.ALL_REDUCE, size / data.shard, data.replica_span, DP,
+                                      (segs[-1],) if segs else deps))
+        if not data.overlap:
+            self.deferred.extend(segs)
+        return segs
+
+    def _send(self, pp_stream: int, phase: Phase, virtual: int, mb: int, after: int) -> None:
+        """The activation (forward) or its gradient (backward) sent to the neighbouring virtual stage."""
+        last = self.num_virtual - 1
+        if (phase is Phase.FORWARD and virtual == last) or (phase is Phase.BACKWARD and virtual == 0):
+            self.send[(phase, virtual, mb)] = after
+            return
+        self.send[(phase, virtual, mb)] = self.comm(pp_stream, Collective.SEND_RECV, self.plan.p2p_bytes,
+                                                    p2p_span(self.plan.pp_span), PP, (after,))
+
+    def _finish_stage(self, stage: int, streams: _Streams, grad_segments: list[int], last_compute: int) -> None:
+        plan, prog = self.plan, self.prog
+        if self.deferred:
+            prog.wait(self.deferred[0], last_compute)
+            self.deferred = []
+        deps = [*list(grad_segments), last_compute]
+        if plan.tied_sync_bytes and stage in (0, plan.num_stages - 1):
+            deps.append(self.comm(streams[DP], Collective.ALL_REDUCE, plan.tied_sync_bytes, Span(1, 2), PP,
+                                  (last_compute,)))
+        trainable = sum(plan.units[k].trainable_params for chunk in plan.stages[stage] for k in chunk)
+        w, g, o = plan.data.state_bytes_per_param()
+        moved = trainable * (2 * o + g + w)
+        optimizer_s = self.compute.memory_s(moved) if moved else 0.0
+        opt = prog.add(streams[COMPUTE], optimizer_s, tuple(deps), category="optimizer", label="optimizer step")
+        self.out.optimizer_s.append(optimizer_s)
+        if plan.data.zero in (1, 2) and not plan.data.overlap and plan.data.shard > 1:
+            for chunk in plan.stages[stage]:
+                for key in chunk:
+                    if plan.units[key].trainable_params:
+                        self.comm(streams[DP], Collective.ALL_GATHER,
+                                  plan.units[key].trainable_params * plan.data.weight_bytes,
+                                  plan.data.shard_span, DP, (opt,))
+
+    def link_pipeline(self) -> None:
+        """Forward of virtual stage v waits for v-1's send; backward of v waits for v+1's."""
+        last = self.num_virtual - 1
+        for (phase, virtual, mb), seg in self.first.items():
+            if phase is Phase.FORWARD and virtual > 0:
+                self.prog.wait(seg, self.send[(Phase.FORWARD, virtual - 1, mb)])
+            elif phase is Phase.BACKWARD and virtual < last:
+                self.prog.wait(seg, self.send[(Phase.BACKWARD, virtual + 1, mb)])
+
+
+def p2p_span(pp_span: Span) -> Span:
+    """Neighbouring stages: within a domain when the pipeline group has ranks inside one."""
+    return Span(2, 1) if pp_span.intra > 1 else Span(1, 2)

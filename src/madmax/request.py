@@ -1,0 +1,124 @@
+"""A request, resolved: what `madmax.simulate` and `madmax.search` both need before any plan.
+
+Loads the model and system (catalog names or files), builds the task with its defaults, checks the
+dtype against the GPU and the sequence against the model, and builds the workload. Every failure is a
+`MadmaxError` with one sentence; `madmax.api` and `madmax.search` call this one resolver, so the same
+input is accepted or refused the same way by both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from madmax.config.base import DType
+from madmax.config.hardware import System
+from madmax.config.loaders import load_model, load_system, validate
+from madmax.config.model import ModelSpec
+from madmax.config.task import COMPUTE_DTYPES, Task, TaskKind
+from madmax.config.units import parse_quantity
+from madmax.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Request:
+    """The validated model, system and task, the workload of the task, and what was assumed."""
+
+    spec: ModelSpec
+    system: System
+    task: Task
+    workload: Any  # madmax.workload.Workload
+    seq_len: int
+    calibration: str | Path | None
+    assumptions: tuple[str, ...]
+
+    @property
+    def num_gpus(self) -> int:
+        return self.system.cluster_gpus
+
+
+@cache
+def _runtime() -> dict[str, Any]:
+    return yaml.safe_load(resources.files("madmax.catalog").joinpath("runtime.yaml").read_text())
+
+
+def reserved_memory_bytes() -> float:
+    """HBM per GPU the software stack keeps for itself (CUDA context, NCCL, allocator): runtime.yaml."""
+    return parse_quantity(_runtime()["reserved_memory_bytes"], "bytes")
+
+
+def make_task(task: str | Task | dict, **fields: Any) -> Task:
+    """A Task from its kind and the fields given (None means not given)."""
+    if isinstance(task, Task):
+        return task
+    data = dict(task) if isinstance(task, dict) else {"kind": task}
+    data.update({k: v for k, v in fields.items() if v is not None})
+    if isinstance(data.get("kind"), str) and data["kind"] not in {k.value for k in TaskKind}:
+        raise ConfigError(f"task={data['kind']!r} is unknown; allowed: {', '.join(k.value for k in TaskKind)}")
+    return validate(Task, data, "task")
+
+
+def resolve_request(model: Any, system: Any, num_gpus: int | None = None, task: Any = "pretrain", *,
+                    calibration: str | Path | None = None, flash: bool = True, **fields: Any) -> Request:
+    """Load and check model, system and task; `fields` are Task fields (None: not given).
+
+    dtype, when not given for a task named by its kind, is bf16, or fp16 on GPUs without bf16 (listed
+    in the assumptions). flash: whether the workload's attention is fused (from the strategy).
+    """
+    from madmax.workload import build_workload
+
+    spec = load_model(model)
+    sysm = load_system(system, num_gpus)
+    assumptions = []
+    if fields.get("dtype") is None and not isinstance(task, Task | dict):
+        fields["dtype"] = DType.BF16.value if DType.BF16 in sysm.gpu.flops_per_s else DType.FP16.value
+        if fields["dtype"] != DType.BF16.value:
+            assumptions.append(f"dtype not given: fp16, since gpu {sysm.gpu.name} has no bf16 peak")
+    t = make_task(task, **fields)
+    if t.dtype not in sysm.gpu.flops_per_s:
+        allowed = ", ".join(d.value for d in sysm.gpu.flops_per_s if d.value in COMPUTE_DTYPES)
+        raise ConfigError(f"dtype={t.dtype.value} has no peak on gpu {sysm.gpu.name}; allowed: {allowed}")
+    seq = t.seq_len or spec.default_seq_len
+    if seq > spec.max_seq_len:
+        raise ConfigError(f"seq_len={seq} exceeds max_seq_len={spec.max_seq_len} of {spec.name}")
+    workload = build_workload(spec, t, flash=flash)
+    return Request(spec=spec, system=sysm, task=t, workload=workload, seq_len=seq, calibration=calibration,
+                   assumptions=tuple(assumptions))
+
+
+@dataclass(frozen=True)
+class TrainingRequest:
+    """A request whose strategy is resolved (dp derived, every rule checked) with its global batch."""
+
+    request: Request
+    strategy: Any  # madmax.config.strategy.Strategy
+    global_batch: int
+    assumptions: tuple[str, ...]
+
+
+def resolve_training(request: Request, requested: Any) -> TrainingRequest:
+    """Check the strategy against the model and cluster (`resolve_strategy`); a recommendation model's
+    inference pass serves `task.batch` samples as one global batch."""
+    from madmax.config.strategy import Axis, resolve_strategy
+
+    spec, t = request.spec, request.task
+    if t.kind is TaskKind.INFERENCE:
+        if t.batch is None:
+            raise ConfigError("task.batch is required for inference: the requests (samples) served at once")
+        t = t.model_copy(update={"global_batch": t.batch})
+    strat, batch_size = resolve_strategy(
+        requested, num_gpus=request.num_gpus, model_name=spec.name,
+        constraints={Axis(a): sizes for a, sizes in spec.parallel_constraints().items()},
+        num_pipeline_units=spec.num_pipeline_units, has_experts=spec.has_experts, global_batch=t.global_batch,
+        seq_len=request.seq_len, limits={Axis(a): lim for a, lim in spec.degree_limits().items()},
+        accumulates_gradients=request.workload.accumulates_gradients)
+    notes = []
+    if t.global_batch is None:
+        notes.append(f"global_batch not given: {batch_size} = dp*mbs*pp sequences")
+    return TrainingRequest(request=request, strategy=strat, global_batch=batch_size,
+                           assumptions=request.assumptions + tuple(notes))

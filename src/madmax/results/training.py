@@ -1,0 +1,161 @@
+"""Results of one simulated training iteration (or one DLRM inference pass): throughput, MFU/HFU, the
+breakdown and memory, in SI units, read from the program's timeline and the builder's labels.
+
+The breakdown is that of the critical stage (the one whose iteration ends last); memory that of the
+worst stage. MFU counts model FLOPs (no recompute) over the dense peak of the training dtype, HFU the
+FLOPs run including recompute.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from madmax.parallel.memory import StageMemory
+from madmax.parallel.plan import Plan
+from madmax.program.training import TrainingProgram
+from madmax.results.breakdown import stream_breakdown
+from madmax.sim import Schedule
+
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class Result:
+    """Prediction for one model x system x task x strategy; `to_dict()` is the `--json` output."""
+
+    model: str
+    system: str
+    num_gpus: int
+    task: str
+    strategy: str
+    dtype: str
+    global_batch: int
+    seq_len: int
+    iteration_time_s: float
+    samples_per_s: float
+    tokens_per_s: float
+    tokens_per_s_per_gpu: float
+    mfu: float
+    hfu: float
+    peak_memory_bytes: float
+    fits: bool
+    breakdown: dict[str, Any]
+    memory: dict[str, float]
+    assumptions: list[str] = field(default_factory=list)
+    fits_reason: str | None = None
+    error_band: dict[str, Any] | None = None
+    schedule: Schedule | None = field(default=None, repr=False, compare=False)
+    memory_timeline: dict[int, list[tuple[float, float]]] | None = field(default=None, repr=False, compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model, "system": self.system, "num_gpus": self.num_gpus, "task": self.task,
+            "strategy": self.strategy, "dtype": self.dtype, "global_batch": self.global_batch,
+            "seq_len": self.seq_len, "iteration_time_s": self.iteration_time_s,
+            "samples_per_s": self.samples_per_s, "tokens_per_s": self.tokens_per_s,
+            "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu, "mfu": self.mfu, "hfu": self.hfu,
+            "peak_memory_bytes": self.peak_memory_bytes, "fits": self.fits, "fits_reason": self.fits_reason,
+            "breakdown": self.breakdown,
+            "memory": self.memory, "assumptions": list(self.assumptions), "error_band": self.error_band,
+        }
+
+
+@dataclass(frozen=True)
+class TrainingRun:
+    """What the result reports about its request: names, sizes, the resolved strategy and its text."""
+
+    model: str
+    system: str
+    num_gpus: int
+    task: str
+    dtype: Any  # madmax.config.base.DType
+    strategy: Any  # madmax.config.strategy.Strategy
+    strategy_text: str
+    global_batch: int
+    seq_len: int
+    hbm_bytes: float
+    peak_flops_per_s: float
+    has_tables: bool
+    assumptions: tuple[str, ...]
+
+
+def training_result(run: TrainingRun, plan: Plan, built: TrainingProgram, schedule: Schedule,
+                    memories: list[StageMemory], error_band: dict[str, Any] | None,
+                    keep_schedule: bool) -> Result:
+    """Metrics of the critical stage, memory of the worst one, and the error band of the regime."""
+    strat, n = run.strategy, run.num_gpus
+    worst = max(range(len(memories)), key=lambda i: memories[i].total_bytes)
+    peak = memories[worst].total_bytes
+    fits = peak <= run.hbm_bytes
+    fits_reason = None if fits else over_capacity(memories[worst], run.hbm_bytes, worst,
+                                                  run.has_tables and not strat.emb_offload)
+    ends = stage_ends(built, schedule)
+    critical = max(range(len(ends)), key=lambda i: ends[i])
+    iteration = max(ends)
+    stage_view = stream_breakdown(schedule, f"stage{critical}")
+    ranks_per_stage = strat.tp * strat.cp * strat.dp
+    peak_flops = run.peak_flops_per_s * n
+    mfu = sum(built.model_flops) * ranks_per_stage / iteration / peak_flops
+    hfu = sum(built.hardware_flops) * ranks_per_stage / iteration / peak_flops
+    tokens = run.global_batch * run.seq_len
+    breakdown = {
+        "stage": critical,
+        "compute_s": compute_summary(built.compute_by_kind[critical], built.optimizer_s[critical]),
+        "communication_s": stage_view["communication"],
+        "exposed_communication_s": stage_view["exposed_communication_s"],
+        "pipeline_bubble_s": stage_view["pipeline_bubble_s"],
+        **{unit.name: dict(unit.info) for unit in plan.units.values() if unit.info},
+    }
+    return Result(
+        model=run.model, system=run.system, num_gpus=n, task=run.task, strategy=run.strategy_text,
+        dtype=run.dtype.value, global_batch=run.global_batch, seq_len=run.seq_len,
+        iteration_time_s=iteration, samples_per_s=run.global_batch / iteration, tokens_per_s=tokens / iteration,
+        tokens_per_s_per_gpu=tokens / iteration / n, mfu=mfu, hfu=hfu, peak_memory_bytes=peak, fits=fits,
+        fits_reason=fits_reason, breakdown=breakdown,
+        memory={"stage": worst, **memories[worst].to_dict(), "capacity": run.hbm_bytes},
+        assumptions=list(run.assumptions), error_band=error_band, schedule=schedule if keep_schedule else None,
+        memory_timeline=memory_timeline(built, schedule, memories) if keep_schedule else None)
+
+
+def memory_timeline(built: TrainingProgram, schedule: Schedule,
+                    memories: list[StageMemory]) -> dict[int, list[tuple[float, float]]]:
+    """Per stage, (time, bytes in use) after each change: static state plus the activations kept."""
+    timeline = {}
+    for stage, events in enumerate(built.activation_events):
+        static = memories[stage].total_bytes - memories[stage].activations_bytes
+        used, points = static, [(0.0, static)]
+        for segment, delta in sorted(events, key=lambda e: schedule.end_s[e[0]]):
+            used += delta
+            points.append((schedule.end_s[segment], used))
+        timeline[stage] = points
+    return timeline
+
+
+def over_capacity(memory: StageMemory, capacity: float, stage: int, can_offload: bool) -> str:
+    """Why a plan does not fit: the largest parts of the worst rank against the GPU's HBM."""
+    parts = sorted(((v, k) for k, v in memory.to_dict().items() if k != "total"), reverse=True)
+    largest = ", ".join(f"{k} {v / GIB:.1f} GiB" for v, k in parts[:3] if v)
+    hint = "; emb_offload=1 keeps the excess embedding rows in host memory" if can_offload else ""
+    return (f"stage {stage} needs {memory.total_bytes / GIB:.1f} GiB per GPU ({largest}) but the GPU has "
+            f"{capacity / GIB:.1f} GiB{hint}")
+
+
+def stage_ends(built: TrainingProgram, schedule: Schedule) -> list[float]:
+    """When each stage's last segment ends."""
+    ends = [0.0] * len(built.model_flops)
+    for segment, stream in enumerate(schedule.stream):
+        stage = built.stage_of_rank[schedule.stream_names[stream][0]]
+        ends[stage] = max(ends[stage], schedule.end_s[segment])
+    return ends
+
+
+def compute_summary(by_kind: dict[str, float], optimizer_s: float) -> dict[str, float]:
+    """Compute seconds by kernel category; recompute of every category folded into one entry."""
+    summary: dict[str, float] = {}
+    for kind, seconds in by_kind.items():
+        key = "recompute" if kind.startswith("recompute.") else kind
+        summary[key] = summary.get(key, 0.0) + seconds
+    summary["optimizer"] = optimizer_s
+    summary["total"] = sum(summary.values())
+    return summary
