@@ -273,10 +273,12 @@ def test_cloud_study_instances_match_the_artifact(name: str) -> None:
     assert system.node_power_w == node_power_w
 
 
-def test_every_cloud_instance_has_price_and_power() -> None:
+def test_every_cloud_study_instance_has_price_and_power() -> None:
+    # The paper's study instances are all in the catalog with both; later instances (serving systems such
+    # as g6e, p5e, p6-b200) carry what their sources give (p5e has no on-demand price, none a node power).
     clouds = [load_system(n) for n in SYSTEMS if load_system(n).provider in CLOUD_PROVIDERS]
-    assert {s.name for s in clouds} == set(CLOUD_STUDY)
-    assert all(s.price_per_gpu_hour_usd and s.node_power_w for s in clouds)
+    assert set(CLOUD_STUDY) <= {s.name for s in clouds}
+    assert all(s.price_per_gpu_hour_usd and s.node_power_w for s in clouds if s.name in CLOUD_STUDY)
 
 
 # --- plausibility -------------------------------------------------------------------------------------------
