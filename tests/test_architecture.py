@@ -21,7 +21,7 @@ ALLOWED = {
     "config": set(),
     "sim": set(),
     "workload": {"config"},
-    "hardware": {"config", "collective"},
+    "hardware": {"config", "collective", "workload"},
     "parallel": {"config", "workload", "collective"},
     "program": {"config", "workload", "parallel", "hardware", "collective", "sim"},
     "results": {"config", "workload", "parallel", "hardware", "collective", "sim", "program"},

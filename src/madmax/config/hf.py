@@ -1,18 +1,24 @@
 """Hugging Face `config.json` -> our decoder schema, offline (no `transformers` needed).
 
 Field names and their defaults follow each architecture's `PretrainedConfig` in transformers
-(`LlamaConfig`, `MistralConfig`, `Qwen2Config`, `GPT2Config`, `GPTNeoXConfig`, `OPTConfig`); only the
-fields that shape compute and memory are read. The mapping is exact for the parameter count of the
-published checkpoints except where our schema has no field for a detail, each named below:
+(`LlamaConfig`, `MistralConfig`, `Qwen2Config`, `Qwen3Config`, `Phi3Config`, `Gemma2Config`,
+`Gemma3TextConfig`, `GPT2Config`, `GPTNeoXConfig`, `GPTJConfig`, `OPTConfig`, `FalconConfig`); only the
+fields that shape compute and memory are read. A key a config leaves out takes the transformers default
+where the published configs rely on it (Gemma 3's sparse `text_config`, Falcon's `max_position_embeddings`);
+otherwise the size keys are required. The mapping is exact for the parameter count of the published
+checkpoints except where our schema has no field for a detail, each named below:
 
 - OPT's learned position table has 2 extra rows (`OPTLearnedPositionalEmbedding` offset): 2*h params
   short; OPT's `word_embed_proj_dim` != `hidden_size` (OPT-350m's projected embedding) is refused.
-- Llama `attention_bias` without `mlp_bias` biases Q, K, V and O; we bias Q, K, V only (h short per
-  layer); `mlp_bias` maps to `has_bias`, which also biases the attention projections.
-- GPT-NeoX `attention_bias=false` still has MLP biases; we count attention biases too.
-- Sizes that change no parameter or FLOP count are not represented: rotary fraction (`rotary_pct`),
-  parallel residual (`use_parallel_residual`), RoPE scaling; Mistral's `sliding_window` is not modelled
-  (attention FLOPs beyond the window are over-counted).
+- Llama/Qwen3/Gemma `attention_bias` biases Q, K, V and O; we bias Q, K, V only (h short per layer)
+  unless `mlp_bias` is set too (Llama), which biases every projection (`has_bias`).
+- Sizes that change no parameter count and (almost) no FLOPs are not represented: rotary fraction
+  (`rotary_pct`, `rotary_dim`, `partial_rotary_factor`), RoPE bases and scaling, Gemma's
+  `query_pre_attn_scalar`, logit soft-capping and embedding scaling (docs/families.md).
+- Qwen2/Qwen3 `use_sliding_window` with full attention in the first `max_window_layers` layers only
+  and windows after is refused (our `sliding_window_pattern` interleaves, it does not split).
+- Gemma 3 multimodal configs (`Gemma3ForConditionalGeneration`): the text model in `text_config` is
+  imported; the SigLIP vision tower and its projector (about 0.42 B parameters) are not modelled.
 """
 
 from __future__ import annotations
@@ -21,10 +27,12 @@ from typing import Any
 
 from madmax.errors import ConfigError
 
-SUPPORTED = ("llama", "mistral", "qwen2", "gpt2", "gpt_neox", "opt")
+SUPPORTED = ("llama", "mistral", "qwen2", "gpt2", "gpt_neox", "opt", "qwen3", "phi3", "gemma2", "gemma3",
+             "gemma3_text", "gptj", "falcon", "RefinedWebModel", "RefinedWeb")
 OUR_FIELDS = (
     "name, num_layers, hidden_size, num_heads, ffn_hidden_size, vocab_size, max_seq_len "
-    "(optional: num_kv_heads, head_dim, is_gated_ffn, activation, norm, has_bias, position, tied_embeddings)"
+    "(optional: num_kv_heads, head_dim, is_gated_ffn, activation, norm, has_bias, ffn_bias, position, "
+    "tied_embeddings, parallel_attention, qk_norm, post_norms, sliding_window, sliding_window_pattern)"
 )
 
 # transformers activation names (ACT2FN keys) -> our Activation values.
@@ -33,37 +41,45 @@ _ACTIVATIONS = {
     "gelu_python": "gelu", "gelu_accurate": "gelu", "quick_gelu": "gelu",
     "relu": "relu", "silu": "silu", "swish": "silu", "relu2": "squared_relu",
 }
+SLIDING, FULL = "sliding_attention", "full_attention"
 
 
 class _Config:
     """Typed access to one Hugging Face config mapping; every failure names the Hugging Face key."""
 
-    def __init__(self, cfg: dict[str, Any], model_type: str) -> None:
+    def __init__(self, cfg: dict[str, Any], model_type: str, prefix: str = "") -> None:
         self.cfg = cfg
         self.model_type = model_type
+        self.prefix = prefix  # 'text_config.' for the text model of a multimodal config
 
-    def _where(self, key: str) -> str:
-        return f"Hugging Face config.json (model_type {self.model_type!r}) field {key!r}"
+    def where(self, key: str) -> str:
+        return f"Hugging Face config.json (model_type {self.model_type!r}) field {self.prefix + key!r}"
 
-    def size(self, key: str) -> int:
-        """A required positive integer."""
-        if self.cfg.get(key) is None:
-            raise ConfigError(f"{self._where(key)} is missing; it is required to import this model")
-        return self._positive(key)
+    def size(self, key: str, *aliases: str) -> int:
+        """A required positive integer, under `key` or one of its older names `aliases`."""
+        for name in (key, *aliases):
+            if self.cfg.get(name) is not None:
+                return self._positive(name)
+        also = "".join(f" (or {self.prefix + a!r})" for a in aliases)
+        raise ConfigError(f"{self.where(key)}{also} is missing; it is required to import this model")
 
-    def optional_size(self, key: str) -> int | None:
-        return None if self.cfg.get(key) is None else self._positive(key)
+    def optional_size(self, key: str, *aliases: str) -> int | None:
+        return next((self._positive(name) for name in (key, *aliases) if self.cfg.get(name) is not None), None)
+
+    def size_or(self, key: str, default: int) -> int:
+        """A positive integer, or the transformers default when the config leaves the key out."""
+        return self.optional_size(key) or default
 
     def _positive(self, key: str) -> int:
         value = self.cfg[key]
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ConfigError(f"{self._where(key)}={value!r} must be a positive integer")
+            raise ConfigError(f"{self.where(key)}={value!r} must be a positive integer")
         return value
 
     def flag(self, key: str, default: bool) -> bool:
         value = self.cfg.get(key, default)
         if not isinstance(value, bool):
-            raise ConfigError(f"{self._where(key)}={value!r} must be true or false")
+            raise ConfigError(f"{self.where(key)}={value!r} must be true or false")
         return value
 
     def dropout(self, *keys: str, default: float = 0.0) -> bool:
@@ -71,7 +87,7 @@ class _Config:
         for key in keys:
             value = self.cfg.get(key, default)
             if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
-                raise ConfigError(f"{self._where(key)}={value!r} must be a probability in [0, 1]")
+                raise ConfigError(f"{self.where(key)}={value!r} must be a probability in [0, 1]")
             if value > 0:
                 return True
         return False
@@ -80,9 +96,41 @@ class _Config:
         value = self.cfg.get(key, default)
         if value not in _ACTIVATIONS:
             raise ConfigError(
-                f"{self._where(key)}={value!r} is not supported; allowed: {', '.join(_ACTIVATIONS)}"
+                f"{self.where(key)}={value!r} is not supported; allowed: {', '.join(_ACTIVATIONS)}"
             )
         return _ACTIVATIONS[value]
+
+    def windows(self, window: int | None, pattern: int | None, num_layers: int) -> dict[str, Any]:
+        """Our sliding_window and sliding_window_pattern: from `layer_types` (one 'sliding_attention' or
+        'full_attention' per layer) when the config lists them, else `window` on the layers that the
+        `pattern` k leaves local (every k-th is global; None: all local; 1: none local)."""
+        types = self.cfg.get("layer_types")
+        if types is not None:
+            pattern = self._pattern_of(types, num_layers)
+            if pattern == 0:
+                return {}
+            if window is None:
+                raise ConfigError(f"{self.where('layer_types')} has sliding layers but the config gives no "
+                                  "sliding_window; allowed: a sliding_window, or only 'full_attention' layers")
+        if window is None or pattern == 1:
+            return {}
+        return {"sliding_window": window, "sliding_window_pattern": pattern}
+
+    def _pattern_of(self, types: Any, num_layers: int) -> int | None:
+        """k when every k-th layer is full attention and the others sliding; None: all sliding; 0: none."""
+        if not isinstance(types, list) or len(types) != num_layers or not set(types) <= {SLIDING, FULL}:
+            raise ConfigError(f"{self.where('layer_types')} must list {SLIDING!r} or {FULL!r} for each of "
+                              f"the {num_layers} layers")
+        if SLIDING not in types:
+            return 0
+        if FULL not in types:
+            return None
+        k = types.index(FULL) + 1
+        if any((t == FULL) != ((i + 1) % k == 0) for i, t in enumerate(types)):
+            raise ConfigError(f"{self.where('layer_types')} does not make every k-th layer full attention, "
+                              "which our sliding_window_pattern needs; allowed: a repeating pattern of "
+                              f"k-1 {SLIDING!r} then one {FULL!r}")
+        return k
 
 
 def from_hf_config(cfg: dict[str, Any], name: str) -> dict[str, Any]:
@@ -97,32 +145,48 @@ def from_hf_config(cfg: dict[str, Any], name: str) -> dict[str, Any]:
             f"Hugging Face config.json {what}; allowed model_type: {', '.join(SUPPORTED)}; "
             f"for another architecture write a madmax model file with the fields {OUR_FIELDS}"
         )
+    source = f"Hugging Face config.json (model_type {model_type})"
     c = _Config(cfg, model_type)
-    common = {"name": name, "source": f"Hugging Face config.json (model_type {model_type})"}
-    if model_type in {"llama", "mistral", "qwen2"}:
-        return common | _llama_like(c)
-    return common | {"gpt2": _gpt2, "gpt_neox": _gpt_neox, "opt": _opt}[model_type](c)
+    if model_type == "gemma3" and isinstance(cfg.get("text_config"), dict):
+        c = _Config(cfg["text_config"], model_type, prefix="text_config.")
+        source = ("text_config of a Hugging Face config.json (model_type gemma3): the text model only, "
+                  "the vision tower and its projector are not modelled")
+    builders = {"gpt2": _gpt2, "gpt_neox": _gpt_neox, "opt": _opt, "phi3": _phi3, "gptj": _gptj,
+                "gemma2": _gemma, "gemma3": _gemma, "gemma3_text": _gemma}
+    build = builders.get(model_type, _falcon if model_type in ("falcon", "RefinedWebModel", "RefinedWeb")
+                         else _llama_like)
+    return {"name": name, "source": source} | build(c)
 
 
 def _llama_like(c: _Config) -> dict[str, Any]:
-    """Llama, Mistral, Qwen2: pre-RMSNorm, RoPE, SwiGLU, grouped-query attention, no learned positions.
+    """Llama, Mistral, Qwen2, Qwen3: pre-RMSNorm, RoPE, SwiGLU, grouped-query attention.
 
     Biases: Qwen2 always biases Q, K, V (not O, not the MLP); Llama biases Q, K, V, O with
-    `attention_bias` and the MLP with `mlp_bias`; Mistral has none.
+    `attention_bias` and the MLP with `mlp_bias`; Qwen3 biases Q, K, V, O with `attention_bias`;
+    Mistral has none. Qwen3 normalizes each query and key head (QK-norm) and defaults `head_dim` to 128.
+    Windows: Mistral's `sliding_window` on every layer; Qwen2/3 only with `use_sliding_window`.
     """
     heads = c.size("num_attention_heads")
-    attention_bias = c.flag("attention_bias", False) if c.model_type == "llama" else False
+    layers = c.size("num_hidden_layers")
+    attention_bias = c.flag("attention_bias", False) if c.model_type in ("llama", "qwen3") else False
     mlp_bias = c.flag("mlp_bias", False) if c.model_type == "llama" else False
     fields: dict[str, Any] = {
-        "num_layers": c.size("num_hidden_layers"), "hidden_size": c.size("hidden_size"),
+        "num_layers": layers, "hidden_size": c.size("hidden_size"),
         "num_heads": heads, "num_kv_heads": c.optional_size("num_key_value_heads") or heads,
-        "head_dim": c.optional_size("head_dim"), "ffn_hidden_size": c.size("intermediate_size"),
+        "head_dim": c.size_or("head_dim", 128) if c.model_type == "qwen3" else c.optional_size("head_dim"),
+        "ffn_hidden_size": c.size("intermediate_size"),
         "is_gated_ffn": True, "activation": c.activation("hidden_act", "silu"), "norm": "rmsnorm",
-        "has_bias": mlp_bias, "qkv_bias": c.model_type == "qwen2" or (attention_bias and not mlp_bias),
+        "has_bias": attention_bias and mlp_bias, "ffn_bias": mlp_bias and not attention_bias,
+        "qkv_bias": c.model_type == "qwen2" or (attention_bias and not mlp_bias),
+        "qk_norm": c.model_type == "qwen3",
         "has_dropout": c.dropout("attention_dropout"), "position": "rope",
         "vocab_size": c.size("vocab_size"), "tied_embeddings": c.flag("tie_word_embeddings", False),
         "max_seq_len": c.size("max_position_embeddings"),
     }
+    if c.model_type == "mistral":
+        fields |= c.windows(c.optional_size("sliding_window"), None, layers)
+    elif c.model_type in ("qwen2", "qwen3"):
+        fields |= _qwen_windows(c, layers)
     # Llama 3.x: the context before RoPE scaling is the pre-training length (8K for Llama 3.1).
     scaling = c.cfg.get("rope_scaling")
     if isinstance(scaling, dict) and isinstance(scaling.get("original_max_position_embeddings"), int):
@@ -130,6 +194,69 @@ def _llama_like(c: _Config) -> dict[str, Any]:
         if 0 < original <= fields["max_seq_len"]:
             fields["train_seq_len"] = original
     return fields
+
+
+def _qwen_windows(c: _Config, layers: int) -> dict[str, Any]:
+    """Qwen2/3 `use_sliding_window`: the first `max_window_layers` layers attend fully, the rest use the
+    window; representable when that is all layers (no window) or none (window everywhere)."""
+    if c.cfg.get("layer_types") is not None:
+        return c.windows(c.optional_size("sliding_window"), None, layers)
+    if not c.flag("use_sliding_window", False):
+        return {}
+    full = c.cfg.get("max_window_layers", 28)
+    if full == 0:
+        return c.windows(c.size("sliding_window"), None, layers)
+    if isinstance(full, int) and not isinstance(full, bool) and full >= layers:
+        return {}
+    raise ConfigError(f"{c.where('max_window_layers')}={full!r} with use_sliding_window=true gives full "
+                      "attention to the first layers and windows to the rest, which madmax cannot represent; "
+                      f"allowed: 0, at least num_hidden_layers={layers}, or use_sliding_window=false")
+
+
+def _phi3(c: _Config) -> dict[str, Any]:
+    """Phi-3: Llama-like with fused qkv_proj and gate_up_proj (the same parameters and FLOPs as separate
+    projections), no biases (qkv_proj and o_proj are built without them whatever `attention_bias`
+    says), partial rotary (no parameters), `sliding_window` on every layer; `original_max_position_embeddings`
+    is the pre-training context of the long-context (LongRoPE) variants."""
+    heads = c.size("num_attention_heads")
+    layers = c.size("num_hidden_layers")
+    fields: dict[str, Any] = {
+        "num_layers": layers, "hidden_size": c.size("hidden_size"), "num_heads": heads,
+        "num_kv_heads": c.optional_size("num_key_value_heads") or heads,
+        "ffn_hidden_size": c.size("intermediate_size"), "is_gated_ffn": True,
+        "activation": c.activation("hidden_act", "silu"), "norm": "rmsnorm",
+        "has_dropout": c.dropout("attention_dropout", "resid_pdrop", "embd_pdrop"), "position": "rope",
+        "vocab_size": c.size("vocab_size"), "tied_embeddings": c.flag("tie_word_embeddings", False),
+        "max_seq_len": c.size("max_position_embeddings"),
+    } | c.windows(c.optional_size("sliding_window"), None, layers)
+    original = c.optional_size("original_max_position_embeddings")
+    if original is not None and original < fields["max_seq_len"]:
+        fields["train_seq_len"] = original
+    return fields
+
+
+def _gemma(c: _Config) -> dict[str, Any]:
+    """Gemma 2 and 3: RMSNorm before and after attention and FFN (4 per layer), GeGLU (GELU-tanh gated
+    FFN), explicit head_dim, tied embeddings, local sliding-window layers interleaved with global ones
+    (Gemma 2: every 2nd layer global; Gemma 3: every `sliding_window_pattern`-th, default 6); Gemma 3
+    adds QK-norm. Absent keys take `Gemma2Config`/`Gemma3TextConfig` defaults (8 heads, 4 KV heads,
+    head_dim 256, vocabulary 256000 / 262208, context 8192 / 131072, window 4096), as the sparse
+    `text_config` of Gemma 3 multimodal checkpoints relies on."""
+    gemma3 = c.model_type != "gemma2"
+    layers = c.size("num_hidden_layers")
+    # Gemma2DecoderLayer: layers 0, 2, ... local; Gemma 3: (i + 1) % sliding_window_pattern == 0 global
+    pattern = (c.optional_size("sliding_window_pattern", "_sliding_window_pattern") or 6) if gemma3 else 2
+    return {
+        "num_layers": layers, "hidden_size": c.size("hidden_size"),
+        "num_heads": c.size_or("num_attention_heads", 8), "num_kv_heads": c.size_or("num_key_value_heads", 4),
+        "head_dim": c.size_or("head_dim", 256), "ffn_hidden_size": c.size("intermediate_size"),
+        "is_gated_ffn": True, "activation": c.activation("hidden_activation", "gelu_pytorch_tanh"),
+        "norm": "rmsnorm", "qkv_bias": c.flag("attention_bias", False), "qk_norm": gemma3, "post_norms": True,
+        "has_dropout": c.dropout("attention_dropout"), "position": "rope",
+        "vocab_size": c.size_or("vocab_size", 262208 if gemma3 else 256000),
+        "tied_embeddings": c.flag("tie_word_embeddings", True),
+        "max_seq_len": c.size_or("max_position_embeddings", 131072 if gemma3 else 8192),
+    } | c.windows(c.size_or("sliding_window", 4096), pattern, layers)
 
 
 def _gpt2(c: _Config) -> dict[str, Any]:
@@ -145,16 +272,65 @@ def _gpt2(c: _Config) -> dict[str, Any]:
     }
 
 
+def _gptj(c: _Config) -> dict[str, Any]:
+    """GPT-J: one LayerNorm feeds attention and MLP in parallel (outputs summed), no attention biases,
+    biased MLP (4h when `n_inner` is null), biased and untied LM head, rotary on `rotary_dim` of each
+    head (no parameters)."""
+    hidden = c.size("n_embd")
+    return {
+        "num_layers": c.size("n_layer"), "hidden_size": hidden, "num_heads": c.size("n_head"),
+        "ffn_hidden_size": c.optional_size("n_inner") or 4 * hidden,
+        "activation": c.activation("activation_function", "gelu_new"), "norm": "layernorm",
+        "ffn_bias": True, "lm_head_bias": True, "parallel_attention": True, "shared_input_norm": True,
+        "has_dropout": c.dropout("resid_pdrop", "embd_pdrop", "attn_pdrop"), "position": "rope",
+        "vocab_size": c.size("vocab_size"), "tied_embeddings": c.flag("tie_word_embeddings", False),
+        "max_seq_len": c.size("n_positions"),
+    }
+
+
 def _gpt_neox(c: _Config) -> dict[str, Any]:
-    """GPT-NeoX / Pythia: LayerNorm, rotary on `rotary_pct` of each head (no parameters), biases,
-    untied LM head. The parallel residual (`use_parallel_residual`) computes the same ops."""
+    """GPT-NeoX / Pythia: LayerNorm, rotary on `rotary_pct` of each head (no parameters), biased MLP,
+    attention biased unless `attention_bias` is false, untied LM head; `use_parallel_residual` (default)
+    runs attention and MLP in parallel, each behind its own LayerNorm."""
+    attention_bias = c.flag("attention_bias", True)
     return {
         "num_layers": c.size("num_hidden_layers"), "hidden_size": c.size("hidden_size"),
         "num_heads": c.size("num_attention_heads"), "ffn_hidden_size": c.size("intermediate_size"),
-        "activation": c.activation("hidden_act", "gelu"), "norm": "layernorm", "has_bias": True,
+        "activation": c.activation("hidden_act", "gelu"), "norm": "layernorm", "has_bias": attention_bias,
+        "ffn_bias": not attention_bias, "parallel_attention": c.flag("use_parallel_residual", True),
         "has_dropout": c.dropout("hidden_dropout", "attention_dropout"), "position": "rope",
         "vocab_size": c.size("vocab_size"), "tied_embeddings": c.flag("tie_word_embeddings", False),
         "max_seq_len": c.size("max_position_embeddings"),
+    }
+
+
+def _falcon(c: _Config) -> dict[str, Any]:
+    """Falcon (and its custom-code configs 'RefinedWebModel', 7B, and 'RefinedWeb', 40B, with the old key
+    names n_layer, n_head, n_head_kv). Falcon-7B: multi-query attention (1 KV head), attention and MLP
+    in parallel behind one LayerNorm. `new_decoder_architecture` (40B, 180B): `num_kv_heads` KV groups
+    and two LayerNorms (ln_attn, ln_mlp) reading the same input. No biases unless `bias`; MLP 4h;
+    GELU; rotary unless `alibi`; tied embeddings; context 2048 unless given."""
+    hidden = c.size("hidden_size", "n_embed")
+    heads = c.size("num_attention_heads", "n_head")
+    new_arch = c.flag("new_decoder_architecture", c.model_type == "RefinedWeb")
+    if new_arch:
+        kv_heads = c.optional_size("num_kv_heads", "n_head_kv") or heads
+    else:  # FalconAttention: one KV head with multi_query, whatever num_kv_heads says
+        kv_heads = 1 if c.flag("multi_query", True) else heads
+    parallel = c.flag("parallel_attn", True)
+    norms = c.cfg.get("num_ln_in_parallel_attn") or (2 if new_arch else 1)
+    if norms not in (1, 2):
+        raise ConfigError(f"{c.where('num_ln_in_parallel_attn')}={norms!r} is not supported; allowed: 1, 2")
+    return {
+        "num_layers": c.size("num_hidden_layers", "n_layer"), "hidden_size": hidden, "num_heads": heads,
+        "num_kv_heads": kv_heads, "ffn_hidden_size": c.optional_size("ffn_hidden_size") or 4 * hidden,
+        "activation": c.activation("activation", "gelu"), "norm": "layernorm",
+        "has_bias": c.flag("bias", False), "parallel_attention": parallel,
+        "shared_input_norm": parallel and norms == 1,
+        "has_dropout": c.dropout("hidden_dropout", "attention_dropout"),
+        "position": "alibi" if c.flag("alibi", False) else "rope", "vocab_size": c.size("vocab_size"),
+        "tied_embeddings": c.flag("tie_word_embeddings", True),
+        "max_seq_len": c.size_or("max_position_embeddings", 2048),
     }
 
 

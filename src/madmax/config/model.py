@@ -35,10 +35,15 @@ class Position(StrEnum):
 
 
 class DecoderModel(Schema):
-    """A decoder-only transformer (GPT, Llama, Mistral, Qwen2, OPT, GPT-NeoX).
+    """A decoder-only transformer (GPT, Llama, Mistral, Qwen2/3, Gemma 2/3, Phi-3, OPT, GPT-NeoX, GPT-J, Falcon).
 
     Sizes are counts (layers, heads) or widths in elements. Grouped-query attention has
     `num_kv_heads` < `num_heads`; a gated FFN (SwiGLU, Shazeer 2020) has three matrices, a plain one two.
+    A layer is sequential (norm, attention, residual, norm, FFN, residual) or, with `parallel_attention`,
+    parallel (attention and FFN read the same input; one residual add of both outputs). With a
+    `sliding_window`, local layers attend to the last `sliding_window` tokens only; a
+    `sliding_window_pattern` k interleaves global layers (every k-th). docs/families.md lists, per family,
+    what is modelled and what is ignored.
     """
 
     family: Literal["decoder"] = Field("decoder", description="Model family.")
@@ -55,7 +60,38 @@ class DecoderModel(Schema):
     norm: Norm = Field(Norm.LAYERNORM, description="Normalization layer kind.")
     has_bias: bool = Field(False, description="Linear layers carry biases (GPT-2/3, OPT, GPT-NeoX).")
     qkv_bias: bool = Field(False, description="Only the Q, K, V projections carry biases (Qwen2).")
+    ffn_bias: bool = Field(
+        False, description="The FFN projections carry biases though the attention ones do not (GPT-J; Llama "
+        "mlp_bias); has_bias already biases both."
+    )
+    lm_head_bias: bool = Field(False, description="The LM head carries a bias of vocab_size elements (GPT-J).")
     has_dropout: bool = Field(False, description="Dropout after attention and FFN (keeps masks for backward).")
+    parallel_attention: bool = Field(
+        False, description="Attention and FFN both read the layer's normed input and their outputs are summed "
+        "into the residual once (GPT-J, Falcon, GPT-NeoX use_parallel_residual); false: the FFN reads the "
+        "attention block's output (sequential)."
+    )
+    shared_input_norm: bool = Field(
+        False, description="Parallel layers only: one input norm feeds both attention and FFN (GPT-J, "
+        "Falcon-7B: 1 norm per layer); false: one norm each (GPT-NeoX, Falcon-40B/180B: 2 norms per layer)."
+    )
+    qk_norm: bool = Field(
+        False, description="An RMSNorm of width head_dim on every query and key head (Qwen3, Gemma 3): 2 ops "
+        "and 2*head_dim parameters per layer."
+    )
+    post_norms: bool = Field(
+        False, description="A norm on the attention output and one on the FFN output before each residual "
+        "add (Gemma 2/3): 2 more norms of hidden_size features per layer (sequential layers only)."
+    )
+    sliding_window: PositiveInt | None = Field(
+        None, description="Tokens a local layer's query attends to: itself and the sliding_window - 1 before "
+        "it; None: every layer attends to its whole causal prefix."
+    )
+    sliding_window_pattern: PositiveInt | None = Field(
+        None, description="Every k-th layer is global, the others local: layer i (counted from 0) is global "
+        "when (i + 1) % k == 0 (Gemma 2: 2, Gemma 3: 6); None with a sliding_window: every layer is local "
+        "(Mistral 7B v0.1, Phi-3)."
+    )
     position: Position = Field(Position.ROPE, description="Position encoding; 'learned' adds a table.")
     vocab_size: PositiveInt = Field(description="Vocabulary size V.")
     tied_embeddings: bool = Field(False, description="The LM head reuses the input embedding matrix.")
@@ -73,6 +109,19 @@ class DecoderModel(Schema):
             raise ValueError(
                 f"hidden_size={self.hidden_size} is not a multiple of num_heads={self.num_heads}; give head_dim"
             )
+        if self.shared_input_norm and not self.parallel_attention:
+            raise ValueError("shared_input_norm=True needs parallel_attention=True (only a parallel layer has one "
+                             "input for attention and FFN); allowed: shared_input_norm=false")
+        if self.post_norms and self.parallel_attention:
+            raise ValueError("post_norms=True is modelled for sequential layers only; allowed: post_norms=false "
+                             "with parallel_attention=true")
+        pattern = self.sliding_window_pattern
+        if pattern is not None and self.sliding_window is None:
+            raise ValueError(f"sliding_window_pattern={pattern} needs a sliding_window (the tokens a local layer "
+                             "attends to); allowed: give sliding_window or drop sliding_window_pattern")
+        if pattern == 1:
+            raise ValueError("sliding_window_pattern=1 makes every layer global and the sliding_window unused; "
+                             "allowed: 2 or more, or no sliding_window")
         return self
 
     @property
@@ -82,6 +131,13 @@ class DecoderModel(Schema):
     @property
     def head_width(self) -> int:
         return self.head_dim or self.hidden_size // self.num_heads
+
+    def layer_window(self, layer: int) -> int | None:
+        """Tokens that layer `layer` (counted from 0) attends to back, itself included; None: a global layer."""
+        k = self.sliding_window_pattern
+        if self.sliding_window is None or (k is not None and (layer + 1) % k == 0):
+            return None
+        return self.sliding_window
 
     @property
     def default_seq_len(self) -> int:

@@ -32,6 +32,7 @@ from madmax.config.base import DType
 from madmax.config.hardware import GPU
 from madmax.errors import ConfigError
 from madmax.hardware.profile import ComputeProfile, dtype_fallbacks, gemm_ceiling_scale, load_profile
+from madmax.workload.attention import attended_keys, attention_flops
 
 # Flash-attention backward runs 5 matrix products per tile (S = QK^T recomputed, dV, dP, dQ, dK) against
 # 2 in the forward pass (Dao 2023, FlashAttention-2, arXiv 2307.08691, section 3.1.2).
@@ -43,9 +44,12 @@ def gemm_flops(m: float, k: float, n: float) -> float:
     return 2 * m * k * n
 
 
-def gemm_bytes(m: float, k: float, n: float, width: float) -> float:
-    """HBM bytes of a GEMM reading A (m x k) and B (k x n) once and writing C (m x n): width*(mk+kn+mn)."""
-    return width * (m * k + k * n + m * n)
+def gemm_bytes(m: float, k: float, n: float, width: float, weight_width: float | None = None) -> float:
+    """HBM bytes of a GEMM reading A (m x k) and B (k x n) once and writing C (m x n):
+    width*(mk + mn) + w_B*kn, where w_B (bytes per element of the weight B) is `width` unless the weights
+    are stored narrower (weight-only quantization: int4 weights read at 0.5 bytes into a bf16 GEMM)."""
+    weight_width = width if weight_width is None else weight_width
+    return width * (m * k + m * n) + weight_width * k * n
 
 
 def gemm_efficiency(k: float, n: float, peak_fraction: float, k0: float, n0: float) -> float:
@@ -67,24 +71,12 @@ def stream_s(num_bytes: float, bytes_per_s: float, latency_s: float) -> float:
     return latency_s + num_bytes / bytes_per_s
 
 
-def attention_pairs(q_len: float, kv_len: float, causal: bool) -> float:
-    """Query-key pairs per head: q*kv, or for causal masking with the queries last, q*kv - q^2/2.
-
-    With q = kv = s the causal count is s^2/2, the convention of the FlashAttention papers and of
-    the calibration file's README.
-    """
-    return q_len * kv_len - q_len * q_len / 2 if causal else q_len * kv_len
-
-
-def attention_flops(batch: int, heads: int, q_len: int, kv_len: int, head_dim: int, causal: bool) -> float:
-    """Forward FLOPs of attention: F = 2 products (QK^T, PV) * 2 FLOPs * b * h * d * pairs."""
-    return 2 * 2 * batch * heads * head_dim * attention_pairs(q_len, kv_len, causal)
-
-
-def attention_bytes(batch: int, heads: int, kv_heads: int, q_len: int, kv_len: int, head_dim: int,
-                    width: float) -> float:
-    """Forward HBM bytes of fused attention: read Q, K, V and write O once: width*2*b*d*(h*q + h_kv*kv)."""
-    return width * 2 * batch * head_dim * (heads * q_len + kv_heads * kv_len)
+def attention_bytes(batch: int, heads: int, kv_heads: int, q_len: int, kv_len: float, head_dim: int,
+                    width: float, kv_width: float | None = None) -> float:
+    """Forward HBM bytes of fused attention: read Q and write O (width each), read K and V once (kv_width
+    each, the KV cache's format; default width): 2*b*d*(width*h*q + kv_width*h_kv*kv)."""
+    kv_width = width if kv_width is None else kv_width
+    return 2 * batch * head_dim * (width * heads * q_len + kv_width * kv_heads * kv_len)
 
 
 def attention_compute_s(flops: float, kv_len: float, rate: float, kv0: float) -> float:
@@ -110,7 +102,7 @@ def _check(name: str, value: float) -> None:
 
 
 @lru_cache(maxsize=1 << 20)
-def _gemm_s(cid: int, m: int, k: int, n: int) -> float:
+def _gemm_s(cid: int, m: int, k: int, n: int, weight_width: float | None) -> float:
     for name, value in (("m", m), ("k", k), ("n", n)):
         _check(name, value)
     if not (m and k and n):
@@ -119,13 +111,13 @@ def _gemm_s(cid: int, m: int, k: int, n: int) -> float:
     # Below the measured shapes the efficiency is held, not extrapolated: a GEMM with k = 13 or n = 1
     # (the first and last layers of a recommendation MLP) is bound by its bytes, which the roof counts.
     t_compute = gemm_flops(m, k, n) / (peak * gemm_efficiency(max(k, min_k), max(n, min_n), e_d, k0, n0))
-    t_memory = stream_s(gemm_bytes(m, k, n, width), bw, lat)
+    t_memory = stream_s(gemm_bytes(m, k, n, width, weight_width), bw, lat)
     return max(launch, t_compute, t_memory)
 
 
 @lru_cache(maxsize=1 << 18)
-def _attention_s(cid: int, batch: int, heads: int, kv_heads: int, q_len: int, kv_len: int, head_dim: int,
-                 causal: bool, backward: bool) -> float:
+def _attention_s(cid: int, batch: int, heads: int, kv_heads: int, q_len: int, kv_len: float, head_dim: int,
+                 causal: bool, backward: bool, window: int | None = None, kv_width: float | None = None) -> float:
     shape = {"batch": batch, "heads": heads, "kv_heads": kv_heads, "q_len": q_len, "kv_len": kv_len,
              "head_dim": head_dim}
     for name, value in shape.items():
@@ -135,13 +127,33 @@ def _attention_s(cid: int, batch: int, heads: int, kv_heads: int, q_len: int, kv
     if not all(shape.values()):
         return 0.0
     rate_f, kv0_f, rate_b, kv0_b, width, bw, lat, launch = _COEFFS[cid]
-    flops = attention_flops(batch, heads, q_len, kv_len, head_dim, causal)
-    num_bytes = attention_bytes(batch, heads, kv_heads, q_len, kv_len, head_dim, width)
+    keys = attended_keys(q_len, kv_len, window)
+    flops = attention_flops(batch, heads, q_len, kv_len, head_dim, causal, window)
+    num_bytes = attention_bytes(batch, heads, kv_heads, q_len, keys, head_dim, width, kv_width)
     if backward:  # 5/2 the products; reads Q, K, V, O, dO and writes dQ, dK, dV: twice the bytes
         flops, num_bytes = flops * BACKWARD_MATMULS / FORWARD_MATMULS, 2 * num_bytes
-        t_compute = attention_compute_s(flops, kv_len, rate_b, kv0_b)
+        t_compute = attention_compute_s(flops, keys, rate_b, kv0_b)
     else:
-        t_compute = attention_compute_s(flops, kv_len, rate_f, kv0_f)
+        t_compute = attention_compute_s(flops, keys, rate_f, kv0_f)
+    return max(launch, t_compute, stream_s(num_bytes, bw, lat))
+
+
+@lru_cache(maxsize=1 << 16)
+def _attention_varlen_s(cid: int, segments: tuple[tuple[int, float], ...], heads: int, kv_heads: int,
+                        head_dim: int, causal: bool, window: int | None, kv_width: float | None) -> float:
+    for q_len, kv_len in segments:
+        _check("q_len", q_len)
+        if causal and q_len > kv_len:
+            raise ConfigError(f"causal attention needs q_len <= kv_len, got q_len={q_len}, kv_len={kv_len}")
+    if not segments or not (heads and kv_heads and head_dim):
+        return 0.0
+    rate_f, kv0_f, _, _, width, bw, lat, launch = _COEFFS[cid]
+    t_compute = num_bytes = 0.0
+    for q_len, kv_len in segments:
+        keys = attended_keys(q_len, kv_len, window)
+        flops = attention_flops(1, heads, q_len, kv_len, head_dim, causal, window)
+        t_compute += attention_compute_s(flops, keys, rate_f, kv0_f)
+        num_bytes += attention_bytes(1, heads, kv_heads, q_len, keys, head_dim, width, kv_width)
     return max(launch, t_compute, stream_s(num_bytes, bw, lat))
 
 
@@ -164,6 +176,9 @@ class ComputeModel:
 
     gpu: GPU
     profile: ComputeProfile = field(default_factory=load_profile)
+    # The shortest time of one kernel in the runtime that issues them: None keeps the profile's floors
+    # (measured eagerly, one host launch per kernel); a CUDA-graph replay's floor is far lower.
+    floor_s: float | None = None
     assumptions: tuple[str, ...] = field(init=False, default=())
     _gemm: dict[str, int] = field(init=False, repr=False, default_factory=dict)
     _attention: dict[str, int] = field(init=False, repr=False, default_factory=dict)
@@ -183,6 +198,8 @@ class ComputeModel:
             ceiling = 1
             notes.append(f"no measured GEMM ceiling for gpu {gpu.name}: {p.device}'s efficiencies used as they are")
         gemm, attention = {}, {}
+        launch = p.launch_s if self.floor_s is None else self.floor_s
+        attention_launch = p.attention.launch_s if self.floor_s is None else self.floor_s
         for dtype, datasheet_peak in gpu.flops_per_s.items():
             peak = datasheet_peak * ceiling
             fitted = dtype if dtype in p.gemm.peak_fraction else fallbacks.get(dtype)
@@ -194,14 +211,14 @@ class ComputeModel:
             g = p.gemm
             gemm[str(dtype)] = _register((
                 peak, g.peak_fraction[fitted], g.k0, g.n0, width,
-                hbm * g.read_fraction, p.memory.latency_s, p.launch_s, g.min_k, g.min_n))
+                hbm * g.read_fraction, p.memory.latency_s, launch, g.min_k, g.min_n))
             # Attention was measured in bf16 only: its fractions of peak are used for every dtype.
             a = p.attention
             attention[str(dtype)] = _register((
                 peak * a.forward.peak_fraction, a.forward.kv0, peak * a.backward.peak_fraction,
-                a.backward.kv0, width, hbm * a.read_fraction, p.memory.latency_s, a.launch_s))
+                a.backward.kv0, width, hbm * a.read_fraction, p.memory.latency_s, attention_launch))
         notes.append("attention efficiency measured in bf16 (flash attention) is used for every dtype")
-        memory = _register((hbm * p.memory.copy_fraction, p.memory.latency_s, p.launch_s))
+        memory = _register((hbm * p.memory.copy_fraction, p.memory.latency_s, launch))
         object.__setattr__(self, "_gemm", gemm)
         object.__setattr__(self, "_attention", attention)
         object.__setattr__(self, "_memory", memory)
@@ -214,31 +231,50 @@ class ComputeModel:
         return ConfigError(f"profile of {self.profile.device} has no {dtype} efficiency and no fallback; "
                            f"allowed dtypes: {allowed}")
 
-    def gemm_s(self, m: int, k: int, n: int, dtype: DType) -> float:
+    def gemm_s(self, m: int, k: int, n: int, dtype: DType, weight_width: float | None = None) -> float:
         """Seconds of (m x k) @ (k x n) in `dtype`: max(t_launch, 2mkn / (P e(k,n)),
-        t_lat + width*(mk+kn+mn) / (H e_read)). See `gemm_efficiency` and `stream_s`."""
+        t_lat + bytes / (H e_read)), bytes from `gemm_bytes` (weights at `weight_width` bytes per
+        element when stored narrower than `dtype`). See `gemm_efficiency` and `stream_s`."""
         cid = self._gemm.get(dtype)
         if cid is None:
             raise self._no_dtype(dtype)
-        return _gemm_s(cid, m, k, n)
+        return _gemm_s(cid, m, k, n, weight_width)
 
-    def attention_s(self, batch: int, heads: int, kv_heads: int, q_len: int, kv_len: int, head_dim: int,
-                    causal: bool, dtype: DType, backward: bool = False) -> float:
+    def attention_s(self, batch: int, heads: int, kv_heads: int, q_len: int, kv_len: float, head_dim: int,
+                    causal: bool, dtype: DType, backward: bool = False, window: int | None = None,
+                    kv_width: float | None = None) -> float:
         """Seconds of fused (flash) attention, forward or, with `backward`, the backward pass alone.
 
         t = max(t_launch, F / (P e_max kv/(kv+kv0)), t_lat + bytes / (H e_read)), F from
         `attention_flops` (x 5/2 backward), bytes from `attention_bytes` (x 2 backward). `heads` are
-        query heads, `kv_heads` key/value heads (grouped-query attention); lengths in tokens.
+        query heads, `kv_heads` key/value heads (grouped-query attention); lengths in tokens (kv_len may
+        be a mean over a batch of sequences: decode reads the sum of their caches). `window`: a sliding
+        window of keys (`attention_pairs`; kv is then the keys read, `attended_keys`); `kv_width`: bytes
+        per element of the K/V cache when it differs from `dtype` (an fp8 KV cache).
         """
         cid = self._attention.get(dtype)
         if cid is None:
             raise self._no_dtype(dtype)
-        return _attention_s(cid, batch, heads, kv_heads, q_len, kv_len, head_dim, causal, backward)
+        return _attention_s(cid, batch, heads, kv_heads, q_len, kv_len, head_dim, causal, backward, window,
+                            kv_width)
+
+    def attention_varlen_s(self, segments: tuple[tuple[int, float], ...], heads: int, kv_heads: int,
+                           head_dim: int, causal: bool, dtype: DType, window: int | None = None,
+                           kv_width: float | None = None) -> float:
+        """Seconds of one variable-length flash-attention forward over sequences of (queries, keys):
+        t = max(t_launch, sum_i F_i / (P e_max kv_i/(kv_i+kv0)), t_lat + sum_i bytes_i / (H e_read)),
+        the terms of `attention_s` summed over the sequences of one launch (a serving step's prefill
+        chunks, each attending to its cached keys and its own)."""
+        cid = self._attention.get(dtype)
+        if cid is None:
+            raise self._no_dtype(dtype)
+        return _attention_varlen_s(cid, segments, heads, kv_heads, head_dim, causal, window, kv_width)
 
     @property
     def launch_s(self) -> float:
-        """Shortest time of one kernel issued back to back from the host (the profile's launch floor)."""
-        return self.profile.launch_s
+        """Shortest time of one kernel: the runtime's floor, else the profile's (issued back to back from
+        the host)."""
+        return self.profile.launch_s if self.floor_s is None else self.floor_s
 
     def memory_s(self, num_bytes: float) -> float:
         """Seconds of a memory-bound kernel moving `num_bytes` (read + write): max(t_launch,
@@ -253,11 +289,16 @@ def _gpu_key(gpu: GPU) -> tuple:
 _MODELS: dict[tuple, ComputeModel] = {}
 
 
-def compute_model(gpu: GPU, profile: str | Path | ComputeProfile | None = None) -> ComputeModel:
-    """The (cached) compute model of `gpu` under `profile` (None: the shipped default profile)."""
+def compute_model(gpu: GPU, profile: str | Path | ComputeProfile | None = None,
+                  floor_s: float | None = None) -> ComputeModel:
+    """The (cached) compute model of `gpu` under `profile` (None: the shipped default profile).
+
+    floor_s: the shortest kernel of the runtime (a CUDA-graph replay), replacing the profile's eager
+    launch floors; None keeps them.
+    """
     loaded = load_profile(profile)
-    key = (_gpu_key(gpu), id(loaded))
+    key = (_gpu_key(gpu), id(loaded), floor_s)
     model = _MODELS.get(key)
     if model is None or model.profile is not loaded:
-        model = _MODELS[key] = ComputeModel(gpu, loaded)
+        model = _MODELS[key] = ComputeModel(gpu, loaded, floor_s)
     return model

@@ -52,6 +52,10 @@ class Where(StrEnum):
 class Kernel:
     """A GEMM (m x k) @ (k x n) repeated `batch` times, a fused attention, or a memory-bound pass.
 
+    An attention kernel runs `batch` sequences of `q_len` queries over `kv_len` keys (kv_len may be a
+    mean: a decode step reads the sum of its sequences' caches), or, with `segments`, one variable-length
+    call over sequences of different (queries, keys), as serving engines run their prefill chunks.
+
     category: the op kind it is reported under in the breakdown (gemm, attention, elementwise, ...).
     flops: model FLOPs of the kernel (for MFU); num_bytes: bytes moved by a memory-bound kernel.
     """
@@ -66,12 +70,16 @@ class Kernel:
     heads: int = 0
     kv_heads: int = 0
     q_len: int = 0
-    kv_len: int = 0
+    kv_len: float = 0
     head_dim: int = 0
     causal: bool = True
     backward: bool = False
     num_bytes: float = 0.0
-    dtype: DType | None = None  # None: the training dtype
+    dtype: DType | None = None  # None: the plan's dtype
+    window: int | None = None  # attention: keys each query reads back (a sliding window); None: all
+    kv_width: float | None = None  # attention: bytes per K/V element when they differ from dtype (fp8 cache)
+    weight_width: float | None = None  # GEMM: bytes per weight element when stored narrower (int4)
+    segments: tuple[tuple[int, float], ...] = ()  # varlen attention: (queries, keys) of each sequence
 
 
 @dataclass(frozen=True, slots=True)

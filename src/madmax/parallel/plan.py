@@ -310,7 +310,10 @@ def _tp_comm(block: Block, shape: Shape, tp_span: Span) -> tuple[list[CommOp], l
     (backward) and the closer reduce-scatters T x n (forward) / all-gathers (backward). A region still
     open at the block's end either feeds the vocabulary-parallel loss (three fp32 all-reduces per
     token: max, target logit, sum of exponentials) or is gathered (T x n forward; its backward is a
-    split). A vocabulary-parallel embedding reduces its output over tp.
+    split). A vocabulary-parallel embedding reduces its output over tp. In a parallel attention-and-FFN
+    layer (GPT-J, Falcon) the attention's output projection `merges_reduction`: both row-parallel
+    outputs are summed before one reduction, and the FFN's input is the attention's (no second gather
+    forward, its gradient reduced with the first in the backward).
     """
     if shape.tp == 1:
         return [], []
@@ -322,6 +325,7 @@ def _tp_comm(block: Block, shape: Shape, tp_span: Span) -> tuple[list[CommOp], l
     fwd: list[CommOp] = []
     bwd: list[CommOp] = []
     opener = None
+    merged = False  # a row-parallel GEMM deferred its reduction to the next one (parallel attention and FFN)
     reduced = False  # the embedding sum (tokens, positions) is reduced once
     back = Phase.BACKWARD
     for o in block.ops:
@@ -331,11 +335,16 @@ def _tp_comm(block: Block, shape: Shape, tp_span: Span) -> tuple[list[CommOp], l
             bwd += [op(Collective.ALL_GATHER, o.n, "tp.embed_grad", back)] if shape.sp else []
         elif o.kind is OpKind.GEMM and o.tp is TPSplit.COLUMN and opener is None:
             opener = o
+            if merged:  # the same input as the region before: already gathered; its gradient reduced with it
+                continue
             fwd += [op(Collective.ALL_GATHER, o.k, f"tp.{o.name}_in")] if shape.sp else []
             bwd.append(op(Collective.REDUCE_SCATTER if shape.sp else Collective.ALL_REDUCE, o.k,
                           f"tp.{o.name}_in_grad", back))
         elif o.kind is OpKind.GEMM and o.tp is TPSplit.ROW and opener is not None:
             opener = None
+            merged = o.merges_reduction
+            if merged:  # its partial sum joins the next row-parallel GEMM's before one reduction
+                continue
             fwd.append(op(Collective.REDUCE_SCATTER if shape.sp else Collective.ALL_REDUCE, o.n, f"tp.{o.name}_out"))
             bwd += [op(Collective.ALL_GATHER, o.n, f"tp.{o.name}_out_grad", back)] if shape.sp else []
     if opener is not None:

@@ -15,14 +15,30 @@ from dataclasses import dataclass
 
 from madmax.config.base import DType
 from madmax.parallel.kernels import Kernel, KernelKind
+from madmax.workload.attention import attention_flops
 from madmax.workload.ops import Op, OpKind, TPSplit
 
 BACKWARD_BYTES_FACTOR = 2  # read saved input + output gradient, write input gradient (vs read + write)
 
 
 @dataclass(frozen=True)
+class AttentionCall:
+    """`batch` sequences with `q_len` new tokens each, attending to `kv_len` keys (the new tokens
+    included; a mean over the sequences for a decode batch)."""
+
+    batch: int
+    q_len: int
+    kv_len: float
+
+
+@dataclass(frozen=True)
 class Shape:
-    """Per-rank sizes of one micro-batch."""
+    """Per-rank sizes of one micro-batch (training) or one serving step.
+
+    Training: b sequences of s tokens, T = b*s/cp per rank, one attention of s/cp queries over s keys.
+    Serving: `calls` lists the step's attention calls (prefill chunks, a decode batch); T is their new
+    tokens; `gemm_dtype`/`weight_width` describe quantized GEMMs and `kv_width` the KV cache's format.
+    """
 
     batch: int  # sequences b
     seq_len: int  # full sequence s
@@ -31,10 +47,16 @@ class Shape:
     sp: bool
     act_bytes: float  # bytes per activation element
     fp8: bool = False  # FP8 GEMMs (Transformer Engine recipe): inputs cast to fp8, attention in bf16
+    calls: tuple[AttentionCall, ...] = ()
+    gemm_dtype: DType | None = None  # None: the plan's dtype
+    weight_width: float | None = None
+    kv_width: float | None = None
 
     @property
     def tokens(self) -> int:
-        """Tokens of the micro-batch on one rank, T = b*s/cp."""
+        """Tokens on one rank: T = b*s/cp, or the new tokens of a serving step's attention calls."""
+        if self.calls:
+            return sum(c.batch * c.q_len for c in self.calls)
         return self.batch * self.seq_len // self.cp
 
 
@@ -67,7 +89,10 @@ def _main_forward(op: Op, shape: Shape, *, flash: bool) -> list[Kernel]:
     cat = op.kind.value
     if op.kind is OpKind.GEMM:
         m, k, n = _gemm(op, t, tp)
-        return [*_fp8_cast(shape, m * k), Kernel(KernelKind.GEMM, cat, flops=2.0 * m * k * n, m=m, k=k, n=n)]
+        return [*_fp8_cast(shape, m * k), Kernel(KernelKind.GEMM, cat, flops=2.0 * m * k * n, m=m, k=k, n=n,
+                                                 dtype=shape.gemm_dtype, weight_width=shape.weight_width)]
+    if op.kind is OpKind.ATTENTION and shape.calls:
+        return _serving_attention(op, shape)
     if op.kind is OpKind.ATTENTION:
         return _attention(op, shape, flash=flash, backward=False)
     return [Kernel(KernelKind.MEMORY, cat, flops=_elementwise_tokens(op, shape) * op.flops_per_token / _tp_div(op, tp),
@@ -124,11 +149,36 @@ def _attention(op: Op, shape: Shape, *, flash: bool, backward: bool) -> list[Ker
     # The unfused path computes the whole score matrix and masks it: no causal saving in time.
     kernels = [Kernel(KernelKind.ATTENTION, "attention", flops=flops, batch=b, heads=heads, kv_heads=kv_heads,
                       q_len=q, kv_len=kv, head_dim=d, causal=op.causal and flash, backward=backward,
-                      dtype=DType.BF16 if shape.fp8 else None)]
+                      dtype=DType.BF16 if shape.fp8 else None, window=op.window)]
     if not flash:
         passes = SCORE_PASSES * (2 if backward else 1)
         kernels.append(Kernel(KernelKind.MEMORY, "attention",
                               num_bytes=passes * b * heads * q * kv * shape.act_bytes))
+    return kernels
+
+
+def _serving_attention(op: Op, shape: Shape) -> list[Kernel]:
+    """A serving step's attention on one rank: one variable-length kernel over its prefill chunks (each
+    attending to its sequence's cached keys and its own, causally) and one over its decode batch (reading
+    the caches), in the 16-bit activation format over a KV cache of `kv_width` bytes per element. Heads
+    split over tp; KV heads too, one per rank when there are fewer KV heads than ranks (replicated).
+    FLOPs from `attention_flops`."""
+    heads = op.heads // shape.tp
+    kv_heads = max(1, op.kv_heads // shape.tp)
+    dtype = DType.BF16 if shape.act_bytes == DType.BF16.num_bytes else DType.FP32
+    common = {"heads": heads, "kv_heads": kv_heads, "head_dim": op.head_dim, "causal": op.causal, "dtype": dtype,
+              "window": op.window, "kv_width": shape.kv_width}
+    prefill = [c for c in shape.calls if c.q_len > 1]
+    kernels = []
+    if prefill:
+        segments = tuple((c.q_len, c.kv_len) for c in prefill for _ in range(c.batch))
+        flops = sum(attention_flops(1, heads, q, kv, op.head_dim, op.causal, op.window) for q, kv in segments)
+        kernels.append(Kernel(KernelKind.ATTENTION, "attention", flops=flops, segments=segments, **common))
+    for c in shape.calls:
+        if c.q_len == 1:
+            kernels.append(Kernel(KernelKind.ATTENTION, "attention",
+                                  flops=attention_flops(c.batch, heads, 1, c.kv_len, op.head_dim, op.causal, op.window),
+                                  batch=c.batch, q_len=1, kv_len=c.kv_len, **common))
     return kernels
 
 

@@ -49,10 +49,13 @@ def kernel_s(compute: ComputeModel, k: Kernel, dtype) -> float:
     which has its FLOPs and bytes to within the small per-matrix operand."""
     dtype = k.dtype or dtype
     if k.kind is KernelKind.GEMM:
-        return compute.gemm_s(k.batch * k.m, k.k, k.n, dtype)
+        return compute.gemm_s(k.batch * k.m, k.k, k.n, dtype, k.weight_width)
+    if k.kind is KernelKind.ATTENTION and k.segments:
+        return compute.attention_varlen_s(k.segments, k.heads, k.kv_heads, k.head_dim, k.causal, dtype, k.window,
+                                          k.kv_width)
     if k.kind is KernelKind.ATTENTION:
         return compute.attention_s(k.batch, k.heads, k.kv_heads, k.q_len, k.kv_len, k.head_dim, k.causal, dtype,
-                                   backward=k.backward)
+                                   backward=k.backward, window=k.window, kv_width=k.kv_width)
     if k.kind is KernelKind.LAUNCH:
         return k.batch * compute.launch_s
     return compute.memory_s(k.num_bytes)

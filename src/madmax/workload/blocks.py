@@ -26,22 +26,41 @@ def norm_op(name: str, hidden: int, params_per_feature: int, dropout: bool = Fal
               params=params_per_feature * hidden, saved_elems_per_token=hidden)
 
 
-def residual_op(name: str, hidden: int, dropout: bool) -> Op:
-    """Residual add (read two tensors, write one), after an optional dropout that keeps a 1-byte mask
-    (half an element) per feature (Korthikanti Sec. 4.1); the dropout is one more kernel."""
+def residual_op(name: str, hidden: int, dropout: bool, branches: int = 1) -> Op:
+    """Residual add of `branches` block outputs to the residual stream (read branches + 1 tensors, write
+    one; `branches` adds per feature): 1 for a sequential sub-layer, 2 for a parallel layer (attention
+    and FFN outputs). Each branch may pass a dropout that keeps a 1-byte mask (half an element) per
+    feature (Korthikanti Sec. 4.1) and is one more kernel."""
     return Op(name=name, kind=OpKind.ELEMENTWISE, tp=TPSplit.SEQUENCE,
-              moved_elems_per_token=3 * hidden, flops_per_token=hidden,
-              saved_elems_per_token=hidden / 2 if dropout else 0.0, aux_kernels=1 if dropout else 0)
+              moved_elems_per_token=(branches + 2) * hidden, flops_per_token=branches * hidden,
+              saved_elems_per_token=branches * hidden / 2 if dropout else 0.0,
+              aux_kernels=branches if dropout else 0)
+
+
+def qk_norm_ops(layer: str, heads: int, kv_heads: int, head_dim: int) -> list[Op]:
+    """RMSNorm of every query head and every key head over its head_dim features (Qwen3, Gemma 3).
+
+    One weight of head_dim elements each for queries and keys, shared by the heads: 2*head_dim
+    parameters per layer. Each norm reads and writes its heads' features (a*d queries, g*d keys per
+    token), does 5 FLOPs per feature like `norm_op`, and saves its input for backward. It runs inside
+    the tensor-parallel region, on the rank's heads.
+    """
+    return [Op(name=f"{layer}.{part}_norm", kind=OpKind.ELEMENTWISE, tp=TPSplit.TP_REGION,
+               moved_elems_per_token=READ_WRITE * width, flops_per_token=5 * width, params=head_dim,
+               saved_elems_per_token=width)
+            for part, width in (("q", heads * head_dim), ("k", kv_heads * head_dim))]
 
 
 def attention_ops(layer: str, hidden: int, heads: int, kv_heads: int, head_dim: int, *,
-                  bias: bool, qkv_bias: bool, dropout: bool, flash: bool) -> list[Op]:
+                  bias: bool, qkv_bias: bool, dropout: bool, flash: bool, window: int | None = None) -> list[Op]:
     """Self-attention with grouped-query heads: QKV projection, causal attention core, output projection.
 
-    QKV: (tokens x h) @ (h x (a + 2g) d); core: scores and values, 4*s*a*d FLOPs per token halved by
-    causality; output projection: (tokens x a d) @ (a d x h). Saved: the QKV input (h), Q, K, V
-    ((a + 2g) d), the output-projection input (a d); a non-fused core also keeps the softmax output
-    (a*s per token), plus a dropout mask and dropped copy (1.5*a*s) with attention dropout.
+    QKV: (tokens x h) @ (h x (a + 2g) d), one fused GEMM (separate Q, K, V projections have the same
+    parameters and FLOPs); core: scores and values, 4*s*a*d FLOPs per token halved by causality, or
+    fewer with a sliding `window` (tokens each query attends to, see `Op.forward_flops`); output
+    projection: (tokens x a d) @ (a d x h). Saved: the QKV input (h), Q, K, V ((a + 2g) d), the
+    output-projection input (a d); a non-fused core also keeps the softmax output (a*s per token),
+    plus a dropout mask and dropped copy (1.5*a*s) with attention dropout.
     """
     q_dim, kv_dim = heads * head_dim, kv_heads * head_dim
     qkv_n = q_dim + 2 * kv_dim
@@ -52,7 +71,7 @@ def attention_ops(layer: str, hidden: int, heads: int, kv_heads: int, head_dim: 
            params=hidden * qkv_n + (qkv_n if bias or qkv_bias else 0),
            saved_elems_per_token=hidden, saved_outside_tp=True, lora_target="qkv"),
         Op(name=f"{layer}.attn", kind=OpKind.ATTENTION, tp=TPSplit.HEADS, heads=heads, kv_heads=kv_heads,
-           head_dim=head_dim, causal=True, saved_elems_per_token=qkv_n,
+           head_dim=head_dim, causal=True, saved_elems_per_token=qkv_n, window=window,
            saved_elems_per_token_per_seq=per_seq, aux_kernels=0 if flash else UNFUSED_ATTENTION_AUX),
         Op(name=f"{layer}.out", kind=OpKind.GEMM, tp=TPSplit.ROW, k=q_dim, n=hidden,
            params=q_dim * hidden + (hidden if bias else 0), saved_elems_per_token=q_dim,
@@ -94,7 +113,8 @@ def lm_head_ops(hidden: int, vocab: int, *, params: int) -> list[Op]:
     """LM head (h x V) GEMM, vocabulary-parallel, and the cross-entropy over the logits.
 
     The loss reads the logits a few times (max, exp-sum, gradient) and keeps the fp32 softmax for
-    backward: 2 elements of 2 bytes per logit. `params` is 0 when the head is tied to the embedding.
+    backward: 2 elements of 2 bytes per logit. `params`: the head's own parameters, V*h (+ V for a
+    bias, GPT-J), without the V*h when the head is tied to the embedding.
     """
     return [
         Op(name="head.lm", kind=OpKind.GEMM, tp=TPSplit.COLUMN, k=hidden, n=vocab, params=params,

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from madmax.workload.attention import attention_pairs
+
 
 class OpKind(StrEnum):
     """What runs, which decides the cost model: GEMMs and attention are compute-bound rooflines,
@@ -59,6 +61,11 @@ class Op:
     `trainable`: False for frozen weights (no weight gradient, no optimizer state).
     `aux_kernels`: small kernels the framework launches around the op in each pass (layout copies,
     masks, dropout) whose cost is their launch, not their bytes.
+    `window`: attention only, the tokens each query attends to back, itself included (a sliding-window
+    layer); None: the whole causal prefix.
+    `merges_reduction`: a row-parallel GEMM whose partial output is summed with the next row-parallel
+    GEMM's output before a single reduction (parallel attention and FFN: GPT-J, Falcon); the planner
+    emits one reduction for the pair.
     """
 
     name: str
@@ -79,11 +86,24 @@ class Op:
     trainable: bool = True
     lora_target: str | None = None
     aux_kernels: int = 0
+    window: int | None = None
+    merges_reduction: bool = False
 
     def forward_flops(self, tokens: int, seq_len: int) -> float:
-        """Forward FLOPs of this op over `tokens` tokens of sequences of length `seq_len` (unsharded)."""
+        """Forward FLOPs of this op over `tokens` tokens of sequences of length `seq_len` (unsharded).
+
+        Attention does 4*d FLOPs per (query, key) pair and head (Q K^T and P V, 2*d each). Pairs per
+        sequence of s tokens, in the continuous convention (causal: s^2/2, not s(s+1)/2):
+            causal, no window:  P = s^2/2
+            window w:           P = s^2/2 if s <= w, else s*w - w^2/2
+        (query i attends to min(i, w) keys; the integral of min(x, w) over [0, s]; `attention_pairs`).
+        A non-causal attention has P = s^2. FLOPs = tokens * 4*d*heads * P/s.
+        """
         if self.kind is OpKind.GEMM:
             return 2.0 * tokens * self.k * self.n
+        if self.kind is OpKind.ATTENTION and self.causal and self.window is not None and seq_len > self.window:
+            pairs = attention_pairs(seq_len, seq_len, causal=True, window=self.window)
+            return tokens * 2 * 2 * self.head_dim * self.heads * pairs / seq_len
         if self.kind is OpKind.ATTENTION:
             # scores Q K^T and values P V: 2 GEMMs of 2*s*d FLOPs per token per head; causal halves them.
             per_token = 2 * 2 * seq_len * self.head_dim * self.heads
@@ -104,7 +124,8 @@ class Placement(StrEnum):
 class Block:
     """A group of ops repeated `count` times (a transformer layer), or once (embedding, LM head).
 
-    placement: its place in the pipeline split (see `Placement`).
+    placement: its place in the pipeline split (see `Placement`). per_sequence: it runs on the last
+    token of each sequence only (the LM head and sampling of a serving step), not on every token.
     """
 
     name: str
@@ -114,6 +135,7 @@ class Block:
     trainable: bool = True
     consumes: tuple[str, ...] | None = None  # blocks whose outputs it reads; None: the previous block
     placement: Placement = Placement.LAYERS
+    per_sequence: bool = False
 
     @property
     def params(self) -> int:
