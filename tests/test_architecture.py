@@ -13,7 +13,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "madmax"
 # config -> workload -> parallel -> program (with hardware costs and the sim scheduler) -> results ->
 # analysis (search, sweep, validate, report) -> api and cli.
 ANALYSIS = {"config", "collective", "workload", "hardware", "parallel", "sim", "program", "results", "request",
-            "catalog"}
+            "catalog", "serve"}
 ALLOWED = {
     "errors": set(),
     "catalog": set(),
@@ -26,6 +26,8 @@ ALLOWED = {
     "program": {"config", "workload", "parallel", "hardware", "collective", "sim"},
     "results": {"config", "workload", "parallel", "hardware", "collective", "sim", "program"},
     "request": {"config", "workload"},
+    # serving: the modes over a deployment's steps, assembled into a result
+    "serve": {"config", "collective", "workload", "parallel", "hardware", "sim", "program", "results", "request"},
     "bench": {"config", "hardware"},
     "validate": ANALYSIS | {"api"},
     "search": ANALYSIS | {"api"},

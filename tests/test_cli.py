@@ -28,6 +28,7 @@ from madmax.cli import app
 runner = CliRunner()
 
 SIM = ["simulate", "-m", "llama-3.1-8b", "-s", "dgx-h100"]  # 32 heads, 8 KV heads, 32 layers, 8 GPUs
+INF = [*SIM, "--task", "inference", "--prompt-len", "128", "--output-len", "128"]
 
 # A tiny model of our schema; each bad-file case changes one field.
 TINY = {"name": "tiny", "num_layers": 4, "hidden_size": 256, "num_heads": 8, "ffn_hidden_size": 1024,
@@ -55,6 +56,15 @@ class Case:
 
 def sim(*args: str | File) -> list[str | File]:
     return [*SIM, *args]
+
+
+def inf(*args: str | File) -> list[str | File]:
+    """An inference run of 8 requests of 128 + 128 tokens, with `args` changed or added (later flags win)."""
+    return [*INF, "--batch", "8", *args]
+
+
+def inf_no_batch(*args: str | File) -> list[str | File]:
+    return [*INF, *args]
 
 
 def model_file(name: str, **changes: object) -> File:
@@ -116,8 +126,35 @@ CASES = [
     Case("fp8-on-a100", ["simulate", "-m", "llama-3.1-8b", "-s", "dgx-a100", "--dtype", "fp8"],
          ["dtype=fp8", "a100", "allowed:", "bf16"]),
     Case("unknown-task", sim("--task", "pretrian"), ["task='pretrian'", "allowed: pretrain, finetune"]),
-    Case("inference-not-yet", sim("--task", "inference", "--batch", "8", "--prompt-len", "128", "--output-len", "128"),
-         ["task=inference", "not supported yet", "allowed: pretrain, finetune"]),
+    # --- inference ---------------------------------------------------------------------------------
+    Case("inference-batch-zero", inf("--batch", "0"), ["task.batch=0", "greater than 0"]),
+    Case("inference-prompt-negative", inf("--prompt-len", "-5"), ["task.prompt_len=-5", "greater than 0"]),
+    Case("inference-output-zero", inf("--output-len", "0"), ["task.output_len=0", "greater than 0"]),
+    Case("inference-unknown-mode", inf("--mode", "burst"), ["task.mode='burst'", "'static'", "'rate'"]),
+    Case("inference-rate-without-rate", inf("--mode", "rate"), ["task.mode=rate", "request_rate"]),
+    Case("inference-rate-not-positive", inf("--mode", "rate", "--request-rate", "0"),
+         ["task.request_rate=0", "greater than 0"]),
+    Case("inference-static-needs-batch", inf_no_batch("--mode", "static"), ["task.batch", "required", "static"]),
+    # The H100 has no fp4 tensor cores (Blackwell is the first).
+    Case("inference-fp4-on-h100", inf("--dtype", "fp4"), ["dtype=fp4", "h100", "allowed:", "fp8"]),
+    Case("inference-unknown-kv-dtype", inf("--kv-dtype", "int3"), ["task.kv_dtype='int3'", "allowed: bf16, fp16, fp8"]),
+    # llama-3.1-8b: 131072 tokens of context; 131000 + 1000 = 132000 is beyond.
+    Case("inference-beyond-context", inf("--prompt-len", "131000", "--output-len", "1000"),
+         ["prompt_len + output_len = 132000", "max_seq_len=131072"]),
+    Case("inference-training-key", inf("--strategy", "zero=3"), ["strategy.zero", "inference", "allowed: tp, pp, dp"]),
+    # 32 heads: tp=3 divides none of 32 heads, 14336 FFN, 8 KV heads.
+    Case("inference-tp-not-dividing", inf("--strategy", "tp=3"), ["strategy.tp=3", "num_heads=32", "allowed: 1, 2, 4, 8"]),
+    Case("inference-unknown-stack", inf("--stack", "tgi"), ["stack 'tgi'", "allowed: trtllm", "vllm", "sglang"]),
+    Case("stack-on-training", sim("--stack", "vllm"), ["stack='vllm'", "inference"]),
+    Case("inference-arrivals-missing", inf("--mode", "rate", "--arrivals", "no-such.csv"),
+         ["task.arrivals", "no-such.csv", "cannot be read"]),
+    Case("inference-disaggregated-without-workers", inf("--mode", "disaggregated"),
+         ["disaggregated", "prefill_workers", "decode_workers"]),
+    # 4 x 1 + 1 x 2 = 6 GPUs of the 8 of one node.
+    Case("inference-disaggregated-gpus", inf("--mode", "disaggregated", "--strategy",
+                                             "prefill_workers=4,decode_workers=1,decode_tp=2"),
+         ["= 6 GPUs", "num_gpus=8"]),
+    Case("inference-goodput-limit-negative", inf("--max-ttft", "-1"), ["task.max_ttft_s=-1", "greater than 0"]),
     # llama-3.1-8b has 32 layers.
     Case("frozen-layers-beyond-num-layers", sim("--task", "finetune", "--frozen-layers", "40"),
          ["frozen_layers=40", "num_layers=32"]),

@@ -12,35 +12,55 @@ from madmax.config.model import ModelSpec
 from madmax.config.strategy import Strategy, parse_strategy
 from madmax.config.task import Task, TaskKind
 from madmax.errors import ConfigError
+from madmax.program import SERVING, builder_for
 from madmax.request import TrainingRequest, reserved_memory_bytes, resolve_request, resolve_training
 from madmax.results import Result
+from madmax.results.serving import ServingResult
 
-__all__ = ["Result", "inspect", "simulate"]
+__all__ = ["Result", "ServingResult", "inspect", "simulate"]
 
 
 def simulate(model: str | Path | dict | ModelSpec, system: str | Path | dict | System, num_gpus: int | None = None,
              task: str | Task | dict = "pretrain", global_batch: int | None = None, seq_len: int | None = None,
              dtype: str | None = None, strategy: str | dict | Strategy | None = None, *,
              batch: int | None = None, prompt_len: int | None = None, output_len: int | None = None,
+             mode: str | None = None, kv_dtype: str | None = None, request_rate: float | None = None,
+             num_requests: int | None = None, arrivals: str | Path | None = None, max_ttft: float | None = None,
+             max_tpot: float | None = None, seed: int | None = None, stack: str | Path | dict | None = None,
              finetune: str | None = None, lora_rank: int | None = None, frozen_layers: int | None = None,
              lora_targets: list[str] | None = None, calibration: str | Path | None = None,
-             keep_schedule: bool = False) -> Result:
-    """Predict one training iteration (or one inference batch) of `model` on `system` with `strategy`.
+             keep_schedule: bool = False) -> Result | ServingResult:
+    """Predict one training iteration, or a serving deployment, of `model` on `system` with `strategy`.
 
     Mirrors `madmax simulate`: names are catalog names or files; `strategy` uses the grammar
     `tp=8,pp=4,dp=32,cp=1,ep=1,vp=1,mbs=1,zero=1,recompute=selective,sp=1`; keys not given take
     defaults and dp is derived from the GPU count. `calibration`: a compute profile file (see
     `madmax calibrate`); default the shipped H200 profile. Raises `MadmaxError` for bad input; a
     strategy that does not fit in memory is a result with `fits == False`.
+
+    Inference of a generative model (`task="inference"`) serves requests of `prompt_len` input and
+    `output_len` output tokens in `mode` static (default), concurrency, saturation, rate or
+    disaggregated (`madmax.serve`), with `batch` requests per replica, strategy tp, pp and dp (replicas)
+    or the disaggregated workers, under the serving `stack` (trtllm default, vllm, sglang, trtllm-0.9);
+    `dtype` bf16, fp16, fp8, fp4 (NVFP4) or int4 (weight-only), `kv_dtype` bf16 or fp8; rate mode takes
+    `request_rate` (requests/s) or an `arrivals` CSV (arrival_s, prompt_len, output_len), and
+    `max_ttft`/`max_tpot` (s) for goodput. Returns a `ServingResult`.
     """
     requested = parse_strategy(strategy)
     request = resolve_request(model, system, num_gpus, task, calibration=calibration, flash=requested.flash,
                               global_batch=global_batch, seq_len=seq_len, dtype=dtype, batch=batch,
-                              prompt_len=prompt_len, output_len=output_len, finetune=finetune,
-                              lora_rank=lora_rank, frozen_layers=frozen_layers, lora_targets=lora_targets)
-    if request.task.kind is TaskKind.INFERENCE and request.workload.generates_tokens:
-        raise ConfigError(f"task=inference of {request.spec.name} (prefill and token-by-token decode) is not "
-                          "supported yet; allowed: pretrain, finetune (inference: recommendation models)")
+                              prompt_len=prompt_len, output_len=output_len, mode=mode, kv_dtype=kv_dtype,
+                              request_rate=request_rate, num_requests=num_requests,
+                              arrivals=None if arrivals is None else str(arrivals), max_ttft_s=max_ttft,
+                              max_tpot_s=max_tpot, seed=seed, finetune=finetune, lora_rank=lora_rank,
+                              frozen_layers=frozen_layers, lora_targets=lora_targets)
+    if builder_for(request.task.kind, request.workload) is SERVING:
+        from madmax.serve import simulate_serving
+
+        return simulate_serving(request, requested, stack, keep_schedule)
+    if stack is not None:
+        raise ConfigError(f"stack={stack!r} selects a serving engine; it applies to task=inference of a generative "
+                          "model; allowed for training: omit it")
     return _simulate_training(resolve_training(request, requested), keep_schedule)
 
 

@@ -62,9 +62,23 @@ def simulate(
     strategy: Annotated[str | None, typer.Option(help='e.g. "tp=8,pp=4,dp=32,vp=1,mbs=1,zero=1,'
                                                       'recompute=selective,sp=1"; recommendation models: '
                                                       '"emb=tw|rw|cw|twrw|dp,emb_group=G,emb_offload=1".')] = None,
-    batch: Annotated[int | None, typer.Option(help="Concurrent requests (inference).")] = None,
-    prompt_len: Annotated[int | None, typer.Option(help="Prompt tokens (inference).")] = None,
-    output_len: Annotated[int | None, typer.Option(help="Generated tokens (inference).")] = None,
+    batch: Annotated[int | None, typer.Option(help="Requests at once per replica (inference; the largest tried "
+                                                   "in saturation mode).")] = None,
+    prompt_len: Annotated[int | None, typer.Option(help="Prompt tokens per request (inference).")] = None,
+    output_len: Annotated[int | None, typer.Option(help="Generated tokens per request (inference).")] = None,
+    mode: Annotated[str | None, typer.Option(help="Serving mode: static (default), concurrency, saturation, rate, "
+                                                  "disaggregated.")] = None,
+    kv_dtype: Annotated[str | None, typer.Option(help="KV-cache format (inference): bf16, fp16, fp8.")] = None,
+    request_rate: Annotated[float | None, typer.Option(help="Requests/s arriving (rate mode; Poisson).")] = None,
+    num_requests: Annotated[int | None, typer.Option(help="Requests simulated (rate, concurrency, "
+                                                          "disaggregated modes).")] = None,
+    arrivals: Annotated[Path | None, typer.Option(help="CSV of requests for rate mode: arrival_s, prompt_len, "
+                                                       "output_len.")] = None,
+    max_ttft: Annotated[float | None, typer.Option(help="Time-to-first-token limit for goodput, seconds.")] = None,
+    max_tpot: Annotated[float | None, typer.Option(help="Time-per-output-token limit for goodput, seconds.")] = None,
+    seed: Annotated[int | None, typer.Option(help="Seed of the Poisson arrivals (rate mode).")] = None,
+    stack: Annotated[str | None, typer.Option(help="Serving stack (inference): trtllm (default), vllm, sglang, "
+                                                   "trtllm-0.9, or a YAML file.")] = None,
     finetune: Annotated[str | None, typer.Option(help="Fine-tuning method: full or lora.")] = None,
     lora_rank: Annotated[int | None, typer.Option(help="LoRA rank r.")] = None,
     frozen_layers: Annotated[int | None, typer.Option(help="Bottom layers frozen (finetune).")] = None,
@@ -73,14 +87,16 @@ def simulate(
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
     trace: Annotated[Path | None, typer.Option(help="Write a Chrome/Perfetto trace JSON here.")] = None,
 ) -> None:
-    """Predict one iteration: time, throughput, MFU, breakdown and memory."""
+    """Predict one training iteration, or a serving deployment: time, throughput, breakdown and memory."""
     from madmax import api
 
     try:
         result = api.simulate(model=model, system=system, num_gpus=num_gpus, task=task,
                               global_batch=global_batch, seq_len=seq_len, dtype=dtype, strategy=strategy,
-                              batch=batch, prompt_len=prompt_len, output_len=output_len, finetune=finetune,
-                              lora_rank=lora_rank, frozen_layers=frozen_layers,
+                              batch=batch, prompt_len=prompt_len, output_len=output_len, mode=mode,
+                              kv_dtype=kv_dtype, request_rate=request_rate, num_requests=num_requests,
+                              arrivals=arrivals, max_ttft=max_ttft, max_tpot=max_tpot, seed=seed, stack=stack,
+                              finetune=finetune, lora_rank=lora_rank, frozen_layers=frozen_layers,
                               lora_targets=lora_targets.split(",") if lora_targets else None,
                               calibration=calibration, keep_schedule=trace is not None)
         if trace is not None:
@@ -93,9 +109,13 @@ def simulate(
     if as_json:
         _emit_json(result.to_dict())
         return
-    from madmax.report.text import print_result
+    from madmax.report.text import print_result, print_serving
+    from madmax.results.serving import ServingResult
 
-    print_result(result)
+    if isinstance(result, ServingResult):
+        print_serving(result)
+    else:
+        print_result(result)
 
 
 @app.command()

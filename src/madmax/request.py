@@ -20,7 +20,7 @@ from madmax.config.base import DType
 from madmax.config.hardware import System
 from madmax.config.loaders import load_model, load_system, validate
 from madmax.config.model import ModelSpec
-from madmax.config.task import COMPUTE_DTYPES, Task, TaskKind
+from madmax.config.task import COMPUTE_DTYPES, INFERENCE_ONLY_DTYPES, Task, TaskKind
 from madmax.config.units import parse_quantity
 from madmax.errors import ConfigError
 
@@ -80,8 +80,11 @@ def resolve_request(model: Any, system: Any, num_gpus: int | None = None, task: 
         if fields["dtype"] != DType.BF16.value:
             assumptions.append(f"dtype not given: fp16, since gpu {sysm.gpu.name} has no bf16 peak")
     t = make_task(task, **fields)
-    if t.dtype not in sysm.gpu.flops_per_s:
-        allowed = ", ".join(d.value for d in sysm.gpu.flops_per_s if d.value in COMPUTE_DTYPES)
+    # int4 is weight-only: its GEMMs run in 16 bits.
+    computed = (DType.BF16 if DType.BF16 in sysm.gpu.flops_per_s else DType.FP16) if t.dtype is DType.INT4 else t.dtype
+    if computed not in sysm.gpu.flops_per_s:
+        kinds = COMPUTE_DTYPES + (INFERENCE_ONLY_DTYPES if t.kind is TaskKind.INFERENCE else ())
+        allowed = ", ".join(d.value for d in sysm.gpu.flops_per_s if d.value in kinds)
         raise ConfigError(f"dtype={t.dtype.value} has no peak on gpu {sysm.gpu.name}; allowed: {allowed}")
     seq = t.seq_len or spec.default_seq_len
     if seq > spec.max_seq_len:

@@ -23,7 +23,8 @@ class DType(StrEnum):
     FP16 = "fp16"
     FP8 = "fp8"
     INT8 = "int8"
-    FP4 = "fp4"
+    FP4 = "fp4"  # NVFP4 on Blackwell: E2M1 values with an E4M3 scale per 16
+    INT4 = "int4"  # weight-only quantization (W4A16): int4 weights read into 16-bit GEMMs
 
     @property
     def num_bytes(self) -> float:
@@ -33,8 +34,10 @@ class DType(StrEnum):
 
 _DTYPE_BYTES = {
     DType.FP64: 8, DType.FP32: 4, DType.TF32: 4, DType.BF16: 2, DType.FP16: 2,
-    DType.FP8: 1, DType.INT8: 1, DType.FP4: 0.5,
+    DType.FP8: 1, DType.INT8: 1, DType.FP4: 0.5, DType.INT4: 0.5,
 }
+# Other spellings of a dtype that users write.
+DTYPE_ALIASES = {"nvfp4": "fp4"}
 
 
 def dtype_among(value: object, allowed: tuple[str, ...], role: str) -> str:
@@ -43,6 +46,7 @@ def dtype_among(value: object, allowed: tuple[str, ...], role: str) -> str:
     Raises ValueError "is not a {role} dtype; allowed: ..." (pydantic prefixes the field and value).
     """
     text = str(value.value if isinstance(value, DType) else value).lower()
+    text = DTYPE_ALIASES.get(text, text)
     if text not in allowed:
         raise ValueError(f"is not {role} dtype; allowed: {', '.join(allowed)}")
     return text

@@ -63,6 +63,13 @@ class Strategy(Schema):
     emb_group: PositiveInt | None = Field(
         None, description="Ranks sharing one copy of the tables (2-D sharding: replicated across groups); "
                           "default all ranks.")
+    # Disaggregated serving: separate prefill and decode workers, each worker tp x pp GPUs.
+    prefill_workers: PositiveInt | None = Field(None, description="Prefill workers (disaggregated serving).")
+    prefill_tp: PositiveInt = Field(1, description="Tensor-parallel degree of a prefill worker.")
+    prefill_pp: PositiveInt = Field(1, description="Pipeline-parallel degree of a prefill worker.")
+    decode_workers: PositiveInt | None = Field(None, description="Decode workers (disaggregated serving).")
+    decode_tp: PositiveInt = Field(1, description="Tensor-parallel degree of a decode worker.")
+    decode_pp: PositiveInt = Field(1, description="Pipeline-parallel degree of a decode worker.")
 
     @field_validator("emb")
     @classmethod

@@ -1,8 +1,9 @@
-"""What to run: pre-training, fine-tuning (full, LoRA, frozen layers) or inference."""
+"""What to run: pre-training, fine-tuning (full, LoRA, frozen layers) or inference (serving)."""
 
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Annotated
 
 from pydantic import Field, NonNegativeInt, PositiveInt, field_validator, model_validator
 
@@ -18,6 +19,30 @@ class TaskKind(StrEnum):
 class FinetuneMethod(StrEnum):
     FULL = "full"
     LORA = "lora"
+
+
+class ServingMode(StrEnum):
+    """How requests reach a serving deployment (see `madmax.serve`).
+
+    STATIC: `batch` requests start together and finish together (static batching).
+    CONCURRENCY: closed loop, `batch` requests in flight per replica, each finished one replaced at once.
+    SATURATION: every request queued; the batch that maximizes throughput within memory is found.
+    RATE: requests arrive at `request_rate` (Poisson) or as listed in a CSV (`arrivals`); latency percentiles
+    and goodput.
+    DISAGGREGATED: separate prefill and decode workers, the KV cache sent between them.
+    """
+
+    STATIC = "static"
+    CONCURRENCY = "concurrency"
+    SATURATION = "saturation"
+    RATE = "rate"
+    DISAGGREGATED = "disaggregated"
+
+
+Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+
+
+MAX_REQUESTS = 10_000_000  # requests a serving simulation takes (memory of its request arrays)
 
 
 class Task(Schema):
@@ -38,14 +63,36 @@ class Task(Schema):
         default_factory=lambda: ["qkv", "out"],
         description="Projections carrying LoRA adapters: qkv, out, up, gate, down.",
     )
-    batch: PositiveInt | None = Field(None, description="Concurrent requests (inference).")
+    batch: PositiveInt | None = Field(
+        None, le=MAX_REQUESTS,
+        description="Requests served at once per replica (inference; the largest tried in saturation mode).")
     prompt_len: PositiveInt | None = Field(None, description="Prompt tokens per request (inference).")
     output_len: PositiveInt | None = Field(None, description="Generated tokens per request (inference).")
+    mode: ServingMode = Field(ServingMode.STATIC, description="Serving mode (inference): static, concurrency, "
+                                                              "saturation, rate or disaggregated.")
+    kv_dtype: DType | None = Field(None, description="Format of the KV cache (inference): bf16, fp16 or fp8; "
+                                                     "default the 16-bit activation format.")
+    request_rate: Positive | None = Field(None, description="Requests per second arriving at the deployment "
+                                                            "(rate mode; Poisson arrivals).")
+    num_requests: PositiveInt | None = Field(
+        None, le=MAX_REQUESTS, description="Requests simulated (rate, concurrency and disaggregated modes).")
+    arrivals: str | None = Field(None, description="CSV of requests (rate mode): columns arrival_s, prompt_len, "
+                                                "output_len; replaces request_rate, prompt_len and output_len.")
+    max_ttft_s: Positive | None = Field(None, description="Time-to-first-token limit for goodput and the "
+                                                          "serving search, seconds.")
+    max_tpot_s: Positive | None = Field(None, description="Time-per-output-token limit for goodput and the "
+                                                          "serving search, seconds.")
+    seed: NonNegativeInt = Field(0, description="Seed of the Poisson arrivals (rate mode).")
 
     @field_validator("dtype", mode="before")
     @classmethod
     def _compute_dtype(cls, value: object) -> object:
-        return dtype_among(value, COMPUTE_DTYPES, "a compute")
+        return dtype_among(value, COMPUTE_DTYPES + INFERENCE_ONLY_DTYPES, "a compute")
+
+    @field_validator("kv_dtype", mode="before")
+    @classmethod
+    def _kv_dtype(cls, value: object) -> object:
+        return None if value is None else dtype_among(value, KV_DTYPES, "a KV-cache")
 
     @model_validator(mode="after")
     def _fields_of_kind(self) -> Task:
@@ -61,11 +108,26 @@ class Task(Schema):
         elif self.finetune is FinetuneMethod.FULL and {"lora_rank", "lora_targets"} & given:
             raise ValueError("task.lora_rank and task.lora_targets apply only to finetune method 'lora'")
         if self.kind is not TaskKind.INFERENCE:
-            for name in ("batch", "prompt_len", "output_len"):
-                if getattr(self, name) is not None:
+            for name in SERVING_FIELDS:
+                if name in given and getattr(self, name) != type(self).model_fields[name].get_default():
                     raise ValueError(f"task.{name} applies only to task kind 'inference', not {self.kind.value!r}")
+        elif self.mode is ServingMode.RATE and self.request_rate is None and self.arrivals is None:
+            raise ValueError("task.mode=rate needs a request_rate (requests/s) or an arrivals CSV; allowed: "
+                             "request_rate > 0 or arrivals=FILE")
+        elif self.request_rate is not None and self.mode not in (ServingMode.RATE, ServingMode.DISAGGREGATED):
+            raise ValueError(f"task.request_rate applies to modes rate and disaggregated, not {self.mode.value!r}")
+        elif self.arrivals is not None and self.mode is not ServingMode.RATE:
+            raise ValueError(f"task.arrivals applies to mode rate, not {self.mode.value!r}")
+        if self.kind is not TaskKind.INFERENCE and self.dtype.value in INFERENCE_ONLY_DTYPES:
+            raise ValueError(f"task.dtype={self.dtype.value} applies to inference (quantized weights); "
+                             f"allowed for {self.kind.value}: {', '.join(COMPUTE_DTYPES)}")
         return self
 
 
 LORA_TARGETS = {"qkv", "out", "up", "gate", "down"}
 COMPUTE_DTYPES = ("bf16", "fp16", "fp8", "fp32", "tf32")
+# Inference only: NVFP4 GEMMs (Blackwell) and int4 weight-only quantization into 16-bit GEMMs.
+INFERENCE_ONLY_DTYPES = ("fp4", "int4")
+KV_DTYPES = ("bf16", "fp16", "fp8")
+SERVING_FIELDS = ("batch", "prompt_len", "output_len", "mode", "kv_dtype", "request_rate", "num_requests", "arrivals",
+                  "max_ttft_s", "max_tpot_s", "seed")

@@ -177,7 +177,8 @@ class ComputeModel:
     gpu: GPU
     profile: ComputeProfile = field(default_factory=load_profile)
     # The shortest time of one kernel in the runtime that issues them: None keeps the profile's floors
-    # (measured eagerly, one host launch per kernel); a CUDA-graph replay's floor is far lower.
+    # (measured eagerly, one host launch per kernel); a CUDA-graph replay's floor is far lower, and bounds
+    # a streaming kernel's fixed time too (measured eagerly as well).
     floor_s: float | None = None
     assumptions: tuple[str, ...] = field(init=False, default=())
     _gemm: dict[str, int] = field(init=False, repr=False, default_factory=dict)
@@ -200,6 +201,8 @@ class ComputeModel:
         gemm, attention = {}, {}
         launch = p.launch_s if self.floor_s is None else self.floor_s
         attention_launch = p.attention.launch_s if self.floor_s is None else self.floor_s
+        # A streaming kernel's fixed time was measured eagerly too: in a graph replay the floor bounds it.
+        latency = p.memory.latency_s if self.floor_s is None else min(p.memory.latency_s, self.floor_s)
         for dtype, datasheet_peak in gpu.flops_per_s.items():
             peak = datasheet_peak * ceiling
             fitted = dtype if dtype in p.gemm.peak_fraction else fallbacks.get(dtype)
@@ -211,14 +214,14 @@ class ComputeModel:
             g = p.gemm
             gemm[str(dtype)] = _register((
                 peak, g.peak_fraction[fitted], g.k0, g.n0, width,
-                hbm * g.read_fraction, p.memory.latency_s, launch, g.min_k, g.min_n))
+                hbm * g.read_fraction, latency, launch, g.min_k, g.min_n))
             # Attention was measured in bf16 only: its fractions of peak are used for every dtype.
             a = p.attention
             attention[str(dtype)] = _register((
                 peak * a.forward.peak_fraction, a.forward.kv0, peak * a.backward.peak_fraction,
-                a.backward.kv0, width, hbm * a.read_fraction, p.memory.latency_s, attention_launch))
+                a.backward.kv0, width, hbm * a.read_fraction, latency, attention_launch))
         notes.append("attention efficiency measured in bf16 (flash attention) is used for every dtype")
-        memory = _register((hbm * p.memory.copy_fraction, p.memory.latency_s, launch))
+        memory = _register((hbm * p.memory.copy_fraction, latency, launch))
         object.__setattr__(self, "_gemm", gemm)
         object.__setattr__(self, "_attention", attention)
         object.__setattr__(self, "_memory", memory)

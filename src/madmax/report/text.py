@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from madmax.results import Result
+from madmax.results.serving import ServingResult
 
 GIB = 2**30
 
@@ -59,6 +60,65 @@ def print_result(result: Result, console: Console | None = None) -> None:
     for key in ("weights", "gradients", "optimizer", "embedding_tables", "activations", "reserved", "total"):
         if key in result.memory:
             mem.add_row(key.replace("_", " "), f"{result.memory[key] / GIB:,.2f} GiB")
+    console.print(mem)
+    for note in result.assumptions:
+        console.print(f"[dim]assumed: {note}[/dim]")
+
+
+def print_serving(result: ServingResult, console: Console | None = None) -> None:
+    """Headline serving metrics, the breakdown of a prefill and a decode step, and memory."""
+    console = console or Console()
+    console.print(f"[bold]{result.model}[/bold] on {result.num_gpus} x {result.system} (inference, {result.mode}, "
+                  f"{result.dtype}, kv {result.kv_dtype}, stack {result.stack})\nstrategy {result.strategy}",
+                  soft_wrap=True)
+    head = Table(show_header=False)
+    head.add_column(style="bold", no_wrap=True)
+    head.add_column(justify="right", overflow="fold")
+    batch = f"{result.batch} per replica" if result.batch else "as the requests arrive"
+    rows = [
+        ("requests", f"{batch}, {result.prompt_len:,.0f} in + {result.output_len:,.0f} out tokens"),
+        ("time to first token", _ms(result.ttft_s)),
+        ("time per output token", _ms(result.tpot_s)),
+        ("end-to-end latency", _ms(result.e2e_latency_s)),
+        ("output tokens/s", f"{result.output_tokens_per_s:,.0f} ({result.output_tokens_per_s_per_gpu:,.0f} per GPU)"),
+        ("requests/s", f"{result.requests_per_s:,.2f}"),
+        ("prefill of the batch", _ms(result.prefill_time_s)),
+        ("decode step of the batch", _ms(result.decode_step_time_s)),
+        ("max batch by memory", f"{result.max_batch_by_memory:,}"),
+        ("peak memory per GPU", f"{result.peak_memory_bytes / GIB:,.1f} GiB of "
+                                f"{result.memory['capacity'] / GIB:,.0f} GiB"),
+        ("fits", "yes" if result.fits else f"[red]NO[/red]: {result.fits_reason}"),
+    ]
+    if result.goodput:
+        g = result.goodput
+        rows.append(("goodput", f"{g['requests_per_s']:,.2f} requests/s ({g['fraction']:.0%} within the limits)"))
+    for key, value in rows:
+        head.add_row(key, value)
+    console.print(head)
+    if result.latency:
+        lat = Table(title="Latency percentiles", title_justify="left")
+        for col in ("", "mean", "p50", "p90", "p99"):
+            lat.add_column(col, justify="right" if col else "left")
+        for name, values in result.latency.items():
+            lat.add_row(name.removesuffix("_s"), *(_ms(values[k]) for k in ("mean", "p50", "p90", "p99")))
+        console.print(lat)
+    b = result.breakdown
+    table = Table(title=f"Steps of the batch on stage {b['stage']}", title_justify="left")
+    for col in ("part", "prefill", "decode"):
+        table.add_column(col, justify="right" if col != "part" else "left")
+    kinds = dict.fromkeys([*b["prefill"]["compute_s"], *b["decode"]["compute_s"]])
+    for kind in kinds:
+        if kind != "total":
+            table.add_row(f"compute: {kind}", *(_ms(b[s]["compute_s"].get(kind, 0.0)) for s in ("prefill", "decode")))
+    comms = dict.fromkeys([*b["prefill"]["communication_s"], *b["decode"]["communication_s"]])
+    for kind in comms:
+        table.add_row(f"comm: {kind}", *(_ms(b[s]["communication_s"].get(kind, {}).get("total", 0.0))
+                                        for s in ("prefill", "decode")))
+    table.add_row("host per step", _ms(b["prefill"]["host_s"]), _ms(b["decode"]["host_s"]))
+    console.print(table)
+    mem = Table(title="Memory per GPU", title_justify="left", show_header=False)
+    for key in ("weights", "kv_cache", "activations", "reserved", "total", "kv_pool"):
+        mem.add_row(key.replace("_", " "), f"{result.memory[key] / GIB:,.2f} GiB")
     console.print(mem)
     for note in result.assumptions:
         console.print(f"[dim]assumed: {note}[/dim]")

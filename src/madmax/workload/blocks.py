@@ -11,6 +11,8 @@ from madmax.workload.ops import Op, OpKind, TPSplit
 
 # Read the input, write the output: an element-wise op moves two tensors.
 READ_WRITE = 2
+# Sampling reads the logits twice (max and exponential sum, then the draw) and writes the probabilities.
+SAMPLING_PASSES = 3
 # Megatron-LM's unfused core attention launches baddbmm, the fused scale-mask-softmax, the dropout,
 # bmm and a permute copy: 5 kernels, of which the score products and the softmax pass are costed.
 UNFUSED_ATTENTION_AUX = 3
@@ -122,6 +124,15 @@ def lm_head_ops(hidden: int, vocab: int, *, params: int) -> list[Op]:
         Op(name="head.loss", kind=OpKind.ELEMENTWISE, tp=TPSplit.TP_REGION,
            moved_elems_per_token=4 * vocab, flops_per_token=5 * vocab, saved_elems_per_token=2 * vocab),
     ]
+
+
+def sampling_op(vocab: int) -> Op:
+    """Sampling of the next token from the gathered logits of a sequence (inference): softmax and top-k /
+    top-p over V logits, read twice (max and sum of exponentials, then the draw) and the probabilities
+    written once: 3*V elements moved, a few FLOPs per logit. Every tensor-parallel rank samples the same
+    token from the full vocabulary (replicated)."""
+    return Op(name="head.sample", kind=OpKind.ELEMENTWISE, tp=TPSplit.REPLICATED,
+              moved_elems_per_token=SAMPLING_PASSES * vocab, flops_per_token=5 * vocab)
 
 
 def lora_ops(base: Op, rank: int) -> list[Op]:

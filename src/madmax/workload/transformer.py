@@ -25,6 +25,7 @@ from madmax.workload.blocks import (
     norm_op,
     qk_norm_ops,
     residual_op,
+    sampling_op,
 )
 from madmax.workload.ops import Block, Op, Placement, Workload
 
@@ -135,8 +136,17 @@ def build(model: DecoderModel, task: Task, *, flash: bool = True) -> Workload:
     blocks.append(Block("head", tuple(head), is_layer=False, placement=Placement.LAST))
     if lora:
         counts["lora"] = (model.num_layers - frozen) * adapters
+    if task.kind is TaskKind.INFERENCE:
+        blocks = _serving(blocks, [*head[:-1], sampling_op(V)])
     return Workload(name=model.name, blocks=tuple(blocks), params_by_component=counts,
                     tied_params=counts["embedding"] if model.tied_embeddings else 0)
+
+
+def _serving(blocks: list[Block], head: list[Op]) -> list[Block]:
+    """The blocks of a serving step: nothing trains; the head's loss becomes the sampling of the next
+    token, and the head (final norm, LM head, sampling) runs on the last token of each sequence only."""
+    out = [dataclasses.replace(b, trainable=False, ops=tuple(_frozen(list(b.ops)))) for b in blocks[:-1]]
+    return [*out, dataclasses.replace(blocks[-1], ops=tuple(_frozen(head)), trainable=False, per_sequence=True)]
 
 
 def _frozen(ops: list[Op]) -> list[Op]:

@@ -1,0 +1,264 @@
+"""The serving step as a program: every stage of a replica runs the step's kernels and collectives, layer
+by layer, for each micro-batch in flight, and hands its activations to the next stage.
+
+A step (`parallel.serving.Step`) is one forward pass of the engine. Within a stage everything is in
+order: a layer's kernels, then its tensor-parallel all-reduce, which the next layer waits for (decode
+steps have nothing to overlap it with). With pipeline parallelism the engine keeps pp micro-batches in
+flight, one per stage (vLLM's and SGLang's batch queues, TensorRT-LLM's micro-batches), each a `Step` of
+its own; a micro-batch's next step starts when its token has gone round all the stages.
+
+Time of a step, as the simulated program gives it and as `step_time` computes it in closed form (the
+builder's fast estimate, equal to the simulation; `tests/program/test_serving.py`):
+
+    t_s = sum over the stage's layers of (kernels + collectives)              stage s, one micro-batch
+    pp = 1:  T_gpu = t_0
+    pp > 1:  T_gpu = max(sum_s t_s + pp * t_p2p, pp * max_s t_s)               the period of a micro-batch
+    T = max(T_gpu, H) when the host overlaps the GPU (overlap scheduler), else T_gpu + H
+
+with H the host's time per step (pp * H with pp micro-batches) and t_p2p one activation send between
+stages. Kernels take the runtime's floor: a CUDA-graph replay's for the steps the engine captures, the
+eager floor otherwise. Small all-reduces inside an NVLink domain use the engine's custom kernels
+(one-shot: t = a + (n-1) S / B; two-shot: 2a + 2 (n-1)/n S / B), larger ones NCCL.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from madmax.collective import Collective, Span
+from madmax.config.hardware import FabricKind, System
+from madmax.config.stack import CudaGraphs, ServingStack
+from madmax.hardware.collectives import NetworkModel
+from madmax.hardware.compute import ComputeModel, compute_model
+from madmax.parallel.kernels import CommOp
+from madmax.parallel.serving import ServingPlan, Step
+from madmax.program.costs import kernel_s
+from madmax.sim import Program, Schedule
+
+COMPUTE, TP, PP, HOST = "compute", "tp", "pp", "host"
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """How an engine runs steps on one system: kernel floors with and without CUDA graphs, its
+    all-reduce kernels, the host's time per step."""
+
+    stack: ServingStack
+    graph: ComputeModel
+    eager: ComputeModel
+    network: NetworkModel
+    nvlink: bool
+    scale_up_bytes_per_s: float
+    _cache: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def compute_for(self, step: Step) -> ComputeModel:
+        """The compute model of a step: graph floors when the engine replays a CUDA graph for it."""
+        graphs = self.stack.cuda_graphs
+        if graphs is CudaGraphs.NONE or step.decode > self.stack.cuda_graph_max_batch:
+            return self.eager
+        if graphs is CudaGraphs.DECODE and step.prefill:
+            return self.eager
+        return self.graph
+
+    def comm_s(self, op: CommOp) -> float:
+        """Seconds of one collective; all-reduces by the engine's kernels (`all_reduce_s`)."""
+        if op.kind is Collective.ALL_REDUCE:
+            return self.all_reduce_s(op.size_bytes, op.span)
+        return self.network.collective_s(op.kind, op.size_bytes, op.span)
+
+    def all_reduce_s(self, size_bytes: float, span: Span) -> float:
+        """A custom one-shot or two-shot kernel for a small message inside an NVLink domain (the first
+        rule of the stack whose size limit holds), else NCCL (`NetworkModel.collective_s`)."""
+        n = span.size
+        if n == 1 or size_bytes == 0:
+            return 0.0
+        if self.nvlink and span.inter == 1:
+            for rule in self.stack.all_reduce:
+                limit = next((v for k, v in sorted(rule.max_bytes.items(), reverse=True) if k <= n), 0.0)
+                if size_bytes <= limit:
+                    b = self.scale_up_bytes_per_s * rule.busbw_fraction
+                    if rule.algorithm == "one_shot":
+                        return rule.latency_s + (n - 1) * size_bytes / b
+                    return 2 * rule.latency_s + 2 * (n - 1) / n * size_bytes / b
+        return self.network.collective_s(Collective.ALL_REDUCE, size_bytes, span)
+
+
+def make_runtime(stack: ServingStack, system: System, network: NetworkModel, profile=None) -> Runtime:
+    """The runtime of `stack` on `system` (`profile`: a compute profile, default the shipped one)."""
+    eager = compute_model(system.gpu, profile, stack.eager_floor_s)
+    return Runtime(stack=stack, graph=compute_model(system.gpu, profile, stack.graph_floor_s), eager=eager,
+                   network=network, nvlink=system.scale_up.kind is FabricKind.NVLINK,
+                   scale_up_bytes_per_s=system.scale_up.bytes_per_s)
+
+
+@dataclass(frozen=True)
+class StageTimes:
+    """Seconds of one stage for one micro-batch's step: its kernels by category, its collectives by
+    kind, and the model FLOPs it runs."""
+
+    compute_s: float
+    comm_s: float
+    compute_by_kind: dict[str, float]
+    comm_by_kind: dict[str, float]
+    flops: float
+
+    @property
+    def total_s(self) -> float:
+        return self.compute_s + self.comm_s
+
+
+def stage_times(plan: ServingPlan, runtime: Runtime, stage: int, step: Step) -> StageTimes:
+    """Kernels and collectives of every layer of `stage` for `step`, run in order: the part that depends
+    on the step's token counts only (cached), plus its attention cores."""
+    compute = runtime.compute_for(step)
+    dense = _dense_times(plan, runtime, compute, stage, step.tokens, step.sampled)
+    by_kind = dict(dense.compute_by_kind)
+    flops = dense.flops
+    for unit in plan.stages[stage]:
+        for k in plan.attention_kernels(unit, step):
+            by_kind[k.category] = by_kind.get(k.category, 0.0) + unit.count * kernel_s(compute, k, plan.act_dtype)
+            flops += unit.count * k.flops
+    return StageTimes(sum(by_kind.values()), dense.comm_s, by_kind, dense.comm_by_kind, flops)
+
+
+def _dense_times(plan: ServingPlan, runtime: Runtime, compute: ComputeModel, stage: int, tokens: int,
+                 sampled: int) -> StageTimes:
+    key = (id(plan), id(compute), stage, tokens, sampled)
+    cached = runtime._cache.get(key)
+    if cached is not None:
+        return cached
+    by_kind: dict[str, float] = defaultdict(float)
+    comm_by: dict[str, float] = defaultdict(float)
+    flops = 0.0
+    for work in plan.dense_work(stage, tokens, sampled):
+        count = work.unit.count
+        for k in work.kernels:
+            by_kind[k.category] += count * kernel_s(compute, k, plan.act_dtype)
+            flops += count * k.flops
+        for op in work.comm:
+            comm_by[f"{op.group}.{op.kind.value}"] += count * runtime.comm_s(op)
+    out = StageTimes(sum(by_kind.values()), sum(comm_by.values()), dict(by_kind), dict(comm_by), flops)
+    if len(runtime._cache) > CACHE_SIZE:
+        runtime._cache.clear()
+    runtime._cache[key] = out
+    return out
+
+
+CACHE_SIZE = 1 << 16  # step times kept per runtime before the cache starts afresh
+
+
+def p2p_s(plan: ServingPlan, runtime: Runtime, step: Step) -> float:
+    """One send of a micro-batch's activations (T x h) to the next stage (0 without pipeline stages)."""
+    if plan.pp == 1:
+        return 0.0
+    return runtime.network.collective_s(Collective.SEND_RECV, step.tokens * plan.hidden * plan.act_dtype.num_bytes,
+                                        _neighbours(plan.pp_span))
+
+
+def step_time(plan: ServingPlan, runtime: Runtime, step: Step) -> float:
+    """Seconds between two steps of one micro-batch (the closed form of the module docstring); equal to
+    `step_period` of the simulated program."""
+    times = [stage_times(plan, runtime, s, step).total_s for s in range(plan.num_stages)]
+    gpu = times[0]
+    host = runtime.stack.host_step_s
+    if plan.pp > 1:
+        gpu = max(sum(times) + plan.pp * p2p_s(plan, runtime, step), plan.pp * max(times))
+        return max(gpu, plan.pp * host)
+    return max(gpu, host) if runtime.stack.host_overlaps_gpu else gpu + host
+
+
+@dataclass
+class StepProgram:
+    """The program of one step round (pp micro-batches through the stages) and what it holds.
+
+    spans: per (micro-batch, stage) its first and last segment on that stage; sends: per micro-batch the
+    segment of each stage's send; host: the host segment of each micro-batch.
+    """
+
+    program: Program
+    step: Step
+    pp: int
+    spans: dict[tuple[int, int], tuple[int, int]] = field(default_factory=dict)
+    sends: dict[tuple[int, int], int] = field(default_factory=dict)
+    host: list[int] = field(default_factory=list)
+    stage_of_rank: dict[str, int] = field(default_factory=dict)
+
+
+def rank_name(stage: int) -> str:
+    return f"stage{stage}"
+
+
+def build_step(plan: ServingPlan, runtime: Runtime, step: Step, label: str = "step", *,
+               program: Program | None = None, after: int | None = None) -> StepProgram:
+    """The program of one step round: pp micro-batches (one when pp = 1) through every stage, layer by
+    layer, each layer's kernels then its collectives; the host prepares each micro-batch. With `program`
+    the round is appended to it, its first micro-batch waiting for segment `after`."""
+    prog = Program() if program is None else program
+    out = StepProgram(program=prog, step=step, pp=plan.pp)
+    compute = runtime.compute_for(step)
+    works = [plan.work(s, step) for s in range(plan.num_stages)]
+    host_s = runtime.stack.host_step_s
+    overlap = runtime.stack.host_overlaps_gpu or plan.pp > 1
+    for mb in range(plan.pp):
+        host_stream = prog.stream(rank_name(0), HOST)
+        start = (after,) if after is not None and mb == 0 else ()
+        host = prog.add(host_stream, host_s, start, category="host", label=f"{label}: schedule micro-batch {mb}")
+        out.host.append(host)
+        prev = after if overlap and mb == 0 else None if overlap else host
+        for s, work in enumerate(works):
+            rank = rank_name(s)
+            out.stage_of_rank[rank] = s
+            cs = prog.stream(rank, COMPUTE)
+            first = last = None
+            for w in work:
+                seconds = sum(kernel_s(compute, k, plan.act_dtype) for k in w.kernels)
+                comm = [(op, runtime.comm_s(op)) for op in w.comm]
+                for _ in range(w.unit.count):
+                    deps = (prev,) if prev is not None else ()
+                    seg = prog.add(cs, seconds, deps, category="forward", label=f"{label}: {w.unit.block.name}")
+                    first = seg if first is None else first
+                    for op, sec in comm:
+                        seg = prog.add(prog.stream(rank, op.group), sec, (seg,), category=f"{op.group}.{op.kind.value}",
+                                       label=f"{label}: {op.label}")
+                    if comm:
+                        seg = prog.add(cs, 0.0, (seg,), category="sync", label="wait for collectives")
+                    prev = last = seg
+            out.spans[(mb, s)] = (first, last)
+            if s < plan.num_stages - 1 or plan.pp > 1:
+                send = prog.add(prog.stream(rank, PP), p2p_s(plan, runtime, step), (last,), category="pp.send_recv",
+                                label=f"{label}: send to stage {(s + 1) % plan.num_stages}")
+                out.sends[(mb, s)] = send
+                prev = send if s < plan.num_stages - 1 else None
+            else:
+                prev = None
+    return out
+
+
+def step_period(built: StepProgram, schedule: Schedule, host_s: float, host_overlaps: bool) -> float:
+    """The step time read off the simulated round: the module docstring's T from each stage's time for one
+    micro-batch (first to last segment of micro-batch 0), the sends and the host."""
+    start, end = schedule.start_s, schedule.end_s
+    times = [end[built.spans[(0, s)][1]] - start[built.spans[(0, s)][0]] for s in range(_stages(built))]
+    if built.pp == 1:
+        gpu = times[0]
+        return max(gpu, host_s) if host_overlaps else gpu + host_s
+    sends = [end[built.sends[(0, s)]] - start[built.sends[(0, s)]] for s in range(_stages(built))]
+    gpu = max(sum(times) + sum(sends), built.pp * max(times))
+    return max(gpu, built.pp * host_s)
+
+
+def round_time(built: StepProgram, schedule: Schedule) -> float:
+    """When the last micro-batch of the round leaves the last stage: a batch's prefill through the
+    pipeline (fill and drain), its first token sampled."""
+    last = _stages(built) - 1
+    return max(schedule.end_s[built.spans[(mb, last)][1]] for mb in range(built.pp))
+
+
+def _stages(built: StepProgram) -> int:
+    return len(built.stage_of_rank)
+
+
+def _neighbours(pp_span: Span) -> Span:
+    """Neighbouring stages: within a domain when the pipeline group has ranks inside one."""
+    return Span(2, 1) if pp_span.intra > 1 else Span(1, 2)

@@ -1,0 +1,290 @@
+"""LLM serving: a deployment of replicas, its engines' steps, and the five modes (`serve.modes`).
+
+`simulate_serving` resolves the deployment (`serve.deployment`), runs the mode, simulates one prefill
+step and one decode step of the batch as programs (`program.serving`) for their times, breakdown and
+trace, and assembles the result (`results.serving`).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+import numpy as np
+
+from madmax.collective import Collective, Span
+from madmax.config.stack import ServingStack, load_stack
+from madmax.config.strategy import Strategy
+from madmax.config.task import ServingMode
+from madmax.errors import ConfigError
+from madmax.program.serving import build_step, step_period
+from madmax.request import Request
+from madmax.results.serving import ServingResult, percentiles, step_breakdown
+from madmax.serve import modes
+from madmax.serve.deployment import (
+    Formats,
+    Replica,
+    check_keys,
+    check_request,
+    formats,
+    replica,
+    runtime_of,
+    serving_strategy,
+)
+from madmax.sim import schedule
+
+GIB = 2**30
+MAX_ARRIVALS = 10_000_000
+
+
+def simulate_serving(request: Request, requested: Strategy, stack: str | Path | dict | ServingStack | None = None,
+                     keep_schedule: bool = False) -> ServingResult:
+    """Serve `request` (task kind inference) with `requested` (tp, pp, dp; or the disaggregated workers)."""
+    engine_stack = load_stack(stack)
+    t = request.task
+    check_keys(requested, t.mode)
+    check_request(request)
+    fmt = formats(request)
+    runtime = runtime_of(request, engine_stack)
+    prompt, output, arrival = _lengths(request)
+    p_mean, o_mean = float(np.mean(prompt)), float(np.mean(output))
+    context = p_mean + o_mean
+    _check_budget(engine_stack, int(np.max(prompt)))
+    if t.mode is ServingMode.DISAGGREGATED:
+        return _disaggregated(request, requested, engine_stack, fmt, runtime, p_mean, o_mean, keep_schedule)
+    strategy = serving_strategy(request, requested, requested.tp, requested.pp)
+    static = t.mode is ServingMode.STATIC
+    batch = t.batch or engine_stack.max_batch
+    step_tokens = math.ceil(batch / strategy.pp) * int(p_mean) if static else engine_stack.max_num_tokens
+    sequences = math.ceil(batch / strategy.pp) if static else min(engine_stack.max_batch, engine_stack.max_num_tokens)
+    rep = replica(request, strategy, engine_stack, fmt, step_tokens, sequences, context)
+    dep = modes.Deployment(rep, runtime, strategy.dp, context)
+    if rep.max_sequences < 1:  # nothing fits: simulated as though the cache had room, reported as not fitting
+        dep = modes.Deployment(Replica(**{**rep.__dict__, "pool_bytes": math.inf}), runtime, strategy.dp, context)
+    notes: list[str] = []
+    if t.mode is ServingMode.SATURATION:
+        cap = max(1, min(t.batch or rep.max_sequences or 1, rep.max_sequences or 1,
+                         engine_stack.max_batch * strategy.pp))
+        outcome = modes.saturation(dep, cap, int(p_mean), int(o_mean), t.num_requests)
+        batch = outcome.batch
+    elif static:
+        prefill_s = _simulated(dep, modes.prefill_step(math.ceil(batch / strategy.pp), int(p_mean)))[0]
+        outcome = modes.static(dep, batch, int(p_mean), int(o_mean), prefill_s)
+    elif t.mode is ServingMode.CONCURRENCY:
+        outcome = modes.closed_loop(dep, batch, int(p_mean), int(o_mean), t.num_requests)
+    else:
+        outcome = modes.open_loop(dep, arrival, prompt, output)
+        batch = 0
+    notes += outcome.notes
+    return _result(request, dep, fmt, engine_stack, outcome, batch, p_mean, o_mean, notes, keep_schedule,
+                   _describe(strategy))
+
+
+def _lengths(request: Request) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Prompt and output tokens of every request, and arrivals (rate mode: Poisson or the arrivals CSV)."""
+    t = request.task
+    if t.arrivals is not None:
+        return _read_arrivals(Path(t.arrivals), request.spec.max_seq_len)
+    n = t.num_requests or 1000
+    arrival = modes.poisson_arrivals(t.request_rate, n, t.seed) if t.request_rate else np.zeros(n)
+    return np.full(n, t.prompt_len), np.full(n, t.output_len), arrival
+
+
+def _read_arrivals(path: Path, max_seq_len: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A CSV of requests: arrival_s, prompt_len, output_len (a header row naming them)."""
+    try:
+        rows = list(csv.DictReader(path.read_text(encoding="utf-8").splitlines()))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"task.arrivals file {str(path)!r} cannot be read: {exc.__class__.__name__}") from None
+    if not rows:
+        raise ConfigError(f"task.arrivals file {str(path)!r} has no requests; allowed: a CSV with columns "
+                          "arrival_s, prompt_len, output_len and one row per request")
+    if len(rows) > MAX_ARRIVALS:
+        raise ConfigError(f"task.arrivals has {len(rows)} requests; allowed: at most {MAX_ARRIVALS}")
+    cols: dict[str, list[float]] = {"arrival_s": [], "prompt_len": [], "output_len": []}
+    for line, row in enumerate(rows, start=2):
+        for name, values in cols.items():
+            text = (row.get(name) or "").strip()
+            try:
+                value = float(text)
+            except ValueError:
+                raise ConfigError(f"task.arrivals line {line}: {name}={text!r} is not a number; allowed: columns "
+                                  "arrival_s (s, >= 0), prompt_len and output_len (positive integers)") from None
+            if not math.isfinite(value) or value < 0 or (name != "arrival_s" and (value < 1 or value != int(value))):
+                raise ConfigError(f"task.arrivals line {line}: {name}={text!r} is out of range; allowed: "
+                                  "arrival_s >= 0, prompt_len and output_len positive integers")
+            values.append(value)
+        if cols["prompt_len"][-1] + cols["output_len"][-1] > max_seq_len:
+            raise ConfigError(f"task.arrivals line {line}: prompt_len + output_len exceeds max_seq_len={max_seq_len}")
+    order = np.argsort(cols["arrival_s"], kind="stable")
+    arr = (np.asarray(cols[k])[order] for k in ("prompt_len", "output_len", "arrival_s"))
+    prompt, output, arrival = arr
+    return prompt.astype(int), output.astype(int), arrival - arrival[0]
+
+
+def _check_budget(stack: ServingStack, prompt: int) -> None:
+    if not stack.chunked_prefill and prompt > stack.max_num_tokens:
+        raise ConfigError(f"task.prompt_len={prompt} exceeds the {stack.max_num_tokens}-token step of stack "
+                          f"{stack.name}, which does not chunk prompts; allowed: prompt_len <= {stack.max_num_tokens}")
+
+
+def _simulated(dep: modes.Deployment, step, label: str = "step"):
+    """The step's program, simulated: (time of the step, program, schedule). A prefill round's time is when
+    its last micro-batch leaves the last stage; a decode step's is its period (`program.serving`)."""
+    built = build_step(dep.replica.plan, dep.runtime, step, label)
+    timeline = schedule(built.program)
+    stack = dep.runtime.stack
+    if step.prefill:
+        return timeline.makespan_s, built, timeline
+    return step_period(built, timeline, stack.host_step_s, stack.host_overlaps_gpu), built, timeline
+
+
+def _describe(s: Strategy) -> str:
+    return f"tp={s.tp},pp={s.pp},dp={s.dp}"
+
+
+def _result(request: Request, dep: modes.Deployment, fmt: Formats, stack: ServingStack, outcome: modes.Outcome,
+            batch: int, prompt: float, output: float, notes: list[str], keep_schedule: bool,
+            strategy_text: str, prefill_dep: modes.Deployment | None = None) -> ServingResult:
+    """Metrics of the outcome, step times and breakdown of the batch's prefill and decode, memory.
+
+    The batch whose steps are shown is `batch` per replica, or in rate mode the requests in flight on
+    average (Little's law: requests/s x mean latency). `prefill_dep`: the prefill workers (disaggregated).
+    """
+    t, sysm, rep = request.task, request.system, dep.replica
+    n = sysm.cluster_gpus
+    shown = max(1, batch or round(outcome.requests_per_s * outcome.mean("e2e_s") / dep.replicas) or 1)
+    per_engine = math.ceil(shown / dep.pp)
+    pre_dep = prefill_dep or dep
+    prefill_s, pre_prog, pre_sched = _simulated(pre_dep, modes.prefill_step(math.ceil(shown / pre_dep.pp),
+                                                                           int(prompt)), "prefill")
+    decode_s, dec_prog, dec_sched = _simulated(dep, modes.decode_step(per_engine, prompt + output / 2), "decode")
+    memory, fits, reason = _memory(request, rep, shown, stack)
+    tokens_per_s = outcome.output_tokens_per_s + outcome.prompt_tokens_per_s
+    peak = sysm.gpu.flops_per_s[fmt.gemm] * n
+    flops = request.workload.forward_flops_per_token(max(1, int(prompt + output / 2)))
+    critical = max(range(rep.plan.num_stages), key=lambda s: dec_sched.end_s[dec_prog.spans[(0, s)][1]]
+                   - dec_sched.start_s[dec_prog.spans[(0, s)][0]])
+    rank = f"stage{critical}"
+    from madmax.program.serving import stage_times
+
+    breakdown = {"stage": critical,
+                 "prefill": step_breakdown(pre_sched, "stage0", stage_times(pre_dep.replica.plan, dep.runtime, 0,
+                                                                            pre_prog.step).compute_by_kind,
+                                           stack.host_step_s),
+                 "decode": step_breakdown(dec_sched, rank, stage_times(rep.plan, dep.runtime, critical,
+                                                                       dec_prog.step).compute_by_kind,
+                                          stack.host_step_s)}
+    latency = goodput = None
+    if t.mode is ServingMode.RATE or t.max_ttft_s or t.max_tpot_s:
+        latency, goodput = _latency(outcome, t.max_ttft_s, t.max_tpot_s)
+    kv_per_token = sum(rep.plan.kv_bytes(s, prompt + output) for s in range(rep.plan.num_stages)) * rep.plan.tp
+    return ServingResult(
+        model=request.spec.name, system=sysm.name, num_gpus=n, task=t.kind.value, mode=t.mode.value,
+        stack=stack.name, strategy=strategy_text, dtype=fmt.label, kv_dtype=fmt.kv.value, batch=batch,
+        prompt_len=prompt, output_len=output, max_batch_by_memory=rep.max_sequences,
+        ttft_s=outcome.mean("ttft_s"), tpot_s=outcome.mean("tpot_s"), e2e_latency_s=outcome.mean("e2e_s"),
+        prefill_time_s=prefill_s, decode_step_time_s=decode_s, output_tokens_per_s=outcome.output_tokens_per_s,
+        output_tokens_per_s_per_gpu=outcome.output_tokens_per_s / n, requests_per_s=outcome.requests_per_s,
+        tokens_per_s=tokens_per_s, mfu=tokens_per_s * flops / peak,
+        kv_cache_bytes_per_token=kv_per_token / (prompt + output), weights_bytes_per_gpu=rep.weights_bytes,
+        peak_memory_bytes=memory["total"], fits=fits, fits_reason=reason, breakdown=breakdown, memory=memory,
+        assumptions=[*request.assumptions, *notes, *_assumed(request, stack)], latency=latency, goodput=goodput,
+        schedule=_trace(dep, pre_prog.step, dec_prog.step) if keep_schedule else None)
+
+
+def _memory(request: Request, rep: Replica, batch: int, stack: ServingStack) -> tuple[dict, bool, str | None]:
+    """Memory per GPU of the worst stage with `batch` requests' KV caches, and whether it fits."""
+    hbm = request.system.gpu.hbm_bytes
+    held = min(batch, rep.max_sequences) if rep.max_sequences else batch
+    kv = held * rep.kv_bytes_per_sequence
+    memory = {"weights": rep.weights_bytes, "kv_cache": kv, "activations": rep.workspace_bytes,
+              "reserved": rep.reserved_bytes}
+    memory["total"] = sum(memory.values())
+    memory["kv_pool"] = rep.pool_bytes
+    memory["capacity"] = hbm
+    per_request = rep.kv_bytes_per_sequence / GIB
+    if rep.max_sequences < 1:
+        return memory, False, (f"weights {rep.weights_bytes / GIB:.1f} GiB, activations "
+                               f"{rep.workspace_bytes / GIB:.1f} GiB and reserve {rep.reserved_bytes / GIB:.1f} GiB "
+                               f"leave stack {stack.name}'s KV pool no room for one request's cache of "
+                               f"{per_request:.2f} GiB on a GPU of {hbm / GIB:.0f} GiB")
+    if batch > rep.max_sequences:
+        return memory, False, (f"batch {batch} needs the KV cache of {batch} requests per replica but the pool "
+                               f"holds {rep.max_sequences} ({rep.pool_bytes / GIB:.1f} GiB per GPU, "
+                               f"{per_request:.3f} GiB each); allowed: batch <= {rep.max_sequences}")
+    return memory, True, None
+
+
+def _latency(outcome: modes.Outcome, max_ttft: float | None, max_tpot: float | None):
+    """Percentiles of TTFT, TPOT, inter-token latency and end-to-end latency; goodput within the limits."""
+    latency = {"ttft_s": percentiles(outcome.ttft_s, outcome.weight),
+               "tpot_s": percentiles(outcome.tpot_s, outcome.tpot_weight),
+               "itl_s": percentiles(outcome.tokens.seconds, outcome.tokens.counts),
+               "e2e_latency_s": percentiles(outcome.e2e_s, outcome.weight)}
+    if max_ttft is None and max_tpot is None:
+        return latency, None
+    ok = np.ones(len(outcome.ttft_s), dtype=bool)
+    if max_ttft is not None:
+        ok &= outcome.ttft_s <= max_ttft
+    if max_tpot is not None and len(outcome.tpot_s) == len(ok):
+        ok &= outcome.tpot_s <= max_tpot
+    fraction = float(np.average(ok, weights=outcome.weight)) if len(ok) else 0.0
+    return latency, {"requests_per_s": fraction * outcome.requests_per_s, "fraction": fraction,
+                     "max_ttft_s": max_ttft, "max_tpot_s": max_tpot}
+
+
+def _assumed(request: Request, stack: ServingStack) -> list[str]:
+    notes = [f"serving stack {stack.name}: {stack.description}"]
+    if request.system.gpu.name not in ("h100-sxm", "h200"):
+        notes.append(f"serving stack defaults are those of an H100-class GPU; gpu {request.system.gpu.name} may "
+                     "differ (vLLM's token budget is 2048 on A100 and GPUs under 70 GB)")
+    return notes
+
+
+def _trace(dep: modes.Deployment, prefill, decode):
+    """One program with a prefill step, then a decode step, for the Perfetto trace."""
+    from madmax.program.serving import build_step as build
+
+    pre = build(dep.replica.plan, dep.runtime, prefill, "prefill")
+    build(dep.replica.plan, dep.runtime, decode, "decode", program=pre.program,
+          after=max(last for _, last in pre.spans.values()))
+    return schedule(pre.program)
+
+
+def _disaggregated(request: Request, requested: Strategy, stack: ServingStack, fmt: Formats, runtime, prompt: float,
+                   output: float, keep_schedule: bool) -> ServingResult:
+    """Prefill workers and decode workers (strategy prefill_workers, prefill_tp, ..., decode_pp)."""
+    t, n = request.task, request.num_gpus
+    pw, dw = requested.prefill_workers, requested.decode_workers
+    if pw is None or dw is None:
+        raise ConfigError("mode disaggregated needs strategy.prefill_workers and strategy.decode_workers (with "
+                          "prefill_tp, prefill_pp, decode_tp, decode_pp, default 1); e.g. "
+                          "prefill_workers=4,prefill_tp=1,decode_workers=1,decode_tp=4")
+    ps = serving_strategy(request, requested, requested.prefill_tp, requested.prefill_pp, "prefill_")
+    ds = serving_strategy(request, requested, requested.decode_tp, requested.decode_pp, "decode_")
+    used = pw * ps.tp * ps.pp + dw * ds.tp * ds.pp
+    if used != n:
+        raise ConfigError(f"prefill_workers*prefill_tp*prefill_pp + decode_workers*decode_tp*decode_pp = {used} GPUs "
+                          f"but num_gpus={n}; allowed: workers that use all {n} GPUs")
+    context = prompt + output
+    pre_rep = replica(request, ps, stack, fmt, stack.max_num_tokens, stack.max_num_tokens, prompt)
+    dec_rep = replica(request, ds, stack, fmt, stack.max_batch, stack.max_batch, context)
+    pre = modes.Deployment(pre_rep, runtime, pw, prompt)
+    dec = modes.Deployment(dec_rep, runtime, dw, context)
+    domain = request.system.scale_up_domain
+    per_gpu = max(pre_rep.plan.kv_bytes(s, prompt) for s in range(pre_rep.plan.num_stages))
+    span = Span(2, 1) if n <= domain else Span(1, 2)
+    transfer = runtime.network.collective_s(Collective.SEND_RECV, per_gpu, span)
+    concurrency = t.batch or 0
+    total = t.num_requests or modes.REQUESTS_PER_SLOT * max(concurrency, 1) * dw
+    arrival = modes.poisson_arrivals(t.request_rate, total, t.seed) if t.request_rate else None
+    outcome = modes.disaggregated(modes.Disaggregated(pre, dec, transfer), arrival, concurrency, int(prompt),
+                                  int(output), total)
+    text = (f"prefill_workers={pw},prefill_tp={ps.tp},prefill_pp={ps.pp},decode_workers={dw},decode_tp={ds.tp},"
+            f"decode_pp={ds.pp}")
+    notes = [f"KV cache of a prompt sent from prefill to decode worker in {transfer * 1e3:.3f} ms "
+             f"({per_gpu / 2**20:.1f} MiB per GPU over the {'scale-up' if span.inter == 1 else 'scale-out'} fabric)"]
+    return _result(request, dec, fmt, stack, outcome, concurrency, prompt, output, notes, keep_schedule, text,
+                   prefill_dep=pre)

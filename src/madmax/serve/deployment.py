@@ -1,0 +1,153 @@
+"""A serving deployment, resolved: the replica's plan, the engine's runtime, memory and the KV pool.
+
+`resolve_deployment` checks what a user can get wrong about an inference request (lengths, the strategy
+keys that apply, tensor-parallel divisibility, formats the GPU lacks) and builds the plan of a replica
+(`parallel.serving`) and the runtime of the serving stack (`program.serving`).
+
+Memory per GPU of the worst stage: weights, the activations of the largest step, the software's
+reserve (`catalog/runtime.yaml`) and the KV cache. The KV pool is what the engine gives the cache: a
+fraction of all HBM less the rest (vLLM, SGLang) or a fraction of what the rest leaves (TensorRT-LLM);
+`max_batch_by_memory` is how many requests of prompt_len + output_len tokens it holds.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from madmax.config.base import DType
+from madmax.config.stack import KVPoolBasis, ServingStack, weight_bytes_per_param
+from madmax.config.strategy import Strategy
+from madmax.config.task import ServingMode
+from madmax.errors import ConfigError, StrategyError
+from madmax.hardware.collectives import network_model
+from madmax.parallel.serving import ServingPlan, build_serving_plan
+from madmax.program.serving import Runtime, make_runtime
+from madmax.request import Request, reserved_memory_bytes
+
+# Strategy keys of a serving run; the rest are training's.
+SERVING_KEYS = ("tp", "pp", "dp", "order")
+DISAGGREGATED_KEYS = ("prefill_workers", "prefill_tp", "prefill_pp", "decode_workers", "decode_tp", "decode_pp")
+
+
+@dataclass(frozen=True)
+class Formats:
+    """Number formats of a serving run: activations, the quantized GEMMs, their weights, the KV cache."""
+
+    act: DType
+    gemm: DType
+    weight_width: float | None
+    weight_bytes_per_param: float
+    kv: DType
+    label: str  # what the user asked for (dtype), e.g. "int4"
+
+
+@dataclass(frozen=True)
+class Replica:
+    """One replica's (or worker's) plan and its memory per GPU of the worst stage."""
+
+    strategy: Strategy
+    plan: ServingPlan
+    weights_bytes: float
+    workspace_bytes: float
+    reserved_bytes: float
+    pool_bytes: float  # KV pool per GPU of the tightest stage
+    kv_bytes_per_sequence: float  # KV of one request of the run's length on that stage
+
+    @property
+    def max_sequences(self) -> int:
+        """Requests of the run's length whose KV cache the pool holds."""
+        return max(0, math.floor(self.pool_bytes / self.kv_bytes_per_sequence)) if self.kv_bytes_per_sequence else 0
+
+
+def formats(request: Request) -> Formats:
+    """Activations in bf16 (fp16 on GPUs without bf16, fp32 for fp32 runs); GEMMs in the task's dtype, int4
+    weight-only into 16-bit GEMMs; the KV cache in task.kv_dtype, else the activations' format."""
+    t, gpu = request.task, request.system.gpu
+    act = DType.FP32 if t.dtype is DType.FP32 else DType.BF16 if DType.BF16 in gpu.flops_per_s else DType.FP16
+    kv = t.kv_dtype or act
+    if t.dtype is DType.INT4:
+        return Formats(act, act, weight_bytes_per_param("int4"), weight_bytes_per_param("int4"), kv, "int4")
+    stored = weight_bytes_per_param(t.dtype.value) or t.dtype.num_bytes
+    return Formats(act, t.dtype, None, stored, kv, t.dtype.value)
+
+
+def check_request(request: Request) -> None:
+    """Lengths and batch that the mode needs, within the model's context."""
+    t, spec = request.task, request.spec
+    needs_batch = t.mode in (ServingMode.STATIC, ServingMode.CONCURRENCY) or (
+        t.mode is ServingMode.DISAGGREGATED and t.request_rate is None)
+    if needs_batch and t.batch is None:
+        raise ConfigError(f"task.batch is required in mode {t.mode.value}: the requests in flight per replica; "
+                          "allowed: a positive integer")
+    if t.arrivals is None:
+        for name in ("prompt_len", "output_len"):
+            if getattr(t, name) is None:
+                raise ConfigError(f"task.{name} is required for inference (tokens per request); allowed: a positive "
+                                  "integer")
+        if t.prompt_len + t.output_len > spec.max_seq_len:
+            raise ConfigError(f"task.prompt_len + output_len = {t.prompt_len + t.output_len} exceeds max_seq_len="
+                              f"{spec.max_seq_len} of {spec.name}; allowed: at most {spec.max_seq_len} tokens")
+
+
+def serving_strategy(request: Request, requested: Strategy, tp: int, pp: int, field: str = "") -> Strategy:
+    """A replica's strategy (tp, pp, and dp replicas over the cluster when `field` is empty), checked."""
+    spec, n = request.spec, request.num_gpus
+    heads, kv, ffn = spec.num_heads, spec.kv_heads, spec.ffn_hidden_size
+    where = f"strategy.{field}tp" if field else "strategy.tp"
+    if heads % tp or ffn % tp or (kv % tp and tp % kv):
+        allowed = [d for d in range(1, heads + 1) if heads % d == 0 and ffn % d == 0 and (kv % d == 0 or d % kv == 0)]
+        raise StrategyError(f"{where}={tp} must divide num_heads={heads} and ffn_hidden_size={ffn} of {spec.name}, "
+                            f"and divide or be a multiple of num_kv_heads={kv}; allowed: "
+                            f"{', '.join(map(str, allowed[:12]))}")
+    if pp > spec.num_layers:
+        raise StrategyError(f"strategy.{field}pp={pp} exceeds the {spec.num_layers} layers of {spec.name}; "
+                            f"allowed: 1..{spec.num_layers}")
+    if field:
+        return Strategy(tp=tp, pp=pp, dp=1, order=requested.order)
+    if n % (tp * pp):
+        raise StrategyError(f"tp*pp={tp}*{pp}={tp * pp} does not divide num_gpus={n}; allowed: a tp*pp dividing {n}")
+    dp = n // (tp * pp)
+    if requested.dp is not None and requested.dp != dp:
+        raise StrategyError(f"strategy.dp={requested.dp} but num_gpus={n} / (tp*pp={tp * pp}) = {dp} replicas; "
+                            f"omit dp or set dp={dp}")
+    return Strategy(tp=tp, pp=pp, dp=dp, order=requested.order)
+
+
+def check_keys(requested: Strategy, mode: ServingMode) -> None:
+    """Training's strategy keys do not apply to serving; the disaggregated keys only to that mode."""
+    allowed = SERVING_KEYS + (DISAGGREGATED_KEYS if mode is ServingMode.DISAGGREGATED else ())
+    for key in sorted(requested.model_fields_set):
+        if key not in allowed:
+            raise StrategyError(f"strategy.{key} does not apply to inference in mode {mode.value}; allowed: "
+                                f"{', '.join(allowed)}")
+
+
+def replica(request: Request, strategy: Strategy, stack: ServingStack, fmt: Formats, step_tokens: int,
+            step_sequences: int, context: float) -> Replica:
+    """Plan and memory of one replica: weights, the workspace of a step of `step_tokens` tokens and
+    `step_sequences` sampled sequences, reserve, and the KV pool for sequences of `context` tokens."""
+    plan = build_serving_plan(request.workload, strategy, domain_size=request.system.scale_up_domain,
+                              act_dtype=fmt.act, gemm_dtype=fmt.gemm, weight_width=fmt.weight_width,
+                              weight_bytes_per_param=fmt.weight_bytes_per_param, kv_dtype=fmt.kv)
+    hbm, reserved = request.system.gpu.hbm_bytes, reserved_memory_bytes()
+    best = None
+    for s in range(plan.num_stages):
+        weights = plan.weights_bytes(s)
+        workspace = plan.workspace_bytes(s, step_tokens, step_sequences)
+        rest = weights + workspace + reserved
+        if stack.kv_pool_basis is KVPoolBasis.TOTAL:
+            pool = stack.kv_pool_fraction * hbm - rest
+        else:
+            pool = stack.kv_pool_fraction * (hbm - rest)
+        per_sequence = plan.kv_bytes(s, context)
+        held = pool / per_sequence if per_sequence else math.inf
+        if best is None or held < best[0]:
+            best = (held, Replica(strategy, plan, weights, workspace, reserved, max(0.0, pool), per_sequence))
+    assert best is not None
+    return best[1]
+
+
+def runtime_of(request: Request, stack: ServingStack) -> Runtime:
+    network = network_model(request.system)
+    return make_runtime(stack, request.system, network, request.calibration)

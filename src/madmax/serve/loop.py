@@ -1,0 +1,304 @@
+"""A serving engine as a discrete-event loop over its steps (in-flight, or continuous, batching).
+
+Each step the engine's scheduler picks work under a token budget (`ServingStack.max_num_tokens`) and
+a cap on running requests, first come first served (Yu et al. 2022, Orca; Kwon et al. 2023, vLLM):
+
+- mixed batches (TensorRT-LLM, vLLM): every decoding request generates a token; prompts being
+  prefilled, then waiting requests, fill the rest of the budget. With chunked prefill a prompt takes
+  what is left of the budget and continues next step; without it a prompt waits for a step with room
+  for all of it.
+- separate batches (SGLang): a step is all prefill (while prompts wait and fit) or all decode.
+
+A request is admitted when its whole KV cache (prompt and output) fits the pool. The prefill step
+that completes a prompt samples its first token (the time to first token, TTFT, counts from the
+request's arrival); each later step with the request generates one more, until it has its output.
+
+Speed: while nothing but decoding happens (no prompt to prefill or admit, no arrival), k steps of
+the same requests are taken at once, up to the next completion or arrival. Their keys grow by D per
+step, so the step time is nearly linear in the step index; the stretch is timed by its first and last
+steps (exact for a step time linear in the keys read).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from madmax.parallel.serving import Step
+
+StepTime = Callable[[Step], float]
+
+
+@dataclass(frozen=True)
+class Scheduler:
+    """An engine's scheduling rules: token budget per step, most requests running, chunked prefill,
+    prefill and decode in one step, and the KV cache pool in tokens (`kv_tokens` of prompt + output
+    per request reserved at admission)."""
+
+    budget: int
+    max_batch: int
+    chunked: bool
+    mixed: bool
+    kv_tokens: float
+
+
+@dataclass
+class Requests:
+    """Requests as arrays: arrival (s), prompt and output tokens; filled in by the loop: first token and
+    finish times (s), and the engine that served each."""
+
+    arrival: np.ndarray
+    prompt: np.ndarray
+    output: np.ndarray
+    first_token: np.ndarray = field(init=False)
+    finish: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.first_token = np.full(len(self.arrival), np.nan)
+        self.finish = np.full(len(self.arrival), np.nan)
+
+    def __len__(self) -> int:
+        return len(self.arrival)
+
+
+@dataclass
+class Tokens:
+    """Inter-token latencies as (seconds per step, tokens generated at that pace) pairs."""
+
+    seconds: list[float] = field(default_factory=list)
+    counts: list[float] = field(default_factory=list)
+
+    def add(self, seconds: float, count: float) -> None:
+        if count > 0:
+            self.seconds.append(seconds)
+            self.counts.append(count)
+
+
+class Engine:
+    """One engine (a replica, or one of a pipelined replica's micro-batch queues) serving requests.
+
+    `submit` hands it a request at its arrival time; `run_until` takes steps while they start before a
+    time. Requests that finish are passed to `on_finish(request, time)` (a closed loop submits the next
+    one there). `decode_only` engines (disaggregated decode workers) receive requests whose prompt is
+    already cached and whose first token is already out.
+    """
+
+    def __init__(self, requests: Requests, scheduler: Scheduler, step_time: StepTime, *,
+                 on_finish: Callable[[int, float], None] | None = None, decode_only: bool = False,
+                 prefill_only: bool = False, on_prefilled: Callable[[int, float], None] | None = None) -> None:
+        self.r, self.s, self.step_time = requests, scheduler, step_time
+        self.on_finish, self.on_prefilled = on_finish, on_prefilled
+        self.decode_only, self.prefill_only = decode_only, prefill_only
+        self.clock = 0.0
+        self.arrivals: list[tuple[float, int]] = []  # heap of (time, request) not yet arrived
+        self.waiting: deque[int] = deque()
+        self.prefilling: list[list[int]] = []  # [request, tokens prefilled]
+        self.decoders: list[tuple[int, int]] = []  # heap of (decode steps done when it finishes, request)
+        self.num_decoding = 0
+        self.decode_keys = 0.0  # keys the decoders read at their next step, summed
+        self.decode_steps = 0
+        self.reserved = 0.0  # KV tokens reserved by admitted requests
+        self.busy_s = 0.0
+        self.tokens = Tokens()
+
+    # -- input ----------------------------------------------------------------------------------------
+
+    def submit(self, request: int, at: float) -> None:
+        heapq.heappush(self.arrivals, (at, request))
+
+    def _arrive(self) -> None:
+        while self.arrivals and self.arrivals[0][0] <= self.clock:
+            self.waiting.append(heapq.heappop(self.arrivals)[1])
+
+    @property
+    def idle(self) -> bool:
+        return not (self.waiting or self.prefilling or self.num_decoding)
+
+    def next_event(self) -> float:
+        """When the engine can next start a step: now when it has work, else at the next arrival."""
+        if not self.idle:
+            return self.clock
+        return self.arrivals[0][0] if self.arrivals else math.inf
+
+    # -- the loop -------------------------------------------------------------------------------------
+
+    def run_until(self, until: float) -> None:
+        """Take steps while they start at or before `until` (another engine's next event, or the end)."""
+        while True:
+            self._arrive()
+            if self.idle:
+                if not self.arrivals or self.arrivals[0][0] > until:
+                    return
+                self.clock = max(self.clock, self.arrivals[0][0])
+                continue
+            if self.clock > until:
+                return
+            # Nothing admissible while nothing runs would be a request larger than the pool or the budget,
+            # which the caller refuses before simulating.
+            assert self._step(until), "a waiting request can never be admitted"
+
+    def _step(self, until: float) -> bool:
+        """One step, or a stretch of decode-only steps; False when there is nothing to do."""
+        chunks, completing = self._prefill_work()
+        decodes = self.num_decoding if (self.s.mixed or not chunks) and not self.prefill_only else 0
+        if not chunks and not decodes:
+            return False
+        if not chunks:
+            return self._decode_stretch(until)
+        step = Step(prefill=tuple((q, done + q) for _, done, q in chunks), decode=decodes,
+                    decode_kv_tokens=self.decode_keys if decodes else 0.0, sampled=decodes + len(completing))
+        seconds = self.step_time(step)
+        self.clock += seconds
+        self.busy_s += seconds
+        if decodes:
+            self._advance_decoders(1, seconds, seconds)
+        for request, done, q in chunks:
+            if done + q < self._prompt(request):
+                self._set_prefilled(request, done + q)
+        for request in completing:
+            self._first_token(request)
+        return True
+
+    def _prompt(self, request: int) -> int:
+        return int(self.r.prompt[request])
+
+    def _prefill_work(self) -> tuple[list[tuple[int, int, int]], list[int]]:
+        """This step's prompt chunks as (request, tokens already prefilled, tokens now) and the requests
+        whose prompt completes, admitting waiting requests while the budget, batch and pool allow."""
+        if self.decode_only:
+            self._admit_decoders()
+            return [], []
+        budget = self.s.budget - (self.num_decoding if self.s.mixed else 0)
+        chunks: list[tuple[int, int, int]] = []
+        completing: list[int] = []
+        for entry in self.prefilling:
+            if budget <= 0:
+                break
+            request, done = entry
+            left = self._prompt(request) - done
+            take = min(left, budget) if self.s.chunked else (left if left <= budget else 0)
+            if take == 0:
+                break
+            chunks.append((request, done, take))
+            budget -= take
+            if take == left:
+                completing.append(request)
+        while self.waiting and budget > 0:
+            request = self.waiting[0]
+            prompt, need = self._prompt(request), self._prompt(request) + int(self.r.output[request])
+            running = len(self.prefilling) + self.num_decoding
+            if running >= self.s.max_batch or self.reserved + need > self.s.kv_tokens:
+                break
+            take = min(prompt, budget) if self.s.chunked else (prompt if prompt <= budget else 0)
+            if take == 0:
+                break
+            self.waiting.popleft()
+            self.reserved += need
+            self.prefilling.append([request, 0])
+            chunks.append((request, 0, take))
+            budget -= take
+            if take == prompt:
+                completing.append(request)
+        return chunks, completing
+
+    def _set_prefilled(self, request: int, done: int) -> None:
+        for entry in self.prefilling:
+            if entry[0] == request:
+                entry[1] = done
+                return
+
+    def _first_token(self, request: int) -> None:
+        """The step completing a prompt samples the request's first token."""
+        self.prefilling = [e for e in self.prefilling if e[0] != request]
+        self.r.first_token[request] = self.clock
+        if self.prefill_only:
+            self.reserved -= self._prompt(request) + int(self.r.output[request])
+            if self.on_prefilled is not None:
+                self.on_prefilled(request, self.clock)
+            return
+        self._start_decoding(request)
+
+    def _start_decoding(self, request: int) -> None:
+        left = int(self.r.output[request]) - 1
+        if left <= 0:
+            self._finish(request)
+            return
+        heapq.heappush(self.decoders, (self.decode_steps + left, request))
+        self.num_decoding += 1
+        self.decode_keys += self._prompt(request) + 1  # the first decode step reads the prompt and token 1
+
+    def _admit_decoders(self) -> None:
+        """A decode worker admits requests whose prompt's KV cache has arrived."""
+        while self.waiting:
+            request = self.waiting[0]
+            need = self._prompt(request) + int(self.r.output[request])
+            if self.num_decoding >= self.s.max_batch or self.reserved + need > self.s.kv_tokens:
+                return
+            self.waiting.popleft()
+            self.reserved += need
+            self._start_decoding(request)
+
+    def _decode_stretch(self, until: float) -> bool:
+        """k decode-only steps: up to the next completion, and no further than the step during which the
+        next arrival (or `until`) comes."""
+        d, k = self.num_decoding, self.decoders[0][0] - self.decode_steps
+        first = last = self.step_time(Step(decode=d, decode_kv_tokens=self.decode_keys, sampled=d))
+        if k > 1:
+            slope = (self.step_time(Step(decode=d, decode_kv_tokens=self.decode_keys + (k - 1) * d, sampled=d))
+                     - first) / (k - 1)
+            horizon = min(until, self.arrivals[0][0] if self.arrivals else math.inf)
+            if horizon < math.inf:
+                k = min(k, _steps_to_reach(horizon - self.clock, first, slope))
+            last = first + (k - 1) * slope
+        seconds = k * (first + last) / 2
+        self.clock += seconds
+        self.busy_s += seconds
+        self._advance_decoders(k, first, last)
+        return True
+
+    def _advance_decoders(self, k: int, first_s: float, last_s: float) -> None:
+        """k decode steps of every decoder: their keys grow by k per request; those done leave."""
+        d = self.num_decoding
+        self.tokens.add((first_s + last_s) / 2, k * d)
+        self.decode_steps += k
+        self.decode_keys += k * d
+        while self.decoders and self.decoders[0][0] <= self.decode_steps:
+            _, request = heapq.heappop(self.decoders)
+            self.num_decoding -= 1
+            self.decode_keys -= self._prompt(request) + int(self.r.output[request])
+            self._finish(request)
+
+    def _finish(self, request: int) -> None:
+        self.r.finish[request] = self.clock
+        self.reserved -= self._prompt(request) + int(self.r.output[request])
+        if self.on_finish is not None:
+            self.on_finish(request, self.clock)
+
+
+def _steps_to_reach(span_s: float, first_s: float, slope_s: float) -> int:
+    """Smallest m >= 1 with m*first + m(m-1)/2*slope >= span: the step during which `span` elapses."""
+    if span_s <= first_s:
+        return 1
+    if slope_s <= 0:
+        return max(1, math.ceil(span_s / first_s))
+    # m^2 slope/2 + m (first - slope/2) - span = 0
+    a, b = slope_s / 2, first_s - slope_s / 2
+    return max(1, math.ceil((-b + math.sqrt(b * b + 4 * a * span_s)) / (2 * a)))
+
+
+def run_engines(engines: list[Engine], *, end: float = math.inf) -> None:
+    """Advance engines that hand requests to each other in time order (each runs while its steps start no
+    later than the others' next events) until all are idle, or `end`."""
+    while True:
+        times = [e.next_event() for e in engines]
+        soonest = min(times)
+        if soonest == math.inf or soonest > end:
+            return
+        i = times.index(soonest)
+        others = min((t for j, t in enumerate(times) if j != i), default=math.inf)
+        engines[i].run_until(min(others, end))

@@ -1,0 +1,294 @@
+"""The serving modes: how requests reach the engines, and what is measured.
+
+- static: `batch` requests of prompt_len tokens start together: one prefill step of the batch (the
+  time to first token), then output_len - 1 decode steps as the context grows; TPOT is their mean and
+  output tokens/s = replicas x batch x output_len / (prefill + (output_len - 1) x TPOT).
+- concurrency: a closed loop, as benchmark clients with a maximum concurrency measure: `batch` requests
+  in flight per replica, all sent at t = 0, each finished one replaced at once; means over
+  `num_requests` requests (default 10 per request in flight).
+- saturation: every request queued: the closed loop at each batch up to the memory limit (powers of
+  two and the limit), the one with the most output tokens/s reported.
+- rate: Poisson arrivals at `request_rate` (or a CSV trace) spread round-robin over the engines;
+  percentiles of TTFT, TPOT, inter-token latency and end-to-end latency, and goodput.
+- disaggregated: prefill workers and decode workers; a request's KV cache travels from one to the
+  other over the fabric after its prefill.
+
+A replica with pp pipeline stages runs pp engines (micro-batch queues, each with 1/pp of the replica's
+requests), so a deployment of dp replicas has dp x pp engines (`Deployment.engines`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from madmax.parallel.serving import Step
+from madmax.program.serving import Runtime, step_time
+from madmax.serve.deployment import Replica
+from madmax.serve.loop import Engine, Requests, Scheduler, Tokens, run_engines
+
+# Trapezoid samples of a long decode (the step time is piecewise linear in the context).
+DECODE_SAMPLES = 17
+# Requests simulated per request in flight when num_requests is not given.
+REQUESTS_PER_SLOT = 10
+
+
+@dataclass
+class Outcome:
+    """What a mode measured over the whole deployment: per-request latencies (each with the number of
+    requests it stands for, `weight`: one simulated engine stands for its identical peers) and rates.
+
+    tpot_s and tpot_weight cover the requests with more than one output token.
+    """
+
+    batch: int
+    ttft_s: np.ndarray
+    e2e_s: np.ndarray
+    weight: np.ndarray
+    tpot_s: np.ndarray
+    tpot_weight: np.ndarray
+    output_tokens_per_s: float
+    prompt_tokens_per_s: float
+    requests_per_s: float
+    tokens: Tokens = field(default_factory=Tokens)
+    notes: list[str] = field(default_factory=list)
+
+    def mean(self, name: str) -> float:
+        values = getattr(self, name)
+        weights = self.tpot_weight if name == "tpot_s" else self.weight
+        return float(np.average(values, weights=weights)) if len(values) else 0.0
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """A replica's plan and memory, its engine's runtime, how many replicas serve, and the tokens of a
+    request (prompt + output) its KV pool is sized by."""
+
+    replica: Replica
+    runtime: Runtime
+    replicas: int
+    context: float
+
+    @property
+    def pp(self) -> int:
+        return self.replica.plan.pp
+
+    @property
+    def engines(self) -> int:
+        return self.replicas * self.pp
+
+    def step_s(self, step: Step) -> float:
+        return step_time(self.replica.plan, self.runtime, step)
+
+    def scheduler(self, share: float = 1.0) -> Scheduler:
+        """One engine's scheduling rules: the stack's, with its share of the replica's KV pool in tokens
+        of the run's request length (`kv_bytes_per_sequence` / context)."""
+        stack = self.runtime.stack
+        per_token = self.replica.kv_bytes_per_sequence / self.context if self.replica.kv_bytes_per_sequence else 0.0
+        kv = self.replica.pool_bytes * share / per_token if per_token else math.inf
+        return Scheduler(budget=stack.max_num_tokens, max_batch=max(1, stack.max_batch // self.pp),
+                         chunked=stack.chunked_prefill, mixed=stack.mixed_batches, kv_tokens=kv)
+
+
+def decode_step(batch: int, context: float) -> Step:
+    """A decode step of `batch` sequences each reading `context` keys."""
+    return Step(decode=batch, decode_kv_tokens=batch * context, sampled=batch)
+
+
+def prefill_step(batch: int, prompt: int) -> Step:
+    """A prefill step of `batch` prompts of `prompt` tokens each."""
+    return Step(prefill=((prompt, prompt),) * batch, sampled=batch)
+
+
+def mean_decode_s(dep: Deployment, batch: int, prompt: int, output: int) -> float:
+    """Mean decode step over contexts prompt + 1 .. prompt + output - 1 (exact for up to DECODE_SAMPLES
+    steps, else the trapezoid rule on DECODE_SAMPLES evenly spaced steps)."""
+    steps = output - 1
+    if steps <= 0:
+        return 0.0
+    if steps <= DECODE_SAMPLES:
+        return sum(dep.step_s(decode_step(batch, prompt + i)) for i in range(1, steps + 1)) / steps
+    xs = np.linspace(1, steps, DECODE_SAMPLES)
+    ys = [dep.step_s(decode_step(batch, prompt + x)) for x in xs]
+    return float(np.trapezoid(ys, xs) / (steps - 1))
+
+
+def static(dep: Deployment, batch: int, prompt: int, output: int, ttft_s: float) -> Outcome:
+    """Static batching; `ttft_s` is the simulated prefill round of the batch (all micro-batches)."""
+    per_engine = math.ceil(batch / dep.pp)
+    tpot = mean_decode_s(dep, per_engine, prompt, output)
+    e2e = ttft_s + (output - 1) * tpot
+    n = dep.replicas * batch
+    decodes = 1 if output > 1 else 0  # a request of one output token has no TPOT
+    return Outcome(batch=batch, ttft_s=np.full(1, ttft_s), e2e_s=np.full(1, e2e), weight=np.full(1, float(n)),
+                   tpot_s=np.full(decodes, tpot), tpot_weight=np.full(decodes, float(n)),
+                   output_tokens_per_s=n * output / e2e, prompt_tokens_per_s=n * prompt / e2e, requests_per_s=n / e2e)
+
+
+def _shares(total: int, parts: int) -> list[int]:
+    """`total` split over `parts` as evenly as possible (round-robin)."""
+    base, extra = divmod(total, parts)
+    return [base + (1 if i < extra else 0) for i in range(parts)]
+
+
+def closed_loop(dep: Deployment, batch: int, prompt: int, output: int, num_requests: int | None) -> Outcome:
+    """`batch` requests in flight per replica, each finished one replaced at once (per engine)."""
+    outcomes = []
+    for concurrency, engines in _engine_groups(batch, dep.pp):
+        n = max(concurrency, num_requests // dep.engines) if num_requests else REQUESTS_PER_SLOT * concurrency
+        outcomes.append((_closed_engine(dep, concurrency, prompt, output, n, 1 / dep.pp), engines * dep.replicas))
+    return _combine(outcomes, batch)
+
+
+def _engine_groups(batch: int, pp: int) -> list[tuple[int, int]]:
+    """(requests in flight, engines with that many) of a replica's pp engines, zero-load ones left out."""
+    shares = _shares(batch, pp)
+    return [(c, shares.count(c)) for c in sorted(set(shares)) if c > 0]
+
+
+def _closed_engine(dep: Deployment, concurrency: int, prompt: int, output: int, n: int, share: float) -> Requests:
+    reqs = Requests(arrival=np.zeros(n), prompt=np.full(n, prompt), output=np.full(n, output))
+    sent = [concurrency]
+
+    def replace(_: int, at: float) -> None:
+        if sent[0] < n:
+            reqs.arrival[sent[0]] = at
+            engine.submit(sent[0], at)
+            sent[0] += 1
+
+    engine = Engine(reqs, dep.scheduler(share), dep.step_s, on_finish=replace)
+    for i in range(min(concurrency, n)):
+        engine.submit(i, 0.0)
+    run_engines([engine])
+    reqs.tokens = engine.tokens  # type: ignore[attr-defined]
+    return reqs
+
+
+def _combine(groups: list[tuple[Requests, int]], batch: int) -> Outcome:
+    """Latencies and rates of engine groups, each simulated once and standing for `count` engines that
+    run side by side: the rates add up."""
+    ttft, e2e, weight, tpot, tpot_weight = [], [], [], [], []
+    out_rate = prompt_rate = request_rate = 0.0
+    tokens = Tokens()
+    for reqs, count in groups:
+        done = ~np.isnan(reqs.finish)
+        many = done & (reqs.output > 1)
+        ttft.append(reqs.first_token[done] - reqs.arrival[done])
+        e2e.append(reqs.finish[done] - reqs.arrival[done])
+        weight.append(np.full(int(done.sum()), float(count)))
+        tpot.append((reqs.finish[many] - reqs.first_token[many]) / (reqs.output[many] - 1))
+        tpot_weight.append(np.full(int(many.sum()), float(count)))
+        span = float(np.nanmax(reqs.finish) - np.min(reqs.arrival))
+        out_rate += count * float(reqs.output[done].sum()) / span
+        prompt_rate += count * float(reqs.prompt[done].sum()) / span
+        request_rate += count * float(done.sum()) / span
+        for s, c in zip(reqs.tokens.seconds, reqs.tokens.counts, strict=True):  # type: ignore[attr-defined]
+            tokens.add(s, c * count)
+    return Outcome(batch=batch, ttft_s=np.concatenate(ttft), e2e_s=np.concatenate(e2e), weight=np.concatenate(weight),
+                   tpot_s=np.concatenate(tpot), tpot_weight=np.concatenate(tpot_weight), output_tokens_per_s=out_rate,
+                   prompt_tokens_per_s=prompt_rate, requests_per_s=request_rate, tokens=tokens)
+
+
+def saturation(dep: Deployment, cap: int, prompt: int, output: int, num_requests: int | None) -> Outcome:
+    """The closed loop at batches 1, 2, 4, ... up to `cap` and at `cap`; the one with the most output
+    tokens/s."""
+    candidates = sorted({2**i for i in range(int(math.log2(cap)) + 1)} | {cap})
+    best = None
+    for b in candidates:
+        result = closed_loop(dep, b, prompt, output, num_requests)
+        if best is None or result.output_tokens_per_s > best.output_tokens_per_s:
+            best = result
+    assert best is not None
+    best.notes.append(f"saturation: batches {', '.join(map(str, candidates))} per replica tried; "
+                      f"{best.batch} gives the most output tokens/s; TTFT excludes the wait in the queue")
+    return best
+
+
+def open_loop(dep: Deployment, arrival: np.ndarray, prompt: np.ndarray, output: np.ndarray) -> Outcome:
+    """Requests arriving at given times, spread round-robin over the engines, each engine on its own."""
+    groups = []
+    for e in range(dep.engines):
+        idx = np.arange(e, len(arrival), dep.engines)
+        if not len(idx):
+            continue
+        reqs = Requests(arrival=arrival[idx], prompt=prompt[idx], output=output[idx])
+        engine = Engine(reqs, dep.scheduler(1 / dep.pp), dep.step_s)
+        for i in range(len(idx)):
+            engine.submit(i, float(reqs.arrival[i]))
+        run_engines([engine])
+        reqs.tokens = engine.tokens  # type: ignore[attr-defined]
+        groups.append((reqs, 1))
+    return _combine_open(groups)
+
+
+def _combine_open(groups: list[tuple[Requests, int]]) -> Outcome:
+    """Open-loop engines share one clock: rates over the span from the deployment's first arrival to its
+    last finish."""
+    out = _combine(groups, batch=0)
+    first = min(float(np.min(r.arrival)) for r, _ in groups)
+    span = max(float(np.nanmax(r.finish)) for r, _ in groups) - first
+    done = [(r, ~np.isnan(r.finish)) for r, _ in groups]
+    out.output_tokens_per_s = sum(float(r.output[d].sum()) for r, d in done) / span
+    out.prompt_tokens_per_s = sum(float(r.prompt[d].sum()) for r, d in done) / span
+    out.requests_per_s = sum(int(d.sum()) for _, d in done) / span
+    return out
+
+
+def poisson_arrivals(rate: float, n: int, seed: int) -> np.ndarray:
+    """n arrival times of a Poisson process of `rate` requests/s (exponential gaps), from t = 0."""
+    gaps = np.random.default_rng(seed).exponential(1 / rate, n)
+    return np.cumsum(gaps) - gaps[0]
+
+
+@dataclass(frozen=True)
+class Disaggregated:
+    """Prefill workers and decode workers, and the KV transfer of a prompt between them (seconds)."""
+
+    prefill: Deployment
+    decode: Deployment
+    transfer_s: float
+
+
+def disaggregated(dis: Disaggregated, arrival: np.ndarray | None, concurrency: int, prompt: int,
+                  output: int, n: int) -> Outcome:
+    """Requests prefilled on the prefill workers (their first token), their KV cache sent to a decode
+    worker (round-robin), decoded there. A closed loop of `concurrency` requests, or open-loop arrivals."""
+    closed = arrival is None
+    arrival = np.zeros(n) if arrival is None else arrival
+    reqs = Requests(arrival=arrival.copy(), prompt=np.full(n, prompt), output=np.full(n, output))
+    decoders = [Engine(reqs, dis.decode.scheduler(1 / dis.decode.pp), dis.decode.step_s, decode_only=True)
+                for _ in range(dis.decode.engines)]
+    counter = {"decode": 0, "prefill": 0, "sent": min(concurrency, n) if closed else n}
+
+    def to_decode(request: int, at: float) -> None:
+        decoders[counter["decode"] % len(decoders)].submit(request, at + dis.transfer_s)
+        counter["decode"] += 1
+
+    prefillers = [Engine(reqs, dis.prefill.scheduler(1 / dis.prefill.pp), dis.prefill.step_s, prefill_only=True,
+                         on_prefilled=to_decode) for _ in range(dis.prefill.engines)]
+
+    def to_prefill(request: int, at: float) -> None:
+        prefillers[counter["prefill"] % len(prefillers)].submit(request, at)
+        counter["prefill"] += 1
+
+    def replace(_: int, at: float) -> None:
+        if counter["sent"] < n:
+            reqs.arrival[counter["sent"]] = at
+            to_prefill(counter["sent"], at)
+            counter["sent"] += 1
+
+    for engine in decoders:
+        engine.on_finish = replace if closed else None
+    for i in range(counter["sent"]):
+        to_prefill(i, float(reqs.arrival[i]))
+    run_engines([*prefillers, *decoders])
+    tokens = Tokens()
+    for engine in decoders:
+        for s, c in zip(engine.tokens.seconds, engine.tokens.counts, strict=True):
+            tokens.add(s, c)
+    reqs.tokens = tokens  # type: ignore[attr-defined]
+    out = _combine_open([(reqs, 1)])
+    out.batch = concurrency
+    return out
