@@ -18,7 +18,7 @@ from madmax.config.stack import ServingStack, load_stack
 from madmax.config.strategy import Strategy
 from madmax.config.task import ServingMode
 from madmax.errors import ConfigError
-from madmax.program.serving import build_step, step_period
+from madmax.program.serving import build_step, stage_times, step_period
 from madmax.request import Request
 from madmax.results.serving import ServingResult, percentiles, step_breakdown
 from madmax.serve import modes
@@ -56,12 +56,13 @@ def simulate_serving(request: Request, requested: Strategy, stack: str | Path | 
     strategy = serving_strategy(request, requested, requested.tp, requested.pp)
     static = t.mode is ServingMode.STATIC
     batch = t.batch or engine_stack.max_batch
-    step_tokens = math.ceil(batch / strategy.pp) * int(p_mean) if static else engine_stack.max_num_tokens
-    sequences = math.ceil(batch / strategy.pp) if static else min(engine_stack.max_batch, engine_stack.max_num_tokens)
+    per_step = max(1, engine_stack.max_num_tokens // int(p_mean))  # whole prompts in one step's budget
+    prompts = min(math.ceil(batch / strategy.pp), per_step)
+    step_tokens = prompts * int(p_mean) if static else engine_stack.max_num_tokens
+    sequences = prompts if static else min(engine_stack.max_batch, engine_stack.max_num_tokens)
     rep = replica(request, strategy, engine_stack, fmt, step_tokens, sequences, context)
-    dep = modes.Deployment(rep, runtime, strategy.dp, context)
-    if rep.max_sequences < 1:  # nothing fits: simulated as though the cache had room, reported as not fitting
-        dep = modes.Deployment(Replica(**{**rep.__dict__, "pool_bytes": math.inf}), runtime, strategy.dp, context)
+    # When not one request fits, the run is simulated as though the cache had room, and reported as not fitting.
+    dep = modes.Deployment(rep, runtime, strategy.dp, context, unbounded_kv=rep.max_sequences < 1)
     notes: list[str] = []
     if t.mode is ServingMode.SATURATION:
         cap = max(1, min(t.batch or rep.max_sequences or 1, rep.max_sequences or 1,
@@ -69,8 +70,7 @@ def simulate_serving(request: Request, requested: Strategy, stack: str | Path | 
         outcome = modes.saturation(dep, cap, int(p_mean), int(o_mean), t.num_requests)
         batch = outcome.batch
     elif static:
-        prefill_s = _simulated(dep, modes.prefill_step(math.ceil(batch / strategy.pp), int(p_mean)))[0]
-        outcome = modes.static(dep, batch, int(p_mean), int(o_mean), prefill_s)
+        outcome = modes.static(dep, batch, int(p_mean), int(o_mean), _static_prefill_s(dep, batch, int(p_mean), notes))
     elif t.mode is ServingMode.CONCURRENCY:
         outcome = modes.closed_loop(dep, batch, int(p_mean), int(o_mean), t.num_requests)
     else:
@@ -140,6 +140,22 @@ def _simulated(dep: modes.Deployment, step, label: str = "step"):
     return step_period(built, timeline, stack.host_step_s, stack.host_overlaps_gpu), built, timeline
 
 
+def _static_prefill_s(dep: modes.Deployment, batch: int, prompt: int, notes: list[str]) -> float:
+    """The batch's prefill: one simulated step (a round of micro-batches) when its prompts fit the stack's
+    token budget, else consecutive steps of as many whole prompts as fit, the batch's first tokens at the
+    end of the last (the steps before it recur at the step period, the last one a simulated round)."""
+    per_engine = math.ceil(batch / dep.pp)
+    budget = dep.runtime.stack.max_num_tokens
+    fit = max(1, budget // prompt)
+    if per_engine <= fit:
+        return _simulated(dep, modes.prefill_step(per_engine, prompt))[0]
+    sizes = [fit] * (per_engine // fit) + ([per_engine % fit] if per_engine % fit else [])
+    notes.append(f"static batch: {per_engine} prompts of {prompt} tokens exceed stack {dep.runtime.stack.name}'s "
+                 f"{budget}-token step; prefilled in {len(sizes)} steps of up to {fit} prompts")
+    last = _simulated(dep, modes.prefill_step(sizes[-1], prompt))[0]
+    return sum(dep.step_s(modes.prefill_step(size, prompt)) for size in sizes[:-1]) + last
+
+
 def _describe(s: Strategy) -> str:
     return f"tp={s.tp},pp={s.pp},dp={s.dp}"
 
@@ -149,16 +165,22 @@ def _result(request: Request, dep: modes.Deployment, fmt: Formats, stack: Servin
             strategy_text: str, prefill_dep: modes.Deployment | None = None) -> ServingResult:
     """Metrics of the outcome, step times and breakdown of the batch's prefill and decode, memory.
 
-    The batch whose steps are shown is `batch` per replica, or in rate mode the requests in flight on
-    average (Little's law: requests/s x mean latency). `prefill_dep`: the prefill workers (disaggregated).
+    The steps shown are those of the requests in flight spread over the engines: `batch` per replica
+    (aggregated), `batch` in all (disaggregated, `prefill_dep` the prefill workers), or in rate mode the
+    requests in flight on average (Little's law: requests/s x mean latency).
     """
     t, sysm, rep = request.task, request.system, dep.replica
     n = sysm.cluster_gpus
-    shown = max(1, batch or round(outcome.requests_per_s * outcome.mean("e2e_s") / dep.replicas) or 1)
-    per_engine = math.ceil(shown / dep.pp)
     pre_dep = prefill_dep or dep
-    prefill_s, pre_prog, pre_sched = _simulated(pre_dep, modes.prefill_step(math.ceil(shown / pre_dep.pp),
-                                                                           int(prompt)), "prefill")
+    in_flight = (batch * (1 if prefill_dep else dep.replicas)) or round(outcome.requests_per_s
+                                                                        * outcome.mean("e2e_s"))
+    in_flight = max(1, in_flight)
+    shown = math.ceil(in_flight / dep.replicas)  # per replica (decode workers), for memory
+    per_engine = math.ceil(in_flight / dep.engines)
+    prompts = math.ceil(in_flight / pre_dep.engines)
+    fit = max(1, stack.max_num_tokens // int(prompt))
+    _, pre_prog, pre_sched = _simulated(pre_dep, modes.prefill_step(min(prompts, fit), int(prompt)), "prefill")
+    prefill_s = _static_prefill_s(pre_dep, prompts * pre_dep.pp, int(prompt), [])
     decode_s, dec_prog, dec_sched = _simulated(dep, modes.decode_step(per_engine, prompt + output / 2), "decode")
     memory, fits, reason = _memory(request, rep, shown, stack)
     tokens_per_s = outcome.output_tokens_per_s + outcome.prompt_tokens_per_s
@@ -167,8 +189,6 @@ def _result(request: Request, dep: modes.Deployment, fmt: Formats, stack: Servin
     critical = max(range(rep.plan.num_stages), key=lambda s: dec_sched.end_s[dec_prog.spans[(0, s)][1]]
                    - dec_sched.start_s[dec_prog.spans[(0, s)][0]])
     rank = f"stage{critical}"
-    from madmax.program.serving import stage_times
-
     breakdown = {"stage": critical,
                  "prefill": step_breakdown(pre_sched, "stage0", stage_times(pre_dep.replica.plan, dep.runtime, 0,
                                                                             pre_prog.step).compute_by_kind,
@@ -245,10 +265,8 @@ def _assumed(request: Request, stack: ServingStack) -> list[str]:
 
 def _trace(dep: modes.Deployment, prefill, decode):
     """One program with a prefill step, then a decode step, for the Perfetto trace."""
-    from madmax.program.serving import build_step as build
-
-    pre = build(dep.replica.plan, dep.runtime, prefill, "prefill")
-    build(dep.replica.plan, dep.runtime, decode, "decode", program=pre.program,
+    pre = build_step(dep.replica.plan, dep.runtime, prefill, "prefill")
+    build_step(dep.replica.plan, dep.runtime, decode, "decode", program=pre.program,
           after=max(last for _, last in pre.spans.values()))
     return schedule(pre.program)
 

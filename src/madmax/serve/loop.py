@@ -284,11 +284,14 @@ def _steps_to_reach(span_s: float, first_s: float, slope_s: float) -> int:
     """Smallest m >= 1 with m*first + m(m-1)/2*slope >= span: the step during which `span` elapses."""
     if span_s <= first_s:
         return 1
-    if slope_s <= 0:
-        return max(1, math.ceil(span_s / first_s))
-    # m^2 slope/2 + m (first - slope/2) - span = 0
-    a, b = slope_s / 2, first_s - slope_s / 2
-    return max(1, math.ceil((-b + math.sqrt(b * b + 4 * a * span_s)) / (2 * a)))
+    # m^2 a + m b - span = 0 with a = slope/2, b = first - slope/2 (> 0): the positive root, written
+    # 2 span / (b + sqrt(b^2 + 4 a span)) so that it stays exact as the slope goes to zero.
+    a, b = max(0.0, slope_s) / 2, first_s - max(0.0, slope_s) / 2
+    root = 2 * span_s / (b + math.sqrt(b * b + 4 * a * span_s))
+    m = max(1, math.ceil(root))
+    while m > 1 and (m - 1) * first_s + (m - 1) * (m - 2) / 2 * slope_s >= span_s:  # rounding at the boundary
+        m -= 1
+    return m
 
 
 def run_engines(engines: list[Engine], *, end: float = math.inf) -> None:

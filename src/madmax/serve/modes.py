@@ -70,6 +70,7 @@ class Deployment:
     runtime: Runtime
     replicas: int
     context: float
+    unbounded_kv: bool = False  # simulate as though the KV pool had room (a plan that does not fit)
 
     @property
     def pp(self) -> int:
@@ -87,7 +88,7 @@ class Deployment:
         of the run's request length (`kv_bytes_per_sequence` / context)."""
         stack = self.runtime.stack
         per_token = self.replica.kv_bytes_per_sequence / self.context if self.replica.kv_bytes_per_sequence else 0.0
-        kv = self.replica.pool_bytes * share / per_token if per_token else math.inf
+        kv = self.replica.pool_bytes * share / per_token if per_token and not self.unbounded_kv else math.inf
         return Scheduler(budget=stack.max_num_tokens, max_batch=max(1, stack.max_batch // self.pp),
                          chunked=stack.chunked_prefill, mixed=stack.mixed_batches, kv_tokens=kv)
 

@@ -1,0 +1,176 @@
+"""The serving step: what a replica holds, the kernels of a step, the all-reduce kernels, and the closed form
+(`step_time`) against the simulated program (`build_step` + `sim.schedule`)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from madmax.collective import Collective, Span
+from madmax.config.base import DType
+from madmax.config.loaders import load_model, load_system
+from madmax.config.stack import load_stack
+from madmax.config.strategy import Strategy
+from madmax.config.task import Task
+from madmax.hardware.collectives import network_model
+from madmax.parallel.serving import Step, build_serving_plan
+from madmax.program.serving import build_step, make_runtime, stage_times, step_period, step_time
+from madmax.sim import schedule
+from madmax.workload import build_workload
+
+H100 = load_system("dgx-h100", 8)
+
+
+def plan_of(model: str, tp: int, pp: int = 1, gemm: DType = DType.BF16, stored: float = 2.0,
+            kv: DType = DType.BF16, system=H100):
+    workload = build_workload(load_model(model), Task(kind="inference", batch=1))
+    return build_serving_plan(workload, Strategy(tp=tp, pp=pp, dp=system.cluster_gpus // (tp * pp)),
+                              domain_size=system.scale_up_domain, act_dtype=DType.BF16, gemm_dtype=gemm,
+                              weight_width=None, weight_bytes_per_param=stored, kv_dtype=kv)
+
+
+def runtime(stack: str = "trtllm", system=H100):
+    return make_runtime(load_stack(stack), system, network_model(system))
+
+
+def test_weights_per_gpu_by_hand():
+    # llama-3.1-8b: 8,030,261,248 parameters, all in bf16 at tp=1: 16,060,522,496 bytes.
+    assert plan_of("llama-3.1-8b", 1).weights_bytes(0) == 2 * 8_030_261_248
+    # fp8 layers (1 byte); the embedding, the LM head and its final norm stay in bf16: 2 * (1,050,673,152
+    # + 4096) + the layers' 6,979,584,000 at 1 byte = 9,080,938,496.
+    assert plan_of("llama-3.1-8b", 1, gemm=DType.FP8, stored=1.0).weights_bytes(0) == 9_080_938_496
+
+
+def test_kv_cache_per_token_by_hand():
+    # llama-3.1-70b: 80 layers, 8 KV heads of 128. K and V in bf16: 2 * 8 * 128 * 2 = 4096 B per layer and
+    # token, 327,680 B per token for the model. tp=4: 2 heads per rank, 81,920 B per GPU per token.
+    assert plan_of("llama-3.1-70b", 4).kv_bytes(0, 1) == 81_920
+    # fp8 cache: half. tp=8: 1 head per rank, 40,960 B (bf16).
+    assert plan_of("llama-3.1-70b", 4, kv=DType.FP8).kv_bytes(0, 1) == 40_960
+    assert plan_of("llama-3.1-70b", 8).kv_bytes(0, 1) == 40_960
+
+
+def test_kv_heads_replicate_beyond_tp():
+    # 16 ranks over 2 nodes, 8 KV heads: each rank keeps one head (replicated), 80 * 2 * 128 * 2 B per token.
+    two_nodes = load_system("dgx-h100", 16)
+    assert plan_of("llama-3.1-70b", 16, system=two_nodes).kv_bytes(0, 1) == 80 * 2 * 128 * 2
+
+
+def test_sliding_window_caps_the_cache():
+    # mistral-7b: every layer attends 4096 tokens back, so a 10,000-token sequence caches 4096 per layer:
+    # 32 layers * 2 * 8 heads * 128 * 2 B * 4096 tokens.
+    plan = plan_of("mistral-7b", 1)
+    assert plan.kv_bytes(0, 10_000) == 32 * 2 * 8 * 128 * 2 * 4096
+    assert plan.kv_bytes(0, 1000) == 32 * 2 * 8 * 128 * 2 * 1000
+
+
+def test_pipeline_stages_split_the_weights():
+    # pp=2: the 32 layers split 16 + 16; the embedding on stage 0, the LM head on stage 1, so both stages
+    # hold the same bytes: 16 layers of 218,112,000 parameters plus one 525,336,576 table; stage 1 adds the
+    # final norm (4096).
+    plan = plan_of("llama-3.1-8b", 1, pp=2)
+    layer = (1_342_177_280 + 5_637_144_576 + 266_240 - 4096) // 32
+    assert plan.weights_bytes(0) == 2 * (16 * layer + 525_336_576)
+    assert plan.weights_bytes(1) == 2 * (16 * layer + 525_336_576 + 4096)
+
+
+def test_decode_step_kernels_by_hand():
+    # One decode step of 8 sequences at 1000 keys, llama-3.1-8b, tp=1: the GEMMs run at M = 8 tokens;
+    # the LM head at M = 8 sampled sequences; the decode attention reads 8 * 1000 keys of 8 KV heads.
+    plan = plan_of("llama-3.1-8b", 1)
+    step = Step(decode=8, decode_kv_tokens=8000, sampled=8)
+    layer, head = plan.work(0, step)[1], plan.work(0, step)[2]
+    gemms = [k for k in layer.kernels if k.kind.value == "gemm"]
+    assert {(k.m, k.k, k.n) for k in gemms} == {(8, 4096, 6144), (8, 4096, 4096), (8, 4096, 14336),
+                                                (8, 14336, 4096)}
+    (attn,) = [k for k in layer.kernels if k.kind.value == "attention"]
+    assert (attn.batch, attn.q_len, attn.kv_len, attn.kv_heads) == (8, 1, 1000, 8)
+    assert [(k.m, k.n) for k in head.kernels if k.kind.value == "gemm"] == [(8, 128_256)]
+    assert layer.unit.count == 32
+
+
+def test_prefill_chunks_attend_to_cached_keys():
+    # Two chunks in one step: 512 new tokens after 1024 cached (1536 keys) and a 256-token prompt. One
+    # variable-length attention kernel; 768 tokens through the GEMMs.
+    plan = plan_of("llama-3.1-8b", 1)
+    step = Step(prefill=((512, 1536), (256, 256)), sampled=1)
+    layer = plan.work(0, step)[1]
+    (attn,) = [k for k in layer.kernels if k.kind.value == "attention"]
+    assert attn.segments == ((512, 1536), (256, 256))
+    assert {k.m for k in layer.kernels if k.kind.value == "gemm"} == {768}
+
+
+def test_tensor_parallel_all_reduce_kernels():
+    # trtllm on 8 H100 (NVLink 450 GB/s per direction): one-shot below 500 KB at tp > 4,
+    # t = 9.5 us + 7 * S / (0.28 * 450 GB/s); beyond, NCCL's ring (the network model).
+    rt = runtime("trtllm")
+    span = Span(8, 1)
+    s = 100_000
+    assert rt.all_reduce_s(s, span) == pytest.approx(9.5e-6 + 7 * s / (0.28 * 450e9), rel=1e-9)
+    big = 1_000_000
+    assert rt.all_reduce_s(big, span) == rt.network.collective_s(Collective.ALL_REDUCE, big, span)
+    # vLLM at tp=4: one-shot below 512 KB, two-shot up to 8 MB: 2 * 7.9 us + 2 * 3/4 * S / (0.14 * 450 GB/s).
+    vllm = runtime("vllm")
+    assert vllm.all_reduce_s(1_000_000, Span(4, 1)) == pytest.approx(2 * 7.9e-6 + 1.5 * 1e6 / (0.14 * 450e9),
+                                                                     rel=1e-9)
+    assert rt.all_reduce_s(s, Span(1, 1)) == 0.0
+
+
+def test_tp_adds_two_all_reduces_per_layer_and_one_for_a_parallel_layer():
+    step = Step(decode=8, decode_kv_tokens=8000, sampled=8)
+    llama = plan_of("llama-3.1-8b", 2).work(0, step)[1]
+    assert [op.kind.value for op in llama.comm] == ["all_reduce", "all_reduce"]
+    # GPT-J computes attention and FFN in parallel from one input: one all-reduce of their summed outputs.
+    gptj = plan_of("gpt-j-6b", 2).work(0, step)[1]
+    assert [op.kind.value for op in gptj.comm] == ["all_reduce"]
+
+
+def test_graph_floor_applies_to_decode_steps_only_in_trtllm():
+    rt = runtime("trtllm")
+    assert rt.compute_for(Step(decode=8, decode_kv_tokens=800, sampled=8)) is rt.graph
+    assert rt.compute_for(Step(prefill=((100, 100),), sampled=1)) is rt.eager
+    # Beyond the largest captured decode batch (128) the step runs eagerly.
+    assert rt.compute_for(Step(decode=256, decode_kv_tokens=2560, sampled=256)) is rt.eager
+    assert runtime("vllm").compute_for(Step(prefill=((100, 100),), decode=4, decode_kv_tokens=40, sampled=5)) \
+        is runtime("vllm").graph
+
+
+steps = st.builds(
+    lambda prefill, decode, keys: Step(prefill=tuple((q, q + c) for q, c in prefill), decode=decode,
+                                       decode_kv_tokens=decode * keys if decode else 0.0,
+                                       sampled=decode + len(prefill)),
+    st.lists(st.tuples(st.integers(1, 2048), st.integers(0, 4096)), max_size=3),
+    st.integers(0, 256), st.integers(1, 8192)).filter(lambda s: s.tokens > 0)
+
+
+@settings(max_examples=40, deadline=None)
+@given(step=steps, layout=st.sampled_from([(1, 1), (2, 1), (1, 2), (2, 4), (1, 4)]),
+       stack=st.sampled_from(["trtllm", "vllm", "sglang"]))
+def test_closed_form_equals_the_simulated_program(step, layout, stack):
+    # The fast estimate is the declared capability of the serving builder: it must be the simulation.
+    tp, pp = layout
+    plan, rt = plan_of("llama-3.1-8b", tp, pp), runtime(stack)
+    built = build_step(plan, rt, step)
+    simulated = step_period(built, schedule(built.program), rt.stack.host_step_s, rt.stack.host_overlaps_gpu)
+    assert step_time(plan, rt, step) == pytest.approx(simulated, rel=1e-12)
+
+
+def test_pipeline_period_by_hand():
+    # pp micro-batches in flight: a micro-batch's step recurs after max(sum of stages + its sends, pp x the
+    # slowest stage); with the host's pp preparations as a floor.
+    plan, rt = plan_of("llama-3.1-8b", 1, pp=4), runtime("trtllm")
+    step = Step(decode=16, decode_kv_tokens=16 * 2000, sampled=16)
+    stages = [stage_times(plan, rt, s, step).total_s for s in range(4)]
+    send = rt.network.collective_s(Collective.SEND_RECV, 16 * 4096 * 2, Span(2, 1))
+    expected = max(max(sum(stages) + 4 * send, 4 * max(stages)), 4 * rt.stack.host_step_s)
+    assert step_time(plan, rt, step) == pytest.approx(expected, rel=1e-12)
+
+
+@settings(max_examples=25, deadline=None)
+@given(decode=st.integers(1, 512), keys=st.integers(1, 32_000), more=st.integers(1, 32_000))
+def test_longer_contexts_are_never_faster(decode, keys, more):
+    plan, rt = plan_of("llama-3.1-8b", 1), runtime("vllm")
+    short = step_time(plan, rt, Step(decode=decode, decode_kv_tokens=decode * keys, sampled=decode))
+    long = step_time(plan, rt, Step(decode=decode, decode_kv_tokens=decode * (keys + more), sampled=decode))
+    assert long >= short

@@ -1,0 +1,205 @@
+"""The serving modes against their definitions: static-batch throughput, the closed loop (lockstep when
+every prompt fits one step), rate mode's percentiles and goodput, disaggregation, memory limits."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from madmax import api
+from madmax.results.serving import percentiles
+from madmax.serve.loop import Engine, Requests, Scheduler, _steps_to_reach, run_engines
+
+ARGS = {"model": "llama-3.1-8b", "system": "dgx-h100", "num_gpus": 8, "task": "inference"}
+
+
+def serve(**kwargs):
+    return api.simulate(**{**ARGS, **kwargs})
+
+
+def test_static_throughput_is_the_contract_formula():
+    # replicas x batch x output / (prefill + (output - 1) x mean decode step): tp=2 gives 4 replicas.
+    r = serve(batch=16, prompt_len=512, output_len=64, strategy="tp=2")
+    assert r.output_tokens_per_s == pytest.approx(4 * 16 * 64 / (r.ttft_s + 63 * r.tpot_s), rel=1e-12)
+    assert r.e2e_latency_s == pytest.approx(r.ttft_s + 63 * r.tpot_s, rel=1e-12)
+    assert r.ttft_s == r.prefill_time_s
+    assert r.output_tokens_per_s_per_gpu == pytest.approx(r.output_tokens_per_s / 8, rel=1e-12)
+    # The mean decode step over contexts 513..575 sits near the step at the middle context, 512 + 32.
+    assert r.tpot_s == pytest.approx(r.decode_step_time_s, rel=0.01)
+
+
+def test_closed_loop_in_lockstep_is_the_static_batch():
+    # 8 requests of 1024 tokens fit TensorRT-LLM's 8192-token step: they are prefilled together, decode
+    # together and finish together, so every wave repeats the static batch.
+    static = serve(batch=8, prompt_len=1024, output_len=16, strategy="tp=1")
+    closed = serve(batch=8, prompt_len=1024, output_len=16, strategy="tp=1", mode="concurrency")
+    assert closed.ttft_s == pytest.approx(static.ttft_s, rel=1e-9)
+    assert closed.tpot_s == pytest.approx(static.tpot_s, rel=1e-9)
+
+
+def test_closed_loop_beyond_the_step_budget_staggers_the_prompts():
+    # 32 prompts of 1024 tokens need 4 steps of 8192: later prompts wait, so the mean TTFT exceeds one
+    # step of 8 prompts and new prompts then join running decodes (TPOT above a pure decode step).
+    r = serve(batch=32, prompt_len=1024, output_len=64, strategy="tp=1", mode="concurrency")
+    eight = serve(batch=8, prompt_len=1024, output_len=64, strategy="tp=1")
+    assert r.ttft_s > eight.ttft_s
+    assert r.tpot_s > r.decode_step_time_s
+
+
+def test_rate_mode_is_deterministic_and_ordered():
+    kwargs = {"mode": "rate", "request_rate": 20.0, "num_requests": 300, "prompt_len": 512, "output_len": 64,
+              "strategy": "tp=2", "max_ttft": 0.2, "max_tpot": 0.02}
+    a, b = serve(**kwargs), serve(**kwargs)
+    assert json.dumps(a.to_dict()) == json.dumps(b.to_dict())
+    for name, p in a.latency.items():
+        assert p["p50"] <= p["p90"] <= p["p99"], name
+    assert 0.0 <= a.goodput["fraction"] <= 1.0
+    assert a.goodput["requests_per_s"] == pytest.approx(a.goodput["fraction"] * a.requests_per_s, rel=1e-12)
+    # An underloaded deployment serves what arrives: 20 requests/s over 300 requests.
+    assert a.requests_per_s == pytest.approx(20.0, rel=0.15)
+
+
+def test_rate_mode_seed_changes_arrivals():
+    kwargs = {"mode": "rate", "request_rate": 50.0, "num_requests": 200, "prompt_len": 256, "output_len": 32}
+    assert serve(seed=1, **kwargs).ttft_s != serve(seed=2, **kwargs).ttft_s
+
+
+def test_saturation_picks_the_fastest_batch_within_memory():
+    r = serve(mode="saturation", prompt_len=1024, output_len=128, strategy="tp=1")
+    assert 1 <= r.batch <= r.max_batch_by_memory
+    smaller = serve(mode="concurrency", batch=max(1, r.batch // 2), prompt_len=1024, output_len=128, strategy="tp=1")
+    assert r.output_tokens_per_s >= smaller.output_tokens_per_s
+
+
+def test_a_batch_beyond_the_kv_pool_does_not_fit():
+    r = serve(batch=4096, prompt_len=4096, output_len=1024, strategy="tp=1")
+    assert not r.fits
+    assert "allowed: batch <=" in r.fits_reason and str(r.max_batch_by_memory) in r.fits_reason
+    assert r.max_batch_by_memory < 4096
+
+
+def test_kv_pool_by_hand():
+    # TensorRT-LLM gives the KV cache 0.9 of what weights, step activations and the 3 GiB reserve leave.
+    r = serve(batch=8, prompt_len=1024, output_len=1024, strategy="tp=1", stack="trtllm")
+    m = r.memory
+    pool = 0.9 * (m["capacity"] - m["weights"] - m["activations"] - m["reserved"])
+    assert m["kv_pool"] == pytest.approx(pool, rel=1e-12)
+    # 32 layers x 2 x 8 heads x 128 x 2 B = 131,072 B per token; 2048 tokens per request.
+    assert r.max_batch_by_memory == int(pool // (131_072 * 2048))
+    # vLLM: 0.9 of all HBM, less the rest.
+    v = serve(batch=8, prompt_len=1024, output_len=1024, strategy="tp=1", stack="vllm").memory
+    assert v["kv_pool"] == pytest.approx(0.9 * v["capacity"] - v["weights"] - v["activations"] - v["reserved"])
+
+
+def test_disaggregated_adds_the_kv_transfer():
+    r = serve(mode="disaggregated", batch=16, prompt_len=2048, output_len=64,
+              strategy="prefill_workers=4,decode_workers=1,decode_tp=4")
+    assert r.strategy.startswith("prefill_workers=4,prefill_tp=1")
+    assert any("KV cache of a prompt sent" in a for a in r.assumptions)
+    assert r.ttft_s >= r.prefill_time_s * 0.99
+    assert r.fits
+
+
+def test_fp8_weights_and_cache_halve_the_memory():
+    bf16 = serve(batch=8, prompt_len=1024, output_len=128, strategy="tp=1")
+    fp8 = serve(batch=8, prompt_len=1024, output_len=128, strategy="tp=1", dtype="fp8", kv_dtype="fp8")
+    assert fp8.kv_cache_bytes_per_token == bf16.kv_cache_bytes_per_token / 2
+    assert fp8.weights_bytes_per_gpu < 0.6 * bf16.weights_bytes_per_gpu
+    assert fp8.tpot_s < bf16.tpot_s
+
+
+def test_int4_is_weight_only():
+    r = serve(batch=1, prompt_len=128, output_len=32, strategy="tp=1", dtype="int4")
+    assert r.dtype == "int4"
+    # 0.515625 B per layer parameter, the embedding and head in bf16.
+    assert r.weights_bytes_per_gpu == pytest.approx(6_979_584_000 * 0.515625 + 2 * (1_050_673_152 + 4096))
+
+
+def test_trace_shows_a_prefill_and_a_decode_step(tmp_path):
+    from madmax.report.trace import write_trace
+
+    r = serve(batch=4, prompt_len=256, output_len=32, strategy="tp=2,pp=2", keep_schedule=True)
+    path = tmp_path / "t.json"
+    write_trace(r, path)
+    events = json.loads(path.read_text())["traceEvents"]
+    names = {(e["pid"], e["name"].split(":")[0]) for e in events if e["ph"] == "X"}
+    for pid in (0, 1):
+        assert (pid, "prefill") in names and (pid, "decode") in names
+
+
+# --- the engine loop on its own ---------------------------------------------------------------------
+
+
+def constant_step(seconds: float):
+    return lambda step: seconds
+
+
+def test_engine_by_hand():
+    # Two requests arrive at 0 with 10-token prompts and 3 output tokens; one step takes 1 s whatever it
+    # holds; budget 100 tokens: step 1 prefills both (first tokens at t=1), steps 2 and 3 decode (t=3).
+    reqs = Requests(arrival=np.zeros(2), prompt=np.full(2, 10), output=np.full(2, 3))
+    engine = Engine(reqs, Scheduler(budget=100, max_batch=8, chunked=True, mixed=True, kv_tokens=1e9),
+                    constant_step(1.0))
+    for i in range(2):
+        engine.submit(i, 0.0)
+    run_engines([engine])
+    assert list(reqs.first_token) == [1.0, 1.0]
+    assert list(reqs.finish) == [3.0, 3.0]
+
+
+def test_engine_budget_chunks_a_prompt():
+    # A 250-token prompt under a 100-token budget is prefilled in 3 chunked steps (first token at t=3).
+    reqs = Requests(arrival=np.zeros(1), prompt=np.full(1, 250), output=np.full(1, 2))
+    engine = Engine(reqs, Scheduler(budget=100, max_batch=8, chunked=True, mixed=True, kv_tokens=1e9),
+                    constant_step(1.0))
+    engine.submit(0, 0.0)
+    run_engines([engine])
+    assert reqs.first_token[0] == 3.0 and reqs.finish[0] == 4.0
+
+
+def test_engine_separate_batches_delay_decodes():
+    # SGLang-style: request 1 arrives at t=1.5 while request 0 decodes; its prefill step (t 2..3) holds
+    # request 0's decoding, which finishes one step later than with mixed batches.
+    def run(mixed: bool) -> float:
+        reqs = Requests(arrival=np.array([0.0, 1.5]), prompt=np.full(2, 10), output=np.full(2, 4))
+        engine = Engine(reqs, Scheduler(budget=100, max_batch=8, chunked=True, mixed=mixed, kv_tokens=1e9),
+                        constant_step(1.0))
+        engine.submit(0, 0.0)
+        engine.submit(1, 1.5)
+        run_engines([engine])
+        return float(reqs.finish[0])
+
+    assert run(mixed=True) == 4.0
+    assert run(mixed=False) == 5.0
+
+
+def test_engine_admits_within_the_kv_pool():
+    # A pool of 25 tokens holds two requests of 10 + 2 tokens, not three: the third waits for a finish.
+    reqs = Requests(arrival=np.zeros(3), prompt=np.full(3, 10), output=np.full(3, 2))
+    engine = Engine(reqs, Scheduler(budget=100, max_batch=8, chunked=True, mixed=True, kv_tokens=25),
+                    constant_step(1.0))
+    for i in range(3):
+        engine.submit(i, 0.0)
+    run_engines([engine])
+    assert list(reqs.finish) == [2.0, 2.0, 4.0]
+
+
+@settings(max_examples=50, deadline=None)
+@given(span=st.floats(0.0, 100.0), first=st.floats(0.01, 2.0), slope=st.floats(0.0, 0.1))
+def test_steps_to_reach_is_the_first_step_past_the_span(span, first, slope):
+    m = _steps_to_reach(span, first, slope)
+    total = lambda k: k * first + k * (k - 1) / 2 * slope  # noqa: E731
+    assert m >= 1
+    assert total(m) >= span - 1e-9
+    assert m == 1 or total(m - 1) < span + 1e-9
+
+
+def test_percentiles_by_hand():
+    p = percentiles([1.0, 2.0, 3.0, 4.0], [1, 1, 1, 1])
+    assert p["mean"] == 2.5 and p["p50"] == 2.0 and p["p99"] == 4.0
+    weighted = percentiles([1.0, 10.0], [9, 1])
+    assert weighted["p50"] == 1.0 and weighted["p99"] == 10.0
