@@ -295,8 +295,9 @@ def search(
     model: ModelOpt,
     system: SystemOpt,
     num_gpus: Annotated[int | None, typer.Option(help="Cluster size in GPUs (default: one node).")] = None,
-    task: Annotated[str, typer.Option(help="pretrain or finetune.")] = "pretrain",
-    global_batch: Annotated[int | None, typer.Option(help="Sequences per optimizer step (required).")] = None,
+    task: Annotated[str, typer.Option(help="pretrain, finetune or inference.")] = "pretrain",
+    global_batch: Annotated[int | None, typer.Option(help="Sequences per optimizer step (required for "
+                                                          "training).")] = None,
     seq_len: Annotated[int | None, typer.Option(help="Tokens per sequence (default: the model's).")] = None,
     dtype: Annotated[str | None, typer.Option(help="Compute dtype: bf16, fp16, fp8, fp32.")] = None,
     objective: Annotated[str, typer.Option(help="throughput, time, cost or energy.")] = "throughput",
@@ -325,9 +326,32 @@ def search(
     emb: Annotated[str | None, typer.Option(help='Embedding shardings to try (models with tables), e.g. '
                                                  '"tw,rw" (default tw,rw,cw,twrw,dp).')] = None,
     calibration: Annotated[Path | None, typer.Option(help="Compute profile from `madmax calibrate`.")] = None,
+    prompt_len: Annotated[int | None, typer.Option(help="Prompt tokens per request (inference).")] = None,
+    output_len: Annotated[int | None, typer.Option(help="Generated tokens per request (inference).")] = None,
+    mode: Annotated[str, typer.Option(help="Serving mode simulated for the best (inference): static, "
+                                           "concurrency, saturation.")] = "static",
+    stack: Annotated[str | None, typer.Option(help="Serving stack (inference): trtllm, vllm, sglang, "
+                                                   "trtllm-0.9.")] = None,
+    dtypes: Annotated[str | None, typer.Option(help='Weight formats to try (inference), e.g. "bf16,fp8" '
+                                                    '(default all the GPU has).')] = None,
+    kv_dtypes: Annotated[str | None, typer.Option(help='KV-cache formats to try (inference), e.g. "fp8".')] = None,
+    max_ttft: Annotated[float | None, typer.Option(help="Time-to-first-token limit (inference), s.")] = None,
+    max_tpot: Annotated[float | None, typer.Option(help="Time-per-output-token limit (inference), s.")] = None,
+    max_batch: Annotated[int | None, typer.Option(help="Largest batch per replica (inference).")] = None,
 ) -> None:
-    """Search every valid strategy; print the best by the objective, each one simulated."""
+    """Search every valid strategy (or serving layout, with --task inference); print the best, each simulated."""
     import time
+
+    if task == "inference":
+        _search_serving(model, system, num_gpus, prompt_len, output_len, mode=mode, stack=stack, dtypes=dtypes,
+                        kv_dtypes=kv_dtypes, max_ttft=max_ttft, max_tpot=max_tpot, max_tp=max_tp, max_pp=max_pp,
+                        max_batch=max_batch, top=top, exact=exact, calibration=calibration, as_json=as_json,
+                        out=out, refused={k: v for k, v in (("global_batch", global_batch), ("seq_len", seq_len),
+                                                            ("zero", zero), ("recompute", recompute),
+                                                            ("max_cp", max_cp), ("max_vp", max_vp),
+                                                            ("max_mbs", max_mbs), ("emb", emb), ("dtype", dtype),
+                                                            ("finetune", finetune)) if v is not None})
+        return
 
     from madmax.search.api import find, to_frame
     from madmax.search.core import summary
@@ -371,6 +395,36 @@ def search(
                     "results": [summary(outcome, i) for i in outcome.top(top)]})
         return
     print_search(outcome, top, wall)
+
+
+def _search_serving(model, system, num_gpus, prompt_len, output_len, *, refused: dict, as_json: bool,
+                    out: Path | None, dtypes: str | None, kv_dtypes: str | None, **options) -> None:
+    """`madmax search --task inference`: the serving layouts (madmax.search.serving)."""
+    import time
+
+    from madmax.search.serving import find_serving, summary
+    from madmax.search.text import print_serving_search
+
+    try:
+        if refused:
+            name = next(iter(refused))
+            raise MadmaxError(f"{name} applies to training searches; allowed with --task inference: prompt-len, "
+                              "output-len, mode, stack, dtypes, kv-dtypes, max-ttft, max-tpot, max-tp, max-pp, "
+                              "max-batch, top, exact")
+        if out is not None:
+            raise MadmaxError("--out applies to training searches; allowed with --task inference: --json")
+        start = time.perf_counter()
+        found = find_serving(model, system, num_gpus, prompt_len=prompt_len, output_len=output_len,
+                             dtypes=dtypes.split(",") if dtypes else None,
+                             kv_dtypes=kv_dtypes.split(",") if kv_dtypes else None, **options)
+        wall = time.perf_counter() - start
+    except MadmaxError as exc:
+        _fail(str(exc))
+        return
+    if as_json:
+        _emit_json({**summary(found, options["top"]), "wall_s": wall})
+        return
+    print_serving_search(found, options["top"], wall)
 
 
 # --- sweep, query, report ------------------------------------------------------------------------

@@ -74,6 +74,38 @@ def print_search(outcome: Outcome, top: int, wall_s: float, console: Console | N
     console.print(table)
 
 
+def print_serving_search(search, top: int, wall_s: float, console: Console | None = None) -> None:
+    """Counts of a serving search and its best layouts, each simulated."""
+    console = console or Console()
+    limits = ", ".join(f"{k.removesuffix('_s').replace('max_', 'max ')} {v * 1e3:,.0f} ms"
+                       for k, v in search.limits.items() if v is not None)
+    console.print(f"[bold]{search.model}[/bold] on {search.num_gpus} x {search.system} (inference, {search.mode}, "
+                  f"stack {search.stack}), {search.prompt_len} in + {search.output_len} out tokens"
+                  + (f"; {limits}" if limits else ""), soft_wrap=True)
+    counts = Table(title="Candidates", title_justify="left", show_header=False)
+    counts.add_column(style="bold")
+    counts.add_column(justify="right")
+    counts.add_row("layouts x formats", f"{search.enumerated:,}")
+    for rule, n in search.rejected.items():
+        counts.add_row(f"  rejected: {rule}", f"{n:,}")
+    counts.add_row("layouts x formats x batches within the limits", f"{len(search.candidates):,}")
+    counts.add_row("simulated", f"{len(search.exact):,}")
+    counts.add_row("wall time", f"{wall_s:,.2f} s")
+    console.print(counts)
+    best = search.top(top)
+    if not best:
+        console.print("[red]no layout fits in memory within the limits[/red]")
+        return
+    table = Table(title=f"Top {len(best)} by output tokens/s per GPU", title_justify="left")
+    for name in ("#", "strategy", "weights", "kv", "batch", "TTFT ms", "TPOT ms", "tok/s/GPU", "GiB"):
+        table.add_column(name, justify="left" if name in ("strategy", "weights", "kv") else "right", no_wrap=True)
+    for rank, (c, r) in enumerate(best, 1):
+        table.add_row(str(rank), c.strategy, c.dtype, c.kv_dtype, str(c.batch), f"{r.ttft_s * 1e3:,.1f}",
+                      f"{r.tpot_s * 1e3:,.2f}", f"{r.output_tokens_per_s_per_gpu:,.0f}",
+                      f"{r.peak_memory_bytes / GIB:,.1f}")
+    console.print(table)
+
+
 DEFAULTS = {"cp=1", "ep=1", "vp=1"}
 TABLE_FIXED = {"tp=1", "pp=1", "recompute=none", "sp=0"}  # the same in every candidate of a table search
 
