@@ -105,7 +105,8 @@ def test_text_and_parquet(files, tmp_path):
     (["--recompute", "some"], ["recompute='some'", "allowed: none, selective, full"]),
     (["--max-tp", "0"], ["max_tp=0"]),
     (["--orders", "tp-dp"], ["strategy.order"]),
-    (["--task", "inference"], ["task=inference"]),
+    # a serving search takes no global batch (the training search's fixture gives one)
+    (["--task", "inference"], ["global_batch applies to training searches", "allowed with --task inference"]),
     (["--out", "x.csv"], ["out='x.csv'", ".parquet"]),
     (["--tokens", "-5"], ["tokens=-5"]),
 ])
