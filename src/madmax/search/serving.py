@@ -6,7 +6,8 @@ fp8, fp4 where the GPU has them; int4 weight-only when asked), the KV cache's fo
 the batch per replica (1, 2, 4, ... up to what the KV pool holds). Rules, each counted under the first it
 breaks: `tp` divides the heads and the FFN and divides or is a multiple of the KV heads, and stays in one
 scale-up domain; `pp` <= layers; `memory`: the weights, a step's activations and the reserve leave the
-pool room for one request.
+pool room for one request. Batches are tried from the smallest; the first over a limit ends the layout's
+batches, since a larger batch only lengthens the prefill and the decode steps.
 
 Every candidate that fits is scored by the serving builder's fast estimate (`program.serving.step_time`,
 its declared capability) in static batching: TTFT = the batch's prefill (its micro-batches through the
@@ -202,7 +203,7 @@ def _evaluate(base, stack, formats, limits, max_tp, max_pp, max_batch) -> tuple[
             for batch in sorted({2**i for i in range(int(math.log2(top_batch)) + 1)} | {top_batch}):
                 ttft, tpot = _estimate(dep, batch, p, o)
                 if not _meets(ttft, tpot, limits):
-                    continue
+                    break  # a larger batch only lengthens the prefill and the decode step
                 rate = strategy.dp * batch * o / (ttft + (o - 1) * tpot) / base.num_gpus
                 out.append(Candidate(tp, pp, strategy.dp, dtype, kv, batch, ttft, tpot, rate, rep.max_sequences))
     return out, enumerated, rejected
