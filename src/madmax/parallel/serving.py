@@ -167,7 +167,7 @@ class ServingPlan:
         if unit.block.per_sequence or not any(op.kind is OpKind.ATTENTION for op in unit.block.ops):
             return ()
         shape = Shape(batch=1, seq_len=step.tokens, tp=self.tp, cp=1, sp=False, act_bytes=self.act_dtype.num_bytes,
-                      calls=step.calls(), kv_width=self.kv_width)
+                      calls=step.calls(), gemm_dtype=self.act_dtype, kv_width=self.kv_width)
         return tuple(k for op in unit.block.ops if op.kind is OpKind.ATTENTION
                      for k in forward_kernels(op, shape, flash=True))
 

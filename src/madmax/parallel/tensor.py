@@ -165,7 +165,7 @@ def _serving_attention(op: Op, shape: Shape) -> list[Kernel]:
     FLOPs from `attention_flops`."""
     heads = op.heads // shape.tp
     kv_heads = max(1, op.kv_heads // shape.tp)
-    dtype = DType.BF16 if shape.act_bytes == DType.BF16.num_bytes else DType.FP32
+    dtype = shape.gemm_dtype or DType.BF16  # the 16-bit activation format the plan gives
     common = {"heads": heads, "kv_heads": kv_heads, "head_dim": op.head_dim, "causal": op.causal, "dtype": dtype,
               "window": op.window, "kv_width": shape.kv_width}
     prefill = [c for c in shape.calls if c.q_len > 1]

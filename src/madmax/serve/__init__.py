@@ -61,8 +61,10 @@ def simulate_serving(request: Request, requested: Strategy, stack: str | Path | 
     step_tokens = prompts * int(p_mean) if static else engine_stack.max_num_tokens
     sequences = prompts if static else min(engine_stack.max_batch, engine_stack.max_num_tokens)
     rep = replica(request, strategy, engine_stack, fmt, step_tokens, sequences, context)
-    # When not one request fits, the run is simulated as though the cache had room, and reported as not fitting.
-    dep = modes.Deployment(rep, runtime, strategy.dp, context, unbounded_kv=rep.max_sequences < 1)
+    # When the longest request does not fit, the run is simulated as though the cache had room, and reported
+    # as not fitting.
+    longest = float(np.max(prompt + output))
+    dep = modes.Deployment(rep, runtime, strategy.dp, context, unbounded_kv=not rep.holds(longest))
     notes: list[str] = []
     if t.mode is ServingMode.SATURATION:
         cap = max(1, min(t.batch or rep.max_sequences or 1, rep.max_sequences or 1,
@@ -289,8 +291,8 @@ def _disaggregated(request: Request, requested: Strategy, stack: ServingStack, f
     context = prompt + output
     pre_rep = replica(request, ps, stack, fmt, stack.max_num_tokens, stack.max_num_tokens, prompt)
     dec_rep = replica(request, ds, stack, fmt, stack.max_batch, stack.max_batch, context)
-    pre = modes.Deployment(pre_rep, runtime, pw, prompt)
-    dec = modes.Deployment(dec_rep, runtime, dw, context)
+    pre = modes.Deployment(pre_rep, runtime, pw, prompt, unbounded_kv=not pre_rep.holds(prompt))
+    dec = modes.Deployment(dec_rep, runtime, dw, context, unbounded_kv=not dec_rep.holds(context))
     domain = request.system.scale_up_domain
     per_gpu = max(pre_rep.plan.kv_bytes(s, prompt) for s in range(pre_rep.plan.num_stages))
     span = Span(2, 1) if n <= domain else Span(1, 2)

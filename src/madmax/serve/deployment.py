@@ -12,6 +12,7 @@ fraction of all HBM less the rest (vLLM, SGLang) or a fraction of what the rest 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -53,11 +54,16 @@ class Replica:
     reserved_bytes: float
     pool_bytes: float  # KV pool per GPU of the tightest stage
     kv_bytes_per_sequence: float  # KV of one request of the run's length on that stage
+    pool_by_stage: tuple[float, ...] = ()  # KV pool per GPU of each stage
 
     @property
     def max_sequences(self) -> int:
         """Requests of the run's length whose KV cache the pool holds."""
         return max(0, math.floor(self.pool_bytes / self.kv_bytes_per_sequence)) if self.kv_bytes_per_sequence else 0
+
+    def holds(self, tokens: float) -> bool:
+        """Whether the pool holds the KV cache of one request of `tokens` tokens on every stage."""
+        return all(self.pool_by_stage[s] >= self.plan.kv_bytes(s, tokens) for s in range(self.plan.num_stages))
 
 
 def formats(request: Request) -> Formats:
@@ -132,6 +138,7 @@ def replica(request: Request, strategy: Strategy, stack: ServingStack, fmt: Form
                               weight_bytes_per_param=fmt.weight_bytes_per_param, kv_dtype=fmt.kv)
     hbm, reserved = request.system.gpu.hbm_bytes, reserved_memory_bytes()
     best = None
+    pools = []
     for s in range(plan.num_stages):
         weights = plan.weights_bytes(s)
         workspace = plan.workspace_bytes(s, step_tokens, step_sequences)
@@ -140,12 +147,13 @@ def replica(request: Request, strategy: Strategy, stack: ServingStack, fmt: Form
             pool = stack.kv_pool_fraction * hbm - rest
         else:
             pool = stack.kv_pool_fraction * (hbm - rest)
+        pools.append(max(0.0, pool))
         per_sequence = plan.kv_bytes(s, context)
         held = pool / per_sequence if per_sequence else math.inf
         if best is None or held < best[0]:
             best = (held, Replica(strategy, plan, weights, workspace, reserved, max(0.0, pool), per_sequence))
     assert best is not None
-    return best[1]
+    return dataclasses.replace(best[1], pool_by_stage=tuple(pools))
 
 
 def runtime_of(request: Request, stack: ServingStack) -> Runtime:
