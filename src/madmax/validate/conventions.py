@@ -18,8 +18,13 @@ from typing import Any
 
 TERA = 1e12
 
-METRICS = ("iteration_time_s", "tokens_per_s_per_gpu", "samples_per_s", "tflops_per_gpu", "mfu", "latency_ms")
+SERVING_METRICS = ("output_tokens_per_s_per_gpu", "ttft_ms", "tpot_ms")
+"""Metrics of LLM serving rows, read from a `ServingResult.to_dict()`."""
+METRICS = ("iteration_time_s", "tokens_per_s_per_gpu", "samples_per_s", "tflops_per_gpu", "mfu", "latency_ms",
+           *SERVING_METRICS)
 """Row metrics the runner can predict. Times are lower-is-better, the others higher-is-better."""
+LOWER_IS_BETTER = frozenset({"iteration_time_s", "latency_ms", "ttft_ms", "tpot_ms"})
+"""The time metrics of `METRICS`: for them e > 0 means the prediction is too slow, for the others too fast."""
 
 
 def published_flops_per_token(model: Mapping[str, Any], seq_len: int, layer_passes: int = 3) -> float:
@@ -57,6 +62,8 @@ def predicted_value(
 
     iteration_time_s (s), tokens_per_s_per_gpu, samples_per_s: read directly; latency_ms: the
     iteration (one forward pass of the batch) in milliseconds.
+    Serving rows: output_tokens_per_s_per_gpu read directly (output tokens/s/GPU); ttft_ms and tpot_ms:
+    the mean time to first token `ttft_s` and time per output token `tpot_s`, times 1e3.
     tflops_per_gpu (TFLOP/s): F_tok * tokens/s/GPU / 1e12 with the source's F_tok.
     mfu (fraction): F_tok * tokens/s/GPU / peak, peak in FLOP/s as the source states it.
     """
@@ -64,6 +71,10 @@ def predicted_value(
         return float(result[metric])
     if metric == "latency_ms":  # one forward pass of a request batch (recommendation inference)
         return float(result["iteration_time_s"]) * 1e3
+    if metric == "output_tokens_per_s_per_gpu":
+        return float(result[metric])
+    if metric in ("ttft_ms", "tpot_ms"):  # mean over the requests simulated, s -> ms
+        return float(result[metric.removesuffix("_ms") + "_s"]) * 1e3
     if flops_per_token is None:
         raise ValueError(f"metric {metric!r} needs the source's FLOPs per token")
     achieved = flops_per_token * float(result["tokens_per_s_per_gpu"])
@@ -74,6 +85,13 @@ def predicted_value(
             raise ValueError("metric 'mfu' needs the peak FLOP/s the source divided by")
         return achieved / peak_flops_per_s
     raise ValueError(f"metric {metric!r} is not predicted; allowed: {', '.join(METRICS)}")
+
+
+def direction(metric: str, signed_error_pct: float) -> str:
+    """'too slow' or 'too fast' (or 'exact'): what a signed error e of `metric` says of the prediction."""
+    if signed_error_pct == 0:
+        return "exact"
+    return "too slow" if (signed_error_pct > 0) == (metric in LOWER_IS_BETTER) else "too fast"
 
 
 def engine_value(

@@ -1,4 +1,5 @@
-"""Measured training runs, each mapped to the arguments of `madmax.api.simulate` and the metric to compare.
+"""Measured training (and serving) runs, each mapped to the arguments of `madmax.api.simulate` and the metric
+to compare.
 
 A dataset is a list of `Case`s (rows we can simulate) and `Unmapped` rows (with the reason we cannot).
 Sources, licenses and the CSV format are in `data/README.md`; every assumption made for a row is
@@ -10,13 +11,14 @@ to validate a user's own measurements in the same format.
 - nemo: NeMo 24.07 performance summary (tokens/s/GPU) and NeMo 24.03 long-sequence table (TFLOP/s).
 - vtrain_single, vtrain_multi: vTrain (MICRO 2024) Megatron-DeepSpeed iteration times on A100s.
 - nvidia_dlrm: NVIDIA DeepLearningExamples TensorFlow2 DLRM and DCNv2 training throughput (samples/s).
+- trtllm_static, serving_h100: LLM serving rows, mapped in `madmax.validate.serving`.
 """
 
 from __future__ import annotations
 
 import csv
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
@@ -158,13 +160,18 @@ def _need(row: Mapping[str, str], *keys: str) -> list[int]:
 
 
 def _build(name: str, description: str, rows: Rows,
-           mapper: Callable[[str, dict[str, str]], Case]) -> Dataset:
-    cases, unmapped = [], []
+           mapper: Callable[[str, dict[str, str]], Case | Sequence[Case]]) -> Dataset:
+    """Map every row: `mapper` returns its case (or several, one per metric) or raises with the reason."""
+    cases: list[Case] = []
+    unmapped = []
     for row_id, row in rows:
         try:
-            cases.append(mapper(row_id, row))
+            mapped = mapper(row_id, row)
         except (NotMappable, MadmaxError) as exc:
-            unmapped.append(Unmapped(name, row_id, row.get("model", "") or row_id, str(exc)))
+            label = row.get("model", "") or row.get("model_path", "") or row_id
+            unmapped.append(Unmapped(name, row_id, label, str(exc)))
+            continue
+        cases.extend([mapped] if isinstance(mapped, Case) else mapped)
     return Dataset(name, description, tuple(cases), tuple(unmapped))
 
 
@@ -507,6 +514,20 @@ def load_nvidia_dlrm(rows: Rows | None = None) -> Dataset:
                   chosen, _nvidia_dlrm_case)
 
 
+def load_trtllm_static(rows: Rows | None = None) -> Dataset:
+    """TensorRT-LLM v0.9 static-batching throughput and first-token latency (`validate.serving`)."""
+    from madmax.validate.serving import load_trtllm_static as load
+
+    return load(rows)
+
+
+def load_serving_h100(rows: Rows | None = None) -> Dataset:
+    """Mean TTFT and TPOT of TensorRT-LLM, vLLM and SGLang deployments on H100 (`validate.serving`)."""
+    from madmax.validate.serving import load_serving_h100 as load
+
+    return load(rows)
+
+
 LOADERS: dict[str, Callable[[], Dataset]] = {
     "narayanan2021": load_narayanan2021,
     "korthikanti2022": load_korthikanti2022,
@@ -514,6 +535,8 @@ LOADERS: dict[str, Callable[[], Dataset]] = {
     "vtrain_single": load_vtrain_single,
     "vtrain_multi": load_vtrain_multi,
     "nvidia_dlrm": load_nvidia_dlrm,
+    "trtllm_static": load_trtllm_static,
+    "serving_h100": load_serving_h100,
 }
 
 

@@ -6,6 +6,8 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from madmax.validate.conventions import direction
+
 if TYPE_CHECKING:
     from madmax.validate.runner import Report, RowResult, Stats, Summary
 
@@ -67,10 +69,16 @@ def describe_inputs(kwargs: dict[str, Any]) -> str:
     if isinstance(system, dict):
         up, out = system["scale_up"]["bytes_per_s"], system["scale_out"]["bytes_per_s"]
         system = f"{system['name']} (scale-up {up}, scale-out {out} per GPU per direction)"
-    text = (f"model {model}; system {system}; {kwargs['num_gpus']} GPUs; task {kwargs['task']}; "
-            f"{'batch' if 'batch' in kwargs else 'global batch'} {kwargs.get('batch', kwargs.get('global_batch'))}; "
-            f"seq {kwargs['seq_len']}; {kwargs['dtype']}; "
-            f"strategy {kwargs['strategy']}")
+    if "prompt_len" in kwargs:  # LLM serving
+        kv = f" (KV cache {kwargs['kv_dtype']})" if kwargs.get("kv_dtype") else ""
+        text = (f"model {model}; system {system}; {kwargs['num_gpus']} GPUs; task {kwargs['task']} "
+                f"({kwargs.get('mode', 'static')}, stack {kwargs.get('stack', 'default')}); batch {kwargs['batch']}; "
+                f"prompt {kwargs['prompt_len']}, output {kwargs['output_len']} tokens; {kwargs['dtype']}{kv}; "
+                f"strategy {kwargs['strategy']}")
+    else:
+        batch = f"batch {kwargs['batch']}" if "batch" in kwargs else f"global batch {kwargs.get('global_batch')}"
+        text = (f"model {model}; system {system}; {kwargs['num_gpus']} GPUs; task {kwargs['task']}; {batch}; "
+                f"seq {kwargs['seq_len']}; {kwargs['dtype']}; strategy {kwargs['strategy']}")
     if kwargs.get("calibration"):
         text += f"; calibration {kwargs['calibration']}"
     return text
@@ -80,8 +88,9 @@ def _worst_list(rows: Sequence[RowResult]) -> list[str]:
     lines = []
     for i, r in enumerate(rows, start=1):
         c = r.case
+        how = "" if r.signed_error_pct is None else f", {direction(c.metric, r.signed_error_pct)}"
         lines.append(f"{i}. **{c.label}** ({c.row_id}): {c.metric} measured {_num(c.measured)}, "
-                     f"predicted {_num(r.predicted)} ({_num(r.signed_error_pct, '+.1f')}%)")
+                     f"predicted {_num(r.predicted)} ({_num(r.signed_error_pct, '+.1f')}%{how})")
         lines.append(f"   - inputs: {describe_inputs(c.kwargs)}")
         lines += [f"   - assumed: {a}" for a in c.assumptions]
     return [*lines, ""]
@@ -125,8 +134,9 @@ def comparison_markdown(report: Report) -> list[str]:
 def report_markdown(report: Report, all_rows_up_to: int = 40) -> str:
     """The whole report: summary, comparisons, datasets with their worst rows and inputs, groupings."""
     head = ["dataset", "mapped", "unmapped", "run", "failed", *STAT_HEAD]
-    lines = ["## Training validation", "",
-             "Error e = 100 (predicted - measured) / measured; bias is the mean signed e. Datasets ending in "
+    lines = ["## Training and serving validation", "",
+             "Error e = 100 (predicted - measured) / measured; bias is the mean signed e (e > 0: too slow for "
+             "times such as iteration time, TTFT and TPOT; too fast for throughputs). Datasets ending in "
              "`+stack` re-run held-out vTrain rows with the vTrain-stack profile; `all` and the groupings "
              "leave them out. The last row counts every dataset with its software stack's profile: the "
              "`+stack` rows in place of their datasets (held-out rows only).", ""]
