@@ -143,7 +143,8 @@ CASES = [
          ["prompt_len + output_len = 132000", "max_seq_len=131072"]),
     Case("inference-training-key", inf("--strategy", "zero=3"), ["strategy.zero", "inference", "allowed: tp, pp, dp"]),
     # 32 heads: tp=3 divides none of 32 heads, 14336 FFN, 8 KV heads.
-    Case("inference-tp-not-dividing", inf("--strategy", "tp=3"), ["strategy.tp=3", "num_heads=32", "allowed: 1, 2, 4, 8"]),
+    Case("inference-tp-not-dividing", inf("--strategy", "tp=3"),
+         ["strategy.tp=3", "num_heads=32", "allowed: 1, 2, 4, 8"]),
     Case("inference-unknown-stack", inf("--stack", "tgi"), ["stack 'tgi'", "allowed: trtllm", "vllm", "sglang"]),
     Case("stack-on-training", sim("--stack", "vllm"), ["stack='vllm'", "inference"]),
     Case("inference-arrivals-missing", inf("--mode", "rate", "--arrivals", "no-such.csv"),

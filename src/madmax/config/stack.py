@@ -83,6 +83,9 @@ class ServingStack(Schema):
                                                 "(overlap scheduler), so a step takes max(GPU, host), else their sum.")
     kv_pool_basis: KVPoolBasis = Field(description="What the KV-cache pool fraction applies to.")
     kv_pool_fraction: Fraction = Field(description="Fraction of that memory given to the KV cache.")
+    reserve_full_kv: bool = Field(description="A request is admitted only when the KV cache of its whole prompt "
+                                              "and output fits (never evicted), else blocks are taken as tokens are "
+                                              "computed and the newest request is preempted when the pool is full.")
     all_reduce: tuple[AllReduceRule, ...] = Field((), description="Custom all-reduce kernels for small messages "
                                                                   "inside an NVLink domain, in order.")
     sources: dict[str, str] = Field(default_factory=dict, description="Source of each field.")

@@ -9,9 +9,13 @@ a cap on running requests, first come first served (Yu et al. 2022, Orca; Kwon e
   for all of it.
 - separate batches (SGLang): a step is all prefill (while prompts wait and fit) or all decode.
 
-A request is admitted when its whole KV cache (prompt and output) fits the pool. The prefill step
-that completes a prompt samples its first token (the time to first token, TTFT, counts from the
-request's arrival); each later step with the request generates one more, until it has its output.
+KV cache: with `reserve_full` (TensorRT-LLM's GUARANTEED_NO_EVICT) a request is admitted when its whole
+cache (prompt and output) fits the pool; otherwise (vLLM, SGLang) blocks are taken as tokens are computed,
+a request is admitted when its prompt fits, and when a decode step finds the pool full the most recently
+admitted request is preempted: its cache is freed and it waits at the head of the queue to recompute its
+prompt and the tokens it had generated (vLLM's recompute preemption). The prefill step that completes a
+prompt samples its first token (the time to first token, TTFT, counts from the request's arrival); each
+later step with the request generates one more, until it has its output.
 
 Speed: while nothing but decoding happens (no prompt to prefill or admit, no arrival), k steps of
 the same requests are taken at once, up to the next completion or arrival. Their keys grow by D per
@@ -37,14 +41,15 @@ StepTime = Callable[[Step], float]
 @dataclass(frozen=True)
 class Scheduler:
     """An engine's scheduling rules: token budget per step, most requests running, chunked prefill,
-    prefill and decode in one step, and the KV cache pool in tokens (`kv_tokens` of prompt + output
-    per request reserved at admission)."""
+    prefill and decode in one step, the KV cache pool in tokens, and whether a request reserves its
+    whole cache at admission (`reserve_full`) or takes it as its tokens are computed."""
 
     budget: int
     max_batch: int
     chunked: bool
     mixed: bool
     kv_tokens: float
+    reserve_full: bool = True
 
 
 @dataclass
@@ -98,11 +103,18 @@ class Engine:
         self.arrivals: list[tuple[float, int]] = []  # heap of (time, request) not yet arrived
         self.waiting: deque[int] = deque()
         self.prefilling: list[list[int]] = []  # [request, tokens prefilled]
-        self.decoders: list[tuple[int, int]] = []  # heap of (decode steps done when it finishes, request)
+        # heap of (decode steps done when it finishes, request, admission epoch); stale epochs are skipped
+        self.decoders: list[tuple[int, int, int]] = []
+        self.decoding: dict[int, int] = {}  # request -> its epoch, while it decodes
+        self.admitted: list[int] = []  # decoding requests in the order they started (the last is preempted)
         self.num_decoding = 0
         self.decode_keys = 0.0  # keys the decoders read at their next step, summed
         self.decode_steps = 0
-        self.reserved = 0.0  # KV tokens reserved by admitted requests
+        self.used = 0.0  # KV tokens held (reserved or computed)
+        self.held: dict[int, float] = {}  # per request
+        self.recompute: dict[int, int] = {}  # tokens a preempted request had generated, to recompute
+        self.epoch = 0
+        self.preemptions = 0
         self.busy_s = 0.0
         self.tokens = Tokens()
 
@@ -144,12 +156,17 @@ class Engine:
 
     def _step(self, until: float) -> bool:
         """One step, or a stretch of decode-only steps; False when there is nothing to do."""
+        if not self.s.reserve_full:
+            self._make_room()  # the running decoders' next tokens first, as vLLM schedules running requests
         chunks, completing = self._prefill_work()
         decodes = self.num_decoding if (self.s.mixed or not chunks) and not self.prefill_only else 0
         if not chunks and not decodes:
             return False
         if not chunks:
             return self._decode_stretch(until)
+        if not self.s.reserve_full:
+            for request, _, q in chunks:
+                self._hold(request, q)
         step = Step(prefill=tuple((q, done + q) for _, done, q in chunks), decode=decodes,
                     decode_kv_tokens=self.decode_keys if decodes else 0.0, sampled=decodes + len(completing))
         seconds = self.step_time(step)
@@ -165,7 +182,22 @@ class Engine:
         return True
 
     def _prompt(self, request: int) -> int:
-        return int(self.r.prompt[request])
+        """Tokens to prefill: the prompt, and the tokens a preempted request had generated."""
+        return int(self.r.prompt[request]) + self.recompute.get(request, 0)
+
+    def _admission_tokens(self, request: int, chunk: int) -> float:
+        """KV tokens a request must find free to start: all of its prompt and output when the whole cache is
+        reserved, else the chunk it prefills now."""
+        if self.s.reserve_full:
+            return self._prompt(request) + int(self.r.output[request]) - self.recompute.get(request, 0)
+        return chunk
+
+    def _hold(self, request: int, tokens: float) -> None:
+        self.used += tokens
+        self.held[request] = self.held.get(request, 0.0) + tokens
+
+    def _release(self, request: int) -> None:
+        self.used -= self.held.pop(request, 0.0)
 
     def _prefill_work(self) -> tuple[list[tuple[int, int, int]], list[int]]:
         """This step's prompt chunks as (request, tokens already prefilled, tokens now) and the requests
@@ -182,6 +214,8 @@ class Engine:
             request, done = entry
             left = self._prompt(request) - done
             take = min(left, budget) if self.s.chunked else (left if left <= budget else 0)
+            if not self.s.reserve_full:
+                take = int(min(take, max(0.0, self._free() - sum(q for _, _, q in chunks))))
             if take == 0:
                 break
             chunks.append((request, done, take))
@@ -190,15 +224,16 @@ class Engine:
                 completing.append(request)
         while self.waiting and budget > 0:
             request = self.waiting[0]
-            prompt, need = self._prompt(request), self._prompt(request) + int(self.r.output[request])
-            running = len(self.prefilling) + self.num_decoding
-            if running >= self.s.max_batch or self.reserved + need > self.s.kv_tokens:
-                break
+            prompt = self._prompt(request)
             take = min(prompt, budget) if self.s.chunked else (prompt if prompt <= budget else 0)
-            if take == 0:
+            need = self._admission_tokens(request, take)
+            taken = 0 if self.s.reserve_full else sum(q for _, _, q in chunks)
+            running = len(self.prefilling) + self.num_decoding
+            if take == 0 or running >= self.s.max_batch or need + taken > self._free():
                 break
             self.waiting.popleft()
-            self.reserved += need
+            if self.s.reserve_full:
+                self._hold(request, need)
             self.prefilling.append([request, 0])
             chunks.append((request, 0, take))
             budget -= take
@@ -213,40 +248,76 @@ class Engine:
                 return
 
     def _first_token(self, request: int) -> None:
-        """The step completing a prompt samples the request's first token."""
+        """The step completing a prompt samples the request's first token (or, after a preemption, the
+        token after those it had generated)."""
         self.prefilling = [e for e in self.prefilling if e[0] != request]
-        self.r.first_token[request] = self.clock
+        if math.isnan(self.r.first_token[request]):
+            self.r.first_token[request] = self.clock
         if self.prefill_only:
-            self.reserved -= self._prompt(request) + int(self.r.output[request])
+            self._release(request)
             if self.on_prefilled is not None:
                 self.on_prefilled(request, self.clock)
             return
         self._start_decoding(request)
 
     def _start_decoding(self, request: int) -> None:
-        left = int(self.r.output[request]) - 1
+        generated = self.recompute.pop(request, 0) + 1
+        left = int(self.r.output[request]) - generated
         if left <= 0:
             self._finish(request)
             return
-        heapq.heappush(self.decoders, (self.decode_steps + left, request))
+        self.epoch += 1
+        heapq.heappush(self.decoders, (self.decode_steps + left, request, self.epoch))
+        self.decoding[request] = self.epoch
+        self.admitted.append(request)
         self.num_decoding += 1
-        self.decode_keys += self._prompt(request) + 1  # the first decode step reads the prompt and token 1
+        self.decode_keys += int(self.r.prompt[request]) + generated  # the next step reads prompt + tokens out
 
     def _admit_decoders(self) -> None:
         """A decode worker admits requests whose prompt's KV cache has arrived."""
         while self.waiting:
             request = self.waiting[0]
-            need = self._prompt(request) + int(self.r.output[request])
-            if self.num_decoding >= self.s.max_batch or self.reserved + need > self.s.kv_tokens:
+            need = (int(self.r.prompt[request]) + int(self.r.output[request]) if self.s.reserve_full
+                    else int(self.r.prompt[request]) + 1)
+            if self.num_decoding >= self.s.max_batch or self.used + need > self.s.kv_tokens:
                 return
             self.waiting.popleft()
-            self.reserved += need
+            self._hold(request, need if self.s.reserve_full else int(self.r.prompt[request]))
             self._start_decoding(request)
+
+    def _make_room(self) -> None:
+        """On-demand caches: preempt the most recently started decoders until their next tokens fit."""
+        while self.num_decoding and self.used + self.num_decoding > self.s.kv_tokens:
+            self._preempt()
+
+    def _free(self) -> float:
+        """KV tokens free for prompts this step: on-demand caches keep room for the decoders' next tokens."""
+        pending = self.num_decoding if not self.s.reserve_full and not self.prefill_only else 0
+        return self.s.kv_tokens - self.used - pending
+
+    def _preempt(self) -> None:
+        """Free the cache of the last decoder to start; it waits first in line to recompute its prompt and the
+        tokens it had generated."""
+        while self.admitted and self.admitted[-1] not in self.decoding:
+            self.admitted.pop()
+        request = self.admitted.pop()
+        epoch = self.decoding.pop(request)
+        finish = next(f for f, r, e in self.decoders if r == request and e == epoch)
+        generated = int(self.r.output[request]) - (finish - self.decode_steps)
+        self.num_decoding -= 1
+        self.decode_keys -= int(self.r.prompt[request]) + generated
+        self._release(request)
+        self.recompute[request] = generated
+        self.waiting.appendleft(request)
+        self.preemptions += 1
 
     def _decode_stretch(self, until: float) -> bool:
         """k decode-only steps: up to the next completion, and no further than the step during which the
-        next arrival (or `until`) comes."""
+        next arrival (or `until`) comes, or (on-demand caches) the pool fills."""
+        self._drop_stale()
         d, k = self.num_decoding, self.decoders[0][0] - self.decode_steps
+        if not self.s.reserve_full and math.isfinite(self.s.kv_tokens):
+            k = max(1, min(k, int((self.s.kv_tokens - self.used) // d)))
         first = last = self.step_time(Step(decode=d, decode_kv_tokens=self.decode_keys, sampled=d))
         if k > 1:
             slope = (self.step_time(Step(decode=d, decode_kv_tokens=self.decode_keys + (k - 1) * d, sampled=d))
@@ -261,21 +332,33 @@ class Engine:
         self._advance_decoders(k, first, last)
         return True
 
+    def _drop_stale(self) -> None:
+        """Heap entries of preempted decoders (their epoch is gone) are skipped."""
+        while self.decoders and self.decoding.get(self.decoders[0][1]) != self.decoders[0][2]:
+            heapq.heappop(self.decoders)
+
     def _advance_decoders(self, k: int, first_s: float, last_s: float) -> None:
         """k decode steps of every decoder: their keys grow by k per request; those done leave."""
         d = self.num_decoding
         self.tokens.add((first_s + last_s) / 2, k * d)
         self.decode_steps += k
         self.decode_keys += k * d
+        if not self.s.reserve_full:
+            for request in self.decoding:
+                self.held[request] = self.held.get(request, 0.0) + k
+            self.used += k * d
         while self.decoders and self.decoders[0][0] <= self.decode_steps:
-            _, request = heapq.heappop(self.decoders)
+            _, request, epoch = heapq.heappop(self.decoders)
+            if self.decoding.get(request) != epoch:
+                continue
+            del self.decoding[request]
             self.num_decoding -= 1
-            self.decode_keys -= self._prompt(request) + int(self.r.output[request])
+            self.decode_keys -= int(self.r.prompt[request]) + int(self.r.output[request])
             self._finish(request)
 
     def _finish(self, request: int) -> None:
         self.r.finish[request] = self.clock
-        self.reserved -= self._prompt(request) + int(self.r.output[request])
+        self._release(request)
         if self.on_finish is not None:
             self.on_finish(request, self.clock)
 

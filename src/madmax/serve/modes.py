@@ -90,7 +90,8 @@ class Deployment:
         per_token = self.replica.kv_bytes_per_sequence / self.context if self.replica.kv_bytes_per_sequence else 0.0
         kv = self.replica.pool_bytes * share / per_token if per_token and not self.unbounded_kv else math.inf
         return Scheduler(budget=stack.max_num_tokens, max_batch=max(1, stack.max_batch // self.pp),
-                         chunked=stack.chunked_prefill, mixed=stack.mixed_batches, kv_tokens=kv)
+                         chunked=stack.chunked_prefill, mixed=stack.mixed_batches, kv_tokens=kv,
+                         reserve_full=stack.reserve_full_kv)
 
 
 def decode_step(batch: int, context: float) -> Step:
