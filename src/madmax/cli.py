@@ -182,8 +182,8 @@ def schema(kind: Annotated[SchemaKind, typer.Argument(help="model, system, gpu, 
 @app.command()
 def validate(
     datasets: Annotated[list[str] | None, typer.Argument(
-        help="narayanan2021, korthikanti2022, nemo, vtrain_single, vtrain_multi, nvidia_dlrm, or CSV files; "
-             "default all.")] = None,
+        help="narayanan2021, korthikanti2022, nemo, vtrain_single, vtrain_multi, nvidia_dlrm, trtllm_static, "
+             "serving_h100, or CSV files; default all.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summaries as JSON.")] = False,
     out: Annotated[Path | None, typer.Option("--out", help="Write every row's result to this CSV.")] = None,
     markdown: Annotated[Path | None, typer.Option(help="Write the report page (docs/validation.md).")] = None,
@@ -195,7 +195,7 @@ def validate(
     jobs: Annotated[int | None, typer.Option(help="Worker processes (default: CPU count).")] = None,
     sample: Annotated[int | None, typer.Option(help="At most N rows per dataset (quick look).")] = None,
 ) -> None:
-    """Compare predictions with measured training runs: error statistics, worst rows, groupings."""
+    """Compare predictions with measured training and serving runs: error statistics, worst rows, groupings."""
     from madmax.validate import command
 
     try:

@@ -298,7 +298,7 @@ def _disaggregated(request: Request, requested: Strategy, stack: ServingStack, f
     span = Span(2, 1) if n <= domain else Span(1, 2)
     transfer = runtime.network.collective_s(Collective.SEND_RECV, per_gpu, span)
     concurrency = t.batch or 0
-    total = t.num_requests or modes.REQUESTS_PER_SLOT * max(concurrency, 1) * dw
+    total = t.num_requests or modes.REQUESTS_PER_SLOT * max(concurrency, 1)
     arrival = modes.poisson_arrivals(t.request_rate, total, t.seed) if t.request_rate else None
     outcome = modes.disaggregated(modes.Disaggregated(pre, dec, transfer), arrival, concurrency, int(prompt),
                                   int(output), total)
