@@ -103,7 +103,8 @@ def print_serving(result: ServingResult, console: Console | None = None) -> None
             lat.add_row(name.removesuffix("_s"), *(_ms(values[k]) for k in ("mean", "p50", "p90", "p99")))
         console.print(lat)
     b = result.breakdown
-    table = Table(title=f"Steps of the batch on stage {b['stage']}", title_justify="left")
+    table = Table(title=f"One prefill step (up to the token budget) and one decode step of the batch, stage "
+                        f"{b['stage']}", title_justify="left")
     for col in ("part", "prefill", "decode"):
         table.add_column(col, justify="right" if col != "part" else "left")
     kinds = dict.fromkeys([*b["prefill"]["compute_s"], *b["decode"]["compute_s"]])

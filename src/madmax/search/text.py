@@ -97,11 +97,11 @@ def print_serving_search(search, top: int, wall_s: float, console: Console | Non
         console.print("[red]no layout fits in memory within the limits[/red]")
         return
     table = Table(title=f"Top {len(best)} by output tokens/s per GPU", title_justify="left")
-    for name in ("#", "strategy", "weights", "kv", "batch", "TTFT ms", "TPOT ms", "tok/s/GPU", "GiB"):
-        table.add_column(name, justify="left" if name in ("strategy", "weights", "kv") else "right", no_wrap=True)
-    for rank, (c, r) in enumerate(best, 1):
-        table.add_row(str(rank), c.strategy, c.dtype, c.kv_dtype, str(c.batch), f"{r.ttft_s * 1e3:,.1f}",
-                      f"{r.tpot_s * 1e3:,.2f}", f"{r.output_tokens_per_s_per_gpu:,.0f}",
+    for name in ("strategy", "weights/kv", "batch", "TTFT ms", "TPOT ms", "tok/s/GPU", "GiB"):
+        table.add_column(name, justify="left" if name in ("strategy", "weights/kv") else "right", no_wrap=True)
+    for c, r in best:
+        table.add_row(c.strategy, f"{c.dtype}/{c.kv_dtype}", str(c.batch), f"{r.ttft_s * 1e3:,.0f}",
+                      f"{r.tpot_s * 1e3:,.1f}", f"{r.output_tokens_per_s_per_gpu:,.0f}",
                       f"{r.peak_memory_bytes / GIB:,.1f}")
     console.print(table)
 
