@@ -1,3 +1,24 @@
-"""madmax: predict how fast large ML models train and serve on distributed GPU systems."""
+"""madmax: predict how fast large ML models train and serve on distributed GPU systems.
+
+`madmax.simulate(...)`, `madmax.search(...)` and `madmax.inspect(...)` are the public API (`madmax.api`,
+`madmax.search.api`), imported on first use so that `import madmax` and `madmax --help` stay fast.
+"""
+
+from __future__ import annotations
+
+from typing import Any
 
 __version__ = "0.1.0"
+__all__ = ["inspect", "search", "simulate"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("simulate", "inspect"):
+        from madmax import api
+
+        return getattr(api, name)
+    if name == "search":  # the package, which calls madmax.search.search
+        import madmax.search
+
+        return madmax.search
+    raise AttributeError(f"module 'madmax' has no attribute {name!r}")

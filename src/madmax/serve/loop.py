@@ -115,6 +115,7 @@ class Engine:
         self.recompute: dict[int, int] = {}  # tokens a preempted request had generated, to recompute
         self.epoch = 0
         self.preemptions = 0
+        self.admitted_now = 0
         self.busy_s = 0.0
         self.tokens = Tokens()
 
@@ -161,7 +162,7 @@ class Engine:
         chunks, completing = self._prefill_work()
         decodes = self.num_decoding if (self.s.mixed or not chunks) and not self.prefill_only else 0
         if not chunks and not decodes:
-            return False
+            return bool(self.decode_only and self.admitted_now)  # admitted requests that were already done
         if not chunks:
             return self._decode_stretch(until)
         if not self.s.reserve_full:
@@ -203,7 +204,7 @@ class Engine:
         """This step's prompt chunks as (request, tokens already prefilled, tokens now) and the requests
         whose prompt completes, admitting waiting requests while the budget, batch and pool allow."""
         if self.decode_only:
-            self._admit_decoders()
+            self.admitted_now = self._admit_decoders()
             return [], []
         budget = self.s.budget - (self.num_decoding if self.s.mixed else 0)
         chunks: list[tuple[int, int, int]] = []
@@ -273,17 +274,20 @@ class Engine:
         self.num_decoding += 1
         self.decode_keys += int(self.r.prompt[request]) + generated  # the next step reads prompt + tokens out
 
-    def _admit_decoders(self) -> None:
-        """A decode worker admits requests whose prompt's KV cache has arrived."""
+    def _admit_decoders(self) -> int:
+        """A decode worker admits requests whose prompt's KV cache has arrived; returns how many."""
+        admitted = 0
         while self.waiting:
             request = self.waiting[0]
             need = (int(self.r.prompt[request]) + int(self.r.output[request]) if self.s.reserve_full
                     else int(self.r.prompt[request]) + 1)
             if self.num_decoding >= self.s.max_batch or self.used + need > self.s.kv_tokens:
-                return
+                break
             self.waiting.popleft()
             self._hold(request, need if self.s.reserve_full else int(self.r.prompt[request]))
-            self._start_decoding(request)
+            self._start_decoding(request)  # a request of one output token finishes here
+            admitted += 1
+        return admitted
 
     def _make_room(self) -> None:
         """On-demand caches: preempt the most recently started decoders until their next tokens fit."""
