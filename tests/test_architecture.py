@@ -35,7 +35,7 @@ ALLOWED = {
     "report": ANALYSIS | {"sweep", "search"},
     "api": ANALYSIS | {"validate"},
     "cli": ANALYSIS | {"api", "bench", "report", "search", "sweep", "validate"},
-    "__init__": {"api"},
+    "__init__": {"api", "search"},
     "__main__": {"cli"},
 }
 
