@@ -30,6 +30,16 @@ def report(outcome: Outcome, top: int, wall_s: float) -> dict[str, Any]:
             "strategies_per_s": outcome.valid / wall_s if wall_s > 0 else float("inf"), "top": top}
 
 
+def _counts(rows: list[tuple[str, str]]) -> Table:
+    """The pruning counts of a search, one row each."""
+    counts = Table(title="Candidates", title_justify="left", show_header=False)
+    counts.add_column(style="bold")
+    counts.add_column(justify="right")
+    for key, value in rows:
+        counts.add_row(key, value)
+    return counts
+
+
 def print_search(outcome: Outcome, top: int, wall_s: float, console: Console | None = None) -> None:
     """The pruning counts, then the top strategies with time, throughput, MFU, memory and exposed comm."""
     console = console or Console()
@@ -39,18 +49,13 @@ def print_search(outcome: Outcome, top: int, wall_s: float, console: Console | N
     console.print(f"[bold]{ctx.spec.name}[/bold] on {ctx.num_gpus} x {ctx.system.name} ({ctx.task.kind.value}, "
                   f"{ctx.dtype.value}), global batch {batch}; objective {score.objective.value}", soft_wrap=True)
     info = report(outcome, top, wall_s)
-    counts = Table(title="Candidates", title_justify="left", show_header=False)
-    counts.add_column(style="bold")
-    counts.add_column(justify="right")
-    counts.add_row("enumerated", f"{info['enumerated']:,}")
-    for rule, n in info["rejected"].items():
-        counts.add_row(f"  rejected: {rule}", f"{n:,}")
-    counts.add_row("evaluated (fit in memory)", f"{info['evaluated']:,}")
-    if not ctx.has_tables:  # a table search simulates every candidate: it has no replay step
-        counts.add_row("replayed step by step", f"{info['replayed']:,}")
-    counts.add_row("simulated", f"{info['simulated']:,}")
-    counts.add_row("wall time", f"{wall_s:,.2f} s ({info['strategies_per_s']:,.0f} strategies/s)")
-    console.print(counts)
+    # A table search simulates every candidate: it has no replay step.
+    replayed = [] if ctx.has_tables else [("replayed step by step", f"{info['replayed']:,}")]
+    console.print(_counts([("enumerated", f"{info['enumerated']:,}"),
+                           *((f"  rejected: {rule}", f"{n:,}") for rule, n in info["rejected"].items()),
+                           ("evaluated (fit in memory)", f"{info['evaluated']:,}"), *replayed,
+                           ("simulated", f"{info['simulated']:,}"),
+                           ("wall time", f"{wall_s:,.2f} s ({info['strategies_per_s']:,.0f} strategies/s)")]))
     best = outcome.top(top)
     if not best:
         console.print("[red]no strategy fits in memory[/red]")
@@ -82,16 +87,10 @@ def print_serving_search(search, top: int, wall_s: float, console: Console | Non
     console.print(f"[bold]{search.model}[/bold] on {search.num_gpus} x {search.system} (inference, {search.mode}, "
                   f"stack {search.stack}), {search.prompt_len} in + {search.output_len} out tokens"
                   + (f"; {limits}" if limits else ""), soft_wrap=True)
-    counts = Table(title="Candidates", title_justify="left", show_header=False)
-    counts.add_column(style="bold")
-    counts.add_column(justify="right")
-    counts.add_row("layouts x formats", f"{search.enumerated:,}")
-    for rule, n in search.rejected.items():
-        counts.add_row(f"  rejected: {rule}", f"{n:,}")
-    counts.add_row("layouts x formats x batches within the limits", f"{len(search.candidates):,}")
-    counts.add_row("simulated", f"{len(search.exact):,}")
-    counts.add_row("wall time", f"{wall_s:,.2f} s")
-    console.print(counts)
+    console.print(_counts([("layouts x formats", f"{search.enumerated:,}"),
+                           *((f"  rejected: {rule}", f"{n:,}") for rule, n in search.rejected.items()),
+                           ("layouts x formats x batches within the limits", f"{len(search.candidates):,}"),
+                           ("simulated", f"{len(search.exact):,}"), ("wall time", f"{wall_s:,.2f} s")]))
     best = search.top(top)
     if not best:
         console.print("[red]no layout fits in memory within the limits[/red]")
