@@ -1,0 +1,120 @@
+"""The README's examples print what the program prints.
+
+Every `$ madmax ...` command in a README code block that shows output is run (in process, 120 columns
+wide) and its shown lines must appear in the real output: consecutively, except where the README
+writes `...` to leave lines out. Lines that report wall time or speed (`wall time`, `points/s`,
+`strategies/s`) are compared with their numbers masked, and a block holding one is compared with runs of
+spaces and rules collapsed, since the width of a rich table follows its widest cell.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from madmax.cli import app
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+WIDTH = 120
+VOLATILE = re.compile(r"wall time|points/s|strategies/s")
+ELLIPSIS = "..."
+
+
+@dataclass(frozen=True)
+class Example:
+    command: str
+    shown: tuple[str, ...]
+
+    @property
+    def id(self) -> str:
+        return self.command[:60]
+
+
+def examples(text: str) -> list[Example]:
+    """The `$ madmax` commands of the plain code blocks that show at least one line of output."""
+    found: list[Example] = []
+    for block in re.findall(r"^```\n(.*?)^```$", text, flags=re.S | re.M):
+        lines = block.splitlines()
+        i = 0
+        while i < len(lines):
+            if not lines[i].startswith("$ madmax "):
+                i += 1
+                continue
+            command = lines[i][2:]
+            while command.endswith("\\"):
+                i += 1
+                command = command[:-1] + lines[i].strip()
+            i += 1
+            shown = []
+            while i < len(lines) and not lines[i].startswith("$ "):
+                shown.append(lines[i].rstrip())
+                i += 1
+            if any(line != ELLIPSIS for line in shown) and "#" not in command:
+                found.append(Example(command, tuple(shown)))
+    return found
+
+
+def _collapse(line: str) -> str:
+    return re.sub(r"([─━ ])\1+", r"\1", line).strip()
+
+
+def _pattern(line: str, collapse: bool) -> re.Pattern[str]:
+    line = _collapse(line) if collapse else line
+    if not VOLATILE.search(line):
+        return re.compile(re.escape(line))
+    parts = re.split(r"(\d[\d,.]*)", line)  # odd indices are the numbers
+    return re.compile("".join(r"\d[\d,.]*" if i % 2 else re.escape(part) for i, part in enumerate(parts)))
+
+
+def _runs(shown: tuple[str, ...]) -> list[list[str]]:
+    runs: list[list[str]] = [[]]
+    for line in shown:
+        if line == ELLIPSIS:
+            runs.append([])
+        else:
+            runs[-1].append(line)
+    return [run for run in runs if run]
+
+
+def _find(run: list[re.Pattern[str]], actual: list[str], start: int) -> int | None:
+    """The index just past the first place at or after `start` where `run` matches consecutive lines."""
+    for i in range(start, len(actual) - len(run) + 1):
+        if all(p.fullmatch(actual[i + k]) for k, p in enumerate(run)):
+            return i + len(run)
+    return None
+
+
+CASES = examples(README.read_text())
+
+
+def test_the_readme_has_examples_with_output():
+    commands = [e.command.split()[1] for e in CASES]
+    assert {"simulate", "search", "sweep"} <= set(commands), commands
+
+
+@pytest.mark.parametrize("example", CASES, ids=[e.id for e in CASES])
+def test_readme_example_prints_what_it_shows(example: Example, tmp_path, monkeypatch):
+    # Commands that write (a sweep's results) run in a scratch directory holding a copy of examples/.
+    shutil.copytree(ROOT / "examples", tmp_path / "examples")
+    monkeypatch.chdir(tmp_path)
+    args = shlex.split(example.command)[1:]
+    result = CliRunner().invoke(app, args, env={"COLUMNS": str(WIDTH)})
+    actual = [line.rstrip() for line in result.output.splitlines()]
+    collapse = any(VOLATILE.search(line) for line in example.shown)
+    if collapse:
+        actual = [_collapse(line) for line in actual]
+    position = 0
+    for run in _runs(example.shown):
+        patterns = [_pattern(line, collapse) for line in run]
+        found = _find(patterns, actual, position)
+        assert found is not None, (
+            f"README lines not printed by `{example.command}`:\n" + "\n".join(run)
+            + "\n--- the program printed ---\n" + "\n".join(actual))
+        position = found
