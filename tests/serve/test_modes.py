@@ -138,30 +138,28 @@ def test_trace_shows_a_prefill_and_a_decode_step(tmp_path):
 # --- the engine loop on its own ---------------------------------------------------------------------
 
 
-def constant_step(seconds: float):
-    return lambda step: seconds
+def run_alone(reqs: Requests, *, mixed: bool = True, kv_tokens: float = 1e9, reserve_full: bool = True) -> Engine:
+    """One engine with a 100-token budget, every request submitted at its arrival, every step 1 s whatever
+    it holds; the engine after the run (its requests are `.r`)."""
+    engine = Engine(reqs, Scheduler(budget=100, max_batch=8, chunked=True, mixed=mixed, kv_tokens=kv_tokens,
+                                    reserve_full=reserve_full), lambda step: 1.0)
+    for i, arrival in enumerate(reqs.arrival):
+        engine.submit(i, float(arrival))
+    run_engines([engine])
+    return engine
 
 
 def test_engine_by_hand():
     # Two requests arrive at 0 with 10-token prompts and 3 output tokens; one step takes 1 s whatever it
     # holds; budget 100 tokens: step 1 prefills both (first tokens at t=1), steps 2 and 3 decode (t=3).
-    reqs = Requests(arrival=np.zeros(2), prompt=np.full(2, 10), output=np.full(2, 3))
-    engine = Engine(reqs, Scheduler(budget=100, max_batch=8, chunked=True, mixed=True, kv_tokens=1e9),
-                    constant_step(1.0))
-    for i in range(2):
-        engine.submit(i, 0.0)
-    run_engines([engine])
+    reqs = run_alone(Requests(arrival=np.zeros(2), prompt=np.full(2, 10), output=np.full(2, 3))).r
     assert list(reqs.first_token) == [1.0, 1.0]
     assert list(reqs.finish) == [3.0, 3.0]
 
 
 def test_engine_budget_chunks_a_prompt():
     # A 250-token prompt under a 100-token budget is prefilled in 3 chunked steps (first token at t=3).
-    reqs = Requests(arrival=np.zeros(1), prompt=np.full(1, 250), output=np.full(1, 2))
-    engine = Engine(reqs, Scheduler(budget=100, max_batch=8, chunked=True, mixed=True, kv_tokens=1e9),
-                    constant_step(1.0))
-    engine.submit(0, 0.0)
-    run_engines([engine])
+    reqs = run_alone(Requests(arrival=np.zeros(1), prompt=np.full(1, 250), output=np.full(1, 2))).r
     assert reqs.first_token[0] == 3.0 and reqs.finish[0] == 4.0
 
 
@@ -170,12 +168,7 @@ def test_engine_separate_batches_delay_decodes():
     # request 0's decoding, which finishes one step later than with mixed batches.
     def run(mixed: bool) -> float:
         reqs = Requests(arrival=np.array([0.0, 1.5]), prompt=np.full(2, 10), output=np.full(2, 4))
-        engine = Engine(reqs, Scheduler(budget=100, max_batch=8, chunked=True, mixed=mixed, kv_tokens=1e9),
-                        constant_step(1.0))
-        engine.submit(0, 0.0)
-        engine.submit(1, 1.5)
-        run_engines([engine])
-        return float(reqs.finish[0])
+        return float(run_alone(reqs, mixed=mixed).r.finish[0])
 
     assert run(mixed=True) == 4.0
     assert run(mixed=False) == 5.0
@@ -183,12 +176,7 @@ def test_engine_separate_batches_delay_decodes():
 
 def test_engine_admits_within_the_kv_pool():
     # A pool of 25 tokens holds two requests of 10 + 2 tokens, not three: the third waits for a finish.
-    reqs = Requests(arrival=np.zeros(3), prompt=np.full(3, 10), output=np.full(3, 2))
-    engine = Engine(reqs, Scheduler(budget=100, max_batch=8, chunked=True, mixed=True, kv_tokens=25),
-                    constant_step(1.0))
-    for i in range(3):
-        engine.submit(i, 0.0)
-    run_engines([engine])
+    reqs = run_alone(Requests(arrival=np.zeros(3), prompt=np.full(3, 10), output=np.full(3, 2)), kv_tokens=25).r
     assert list(reqs.finish) == [2.0, 2.0, 4.0]
 
 
@@ -217,11 +205,7 @@ def test_on_demand_cache_preempts_the_newest_request():
     # only once request 0 has finished at t=10 (it had 7 tokens left); request 1 then recomputes (t=11) and
     # decodes its last 6 tokens (t=17). Its first token stays at t=1.
     reqs = Requests(arrival=np.zeros(2), prompt=np.full(2, 10), output=np.full(2, 10))
-    engine = Engine(reqs, Scheduler(budget=100, max_batch=8, chunked=True, mixed=True, kv_tokens=25,
-                                    reserve_full=False), constant_step(1.0))
-    for i in range(2):
-        engine.submit(i, 0.0)
-    run_engines([engine])
+    engine = run_alone(reqs, kv_tokens=25, reserve_full=False)
     assert engine.preemptions == 1
     assert list(reqs.first_token) == [1.0, 1.0]
     assert list(reqs.finish) == [10.0, 17.0]
