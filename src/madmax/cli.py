@@ -47,16 +47,28 @@ def _emit_json(data: Any) -> None:
 
 ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Catalog name, HF id, or a YAML/JSON/config.json file.")]
 SystemOpt = Annotated[str, typer.Option("--system", "-s", help="Catalog system name or a YAML/JSON file.")]
+NumGpusOpt = Annotated[int | None, typer.Option(help="Cluster size in GPUs (default: one node).")]
+TaskOpt = Annotated[str, typer.Option(help="pretrain, finetune or inference.")]
+SeqLenOpt = Annotated[int | None, typer.Option(help="Tokens per sequence (default: the model's).")]
+PromptLenOpt = Annotated[int | None, typer.Option(help="Prompt tokens per request (inference).")]
+OutputLenOpt = Annotated[int | None, typer.Option(help="Generated tokens per request (inference).")]
+FinetuneOpt = Annotated[str | None, typer.Option(help="Fine-tuning method: full or lora.")]
+LoraRankOpt = Annotated[int | None, typer.Option(help="LoRA rank r.")]
+FrozenLayersOpt = Annotated[int | None, typer.Option(help="Bottom layers frozen (finetune).")]
+LoraTargetsOpt = Annotated[str | None, typer.Option(help="LoRA projections, e.g. qkv,out,up,gate,down.")]
+CalibrationOpt = Annotated[Path | None, typer.Option(help="Compute profile from `madmax calibrate`.")]
+StackOpt = Annotated[str | None, typer.Option(help="Serving stack (inference): trtllm (default), vllm, sglang, "
+                                                   "trtllm-0.9, or a YAML file.")]
 
 
 @app.command()
 def simulate(
     model: ModelOpt,
     system: SystemOpt,
-    num_gpus: Annotated[int | None, typer.Option(help="Cluster size in GPUs (default: one node).")] = None,
-    task: Annotated[str, typer.Option(help="pretrain, finetune or inference.")] = "pretrain",
+    num_gpus: NumGpusOpt = None,
+    task: TaskOpt = "pretrain",
     global_batch: Annotated[int | None, typer.Option(help="Sequences per optimizer step.")] = None,
-    seq_len: Annotated[int | None, typer.Option(help="Tokens per sequence (default: the model's).")] = None,
+    seq_len: SeqLenOpt = None,
     dtype: Annotated[str | None, typer.Option(help="Compute dtype: bf16, fp16, fp8, fp32 (default bf16, "
                                                     "or fp16 on GPUs without bf16).")] = None,
     strategy: Annotated[str | None, typer.Option(help='e.g. "tp=8,pp=4,dp=32,vp=1,mbs=1,zero=1,'
@@ -64,8 +76,8 @@ def simulate(
                                                       '"emb=tw|rw|cw|twrw|dp,emb_group=G,emb_offload=1".')] = None,
     batch: Annotated[int | None, typer.Option(help="Requests at once per replica (inference; the largest tried "
                                                    "in saturation mode).")] = None,
-    prompt_len: Annotated[int | None, typer.Option(help="Prompt tokens per request (inference).")] = None,
-    output_len: Annotated[int | None, typer.Option(help="Generated tokens per request (inference).")] = None,
+    prompt_len: PromptLenOpt = None,
+    output_len: OutputLenOpt = None,
     mode: Annotated[str | None, typer.Option(help="Serving mode: static (default), concurrency, saturation, rate, "
                                                   "disaggregated.")] = None,
     kv_dtype: Annotated[str | None, typer.Option(help="KV-cache format (inference): bf16, fp16, fp8.")] = None,
@@ -77,13 +89,12 @@ def simulate(
     max_ttft: Annotated[float | None, typer.Option(help="Time-to-first-token limit for goodput, seconds.")] = None,
     max_tpot: Annotated[float | None, typer.Option(help="Time-per-output-token limit for goodput, seconds.")] = None,
     seed: Annotated[int | None, typer.Option(help="Seed of the Poisson arrivals (rate mode).")] = None,
-    stack: Annotated[str | None, typer.Option(help="Serving stack (inference): trtllm (default), vllm, sglang, "
-                                                   "trtllm-0.9, or a YAML file.")] = None,
-    finetune: Annotated[str | None, typer.Option(help="Fine-tuning method: full or lora.")] = None,
-    lora_rank: Annotated[int | None, typer.Option(help="LoRA rank r.")] = None,
-    frozen_layers: Annotated[int | None, typer.Option(help="Bottom layers frozen (finetune).")] = None,
-    lora_targets: Annotated[str | None, typer.Option(help="LoRA projections, e.g. qkv,out,up,gate,down.")] = None,
-    calibration: Annotated[Path | None, typer.Option(help="Compute profile from `madmax calibrate`.")] = None,
+    stack: StackOpt = None,
+    finetune: FinetuneOpt = None,
+    lora_rank: LoraRankOpt = None,
+    frozen_layers: FrozenLayersOpt = None,
+    lora_targets: LoraTargetsOpt = None,
+    calibration: CalibrationOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
     trace: Annotated[Path | None, typer.Option(help="Write a Chrome/Perfetto trace JSON here.")] = None,
 ) -> None:
@@ -294,11 +305,11 @@ def bench_comm(
 def search(
     model: ModelOpt,
     system: SystemOpt,
-    num_gpus: Annotated[int | None, typer.Option(help="Cluster size in GPUs (default: one node).")] = None,
-    task: Annotated[str, typer.Option(help="pretrain, finetune or inference.")] = "pretrain",
+    num_gpus: NumGpusOpt = None,
+    task: TaskOpt = "pretrain",
     global_batch: Annotated[int | None, typer.Option(help="Sequences per optimizer step (required for "
                                                           "training).")] = None,
-    seq_len: Annotated[int | None, typer.Option(help="Tokens per sequence (default: the model's).")] = None,
+    seq_len: SeqLenOpt = None,
     dtype: Annotated[str | None, typer.Option(help="Compute dtype: bf16, fp16, fp8, fp32.")] = None,
     objective: Annotated[str, typer.Option(help="throughput, time, cost or energy.")] = "throughput",
     tokens: Annotated[float | None, typer.Option(help="Tokens to train, for time/cost/energy "
@@ -319,19 +330,18 @@ def search(
     exact: Annotated[int | None, typer.Option(help="Best candidates re-simulated (default max(20, 2*top)).")] = None,
     refine: Annotated[int, typer.Option(help="Best candidates replayed step by step.")] = 2000,
     workers: Annotated[int, typer.Option(help="Processes for the re-simulation.")] = 1,
-    finetune: Annotated[str | None, typer.Option(help="Fine-tuning method: full or lora.")] = None,
-    lora_rank: Annotated[int | None, typer.Option(help="LoRA rank r.")] = None,
-    frozen_layers: Annotated[int | None, typer.Option(help="Bottom layers frozen (finetune).")] = None,
-    lora_targets: Annotated[str | None, typer.Option(help="LoRA projections, e.g. qkv,out,up,gate,down.")] = None,
+    finetune: FinetuneOpt = None,
+    lora_rank: LoraRankOpt = None,
+    frozen_layers: FrozenLayersOpt = None,
+    lora_targets: LoraTargetsOpt = None,
     emb: Annotated[str | None, typer.Option(help='Embedding shardings to try (models with tables), e.g. '
                                                  '"tw,rw" (default tw,rw,cw,twrw,dp).')] = None,
-    calibration: Annotated[Path | None, typer.Option(help="Compute profile from `madmax calibrate`.")] = None,
-    prompt_len: Annotated[int | None, typer.Option(help="Prompt tokens per request (inference).")] = None,
-    output_len: Annotated[int | None, typer.Option(help="Generated tokens per request (inference).")] = None,
+    calibration: CalibrationOpt = None,
+    prompt_len: PromptLenOpt = None,
+    output_len: OutputLenOpt = None,
     mode: Annotated[str, typer.Option(help="Serving mode simulated for the best (inference): static, "
                                            "concurrency, saturation.")] = "static",
-    stack: Annotated[str | None, typer.Option(help="Serving stack (inference): trtllm, vllm, sglang, "
-                                                   "trtllm-0.9.")] = None,
+    stack: StackOpt = None,
     dtypes: Annotated[str | None, typer.Option(help='Weight formats to try (inference), e.g. "bf16,fp8" '
                                                     '(default all the GPU has).')] = None,
     kv_dtypes: Annotated[str | None, typer.Option(help='KV-cache formats to try (inference), e.g. "fp8".')] = None,
@@ -342,16 +352,25 @@ def search(
     """Search every valid strategy (or serving layout, with --task inference); print the best, each simulated."""
     import time
 
+    training_only = {"global_batch": global_batch, "seq_len": seq_len, "dtype": dtype, "tokens": tokens,
+                     "zero": zero, "recompute": recompute, "max_cp": max_cp, "max_vp": max_vp, "max_mbs": max_mbs,
+                     "orders": orders, "emb": emb, "finetune": finetune, "lora_rank": lora_rank,
+                     "frozen_layers": frozen_layers, "lora_targets": lora_targets, "out": out,
+                     "objective": None if objective == "throughput" else objective, "hybrid": None if hybrid else False,
+                     "refine": None if refine == 2000 else refine, "workers": None if workers == 1 else workers}
+    serving_only = {"prompt_len": prompt_len, "output_len": output_len, "mode": None if mode == "static" else mode,
+                    "stack": stack, "dtypes": dtypes, "kv_dtypes": kv_dtypes, "max_ttft": max_ttft,
+                    "max_tpot": max_tpot, "max_batch": max_batch}
     if task == "inference":
+        if given := [name for name, value in training_only.items() if value is not None]:
+            _fail(f"{given[0]} applies to training searches; allowed with --task inference: "
+                  f"{', '.join(serving_only)}, max_tp, max_pp, top, exact, calibration, json")
         _search_serving(model, system, num_gpus, prompt_len, output_len, mode=mode, stack=stack, dtypes=dtypes,
                         kv_dtypes=kv_dtypes, max_ttft=max_ttft, max_tpot=max_tpot, max_tp=max_tp, max_pp=max_pp,
-                        max_batch=max_batch, top=top, exact=exact, calibration=calibration, as_json=as_json,
-                        out=out, refused={k: v for k, v in (("global_batch", global_batch), ("seq_len", seq_len),
-                                                            ("zero", zero), ("recompute", recompute),
-                                                            ("max_cp", max_cp), ("max_vp", max_vp),
-                                                            ("max_mbs", max_mbs), ("emb", emb), ("dtype", dtype),
-                                                            ("finetune", finetune)) if v is not None})
+                        max_batch=max_batch, top=top, exact=exact, calibration=calibration, as_json=as_json)
         return
+    if given := [name for name, value in serving_only.items() if value is not None]:
+        _fail(f"{given[0]} applies to serving searches; allowed: --task inference, or omit it")
 
     from madmax.search.api import find, to_frame
     from madmax.search.core import summary
@@ -397,8 +416,8 @@ def search(
     print_search(outcome, top, wall)
 
 
-def _search_serving(model, system, num_gpus, prompt_len, output_len, *, refused: dict, as_json: bool,
-                    out: Path | None, dtypes: str | None, kv_dtypes: str | None, **options) -> None:
+def _search_serving(model, system, num_gpus, prompt_len, output_len, *, as_json: bool, dtypes: str | None,
+                    kv_dtypes: str | None, **options) -> None:
     """`madmax search --task inference`: the serving layouts (madmax.search.serving)."""
     import time
 
@@ -406,13 +425,6 @@ def _search_serving(model, system, num_gpus, prompt_len, output_len, *, refused:
     from madmax.search.text import print_serving_search
 
     try:
-        if refused:
-            name = next(iter(refused))
-            raise MadmaxError(f"{name} applies to training searches; allowed with --task inference: prompt-len, "
-                              "output-len, mode, stack, dtypes, kv-dtypes, max-ttft, max-tpot, max-tp, max-pp, "
-                              "max-batch, top, exact")
-        if out is not None:
-            raise MadmaxError("--out applies to training searches; allowed with --task inference: --json")
         start = time.perf_counter()
         found = find_serving(model, system, num_gpus, prompt_len=prompt_len, output_len=output_len,
                              dtypes=dtypes.split(",") if dtypes else None,

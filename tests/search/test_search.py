@@ -107,6 +107,10 @@ def test_text_and_parquet(files, tmp_path):
     (["--orders", "tp-dp"], ["strategy.order"]),
     # a serving search takes no global batch (the training search's fixture gives one)
     (["--task", "inference"], ["global_batch applies to training searches", "allowed with --task inference"]),
+    # ... and a training search takes no serving option: nothing asked for is silently dropped
+    (["--prompt-len", "128"], ["prompt_len applies to serving searches", "--task inference"]),
+    (["--stack", "vllm"], ["stack applies to serving searches"]),
+    (["--mode", "saturation"], ["mode applies to serving searches"]),
     (["--out", "x.csv"], ["out='x.csv'", ".parquet"]),
     (["--tokens", "-5"], ["tokens=-5"]),
 ])

@@ -58,6 +58,9 @@ def test_cli_json_and_refused_training_flags():
     assert len(data["results"]) == 2 and all(r["dtype"] == "fp8" for r in data["results"])
     bad = runner.invoke(app, [*base, "--global-batch", "64"])
     assert bad.exit_code == 2 and "global_batch applies to training searches" in bad.stderr
+    for flag, value in (("--lora-rank", "8"), ("--objective", "cost"), ("--no-hybrid", None), ("--workers", "4")):
+        bad = runner.invoke(app, [*base, flag, *([value] if value else [])])
+        assert bad.exit_code == 2 and "applies to training searches" in bad.stderr, (flag, bad.output)
     missing = runner.invoke(app, ["search", "-m", "llama-3.1-8b", "-s", "dgx-h100", "--task", "inference"])
     assert missing.exit_code == 2 and "prompt_len" in missing.stderr
     fp4 = runner.invoke(app, [*base[:-6], "--dtypes", "fp4"])
