@@ -53,25 +53,6 @@ class Scheduler:
 
 
 @dataclass
-class Requests:
-    """Requests as arrays: arrival (s), prompt and output tokens; filled in by the loop: first token and
-    finish times (s), and the engine that served each."""
-
-    arrival: np.ndarray
-    prompt: np.ndarray
-    output: np.ndarray
-    first_token: np.ndarray = field(init=False)
-    finish: np.ndarray = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.first_token = np.full(len(self.arrival), np.nan)
-        self.finish = np.full(len(self.arrival), np.nan)
-
-    def __len__(self) -> int:
-        return len(self.arrival)
-
-
-@dataclass
 class Tokens:
     """Inter-token latencies as (seconds per step, tokens generated at that pace) pairs."""
 
@@ -82,6 +63,27 @@ class Tokens:
         if count > 0:
             self.seconds.append(seconds)
             self.counts.append(count)
+
+
+@dataclass
+class Requests:
+    """Requests as arrays: arrival (s), prompt and output tokens; filled in by the loop (by every engine
+    that serves them): first token and finish times (s), and the inter-token latencies of their decode
+    steps."""
+
+    arrival: np.ndarray
+    prompt: np.ndarray
+    output: np.ndarray
+    first_token: np.ndarray = field(init=False)
+    finish: np.ndarray = field(init=False)
+    itl: Tokens = field(init=False, default_factory=Tokens)
+
+    def __post_init__(self) -> None:
+        self.first_token = np.full(len(self.arrival), np.nan)
+        self.finish = np.full(len(self.arrival), np.nan)
+
+    def __len__(self) -> int:
+        return len(self.arrival)
 
 
 class Engine:
@@ -117,7 +119,6 @@ class Engine:
         self.preemptions = 0
         self.admitted_now = 0
         self.busy_s = 0.0
-        self.tokens = Tokens()
 
     # -- input ----------------------------------------------------------------------------------------
 
@@ -344,7 +345,7 @@ class Engine:
     def _advance_decoders(self, k: int, first_s: float, last_s: float) -> None:
         """k decode steps of every decoder: their keys grow by k per request; those done leave."""
         d = self.num_decoding
-        self.tokens.add((first_s + last_s) / 2, k * d)
+        self.r.itl.add((first_s + last_s) / 2, k * d)
         self.decode_steps += k
         self.decode_keys += k * d
         if not self.s.reserve_full:

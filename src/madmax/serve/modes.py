@@ -164,7 +164,6 @@ def _closed_engine(dep: Deployment, concurrency: int, prompt: int, output: int, 
     for i in range(min(concurrency, n)):
         engine.submit(i, 0.0)
     run_engines([engine])
-    reqs.tokens = engine.tokens  # type: ignore[attr-defined]
     return reqs
 
 
@@ -186,7 +185,7 @@ def _combine(groups: list[tuple[Requests, int]], batch: int) -> Outcome:
         out_rate += count * float(reqs.output[done].sum()) / span
         prompt_rate += count * float(reqs.prompt[done].sum()) / span
         request_rate += count * float(done.sum()) / span
-        for s, c in zip(reqs.tokens.seconds, reqs.tokens.counts, strict=True):  # type: ignore[attr-defined]
+        for s, c in zip(reqs.itl.seconds, reqs.itl.counts, strict=True):
             tokens.add(s, c * count)
     return Outcome(batch=batch, ttft_s=np.concatenate(ttft), e2e_s=np.concatenate(e2e), weight=np.concatenate(weight),
                    tpot_s=np.concatenate(tpot), tpot_weight=np.concatenate(tpot_weight), output_tokens_per_s=out_rate,
@@ -220,7 +219,6 @@ def open_loop(dep: Deployment, arrival: np.ndarray, prompt: np.ndarray, output: 
         for i in range(len(idx)):
             engine.submit(i, float(reqs.arrival[i]))
         run_engines([engine])
-        reqs.tokens = engine.tokens  # type: ignore[attr-defined]
         groups.append((reqs, 1))
     return _combine_open(groups)
 
@@ -286,11 +284,6 @@ def disaggregated(dis: Disaggregated, arrival: np.ndarray | None, concurrency: i
     for i in range(counter["sent"]):
         to_prefill(i, float(reqs.arrival[i]))
     run_engines([*prefillers, *decoders])
-    tokens = Tokens()
-    for engine in decoders:
-        for s, c in zip(engine.tokens.seconds, engine.tokens.counts, strict=True):
-            tokens.add(s, c)
-    reqs.tokens = tokens  # type: ignore[attr-defined]
     out = _combine_open([(reqs, 1)])
     out.batch = concurrency
     return out
