@@ -18,7 +18,7 @@ from madmax.config.stack import ServingStack, load_stack
 from madmax.config.strategy import Strategy
 from madmax.config.task import ServingMode
 from madmax.errors import ConfigError
-from madmax.program.serving import build_step, stage_times, step_period
+from madmax.program.serving import build_step, stage_times
 from madmax.request import Request
 from madmax.results.serving import ServingResult, percentiles, step_breakdown
 from madmax.serve import modes
@@ -131,17 +131,6 @@ def _check_budget(stack: ServingStack, prompt: int) -> None:
                           f"{stack.name}, which does not chunk prompts; allowed: prompt_len <= {stack.max_num_tokens}")
 
 
-def _simulated(dep: modes.Deployment, step, label: str = "step"):
-    """The step's program, simulated: (time of the step, program, schedule). A prefill round's time is when
-    its last micro-batch leaves the last stage; a decode step's is its period (`program.serving`)."""
-    built = build_step(dep.replica.plan, dep.runtime, step, label)
-    timeline = schedule(built.program)
-    stack = dep.runtime.stack
-    if step.prefill:
-        return timeline.makespan_s, built, timeline
-    return step_period(built, timeline, stack.host_step_s, stack.host_overlaps_gpu), built, timeline
-
-
 def _static_prefill_s(dep: modes.Deployment, batch: int, prompt: int, notes: list[str]) -> float:
     """The batch's prefill: one simulated step (a round of micro-batches) when its prompts fit the stack's
     token budget, else consecutive steps of as many whole prompts as fit, the batch's first tokens at the
@@ -150,11 +139,11 @@ def _static_prefill_s(dep: modes.Deployment, batch: int, prompt: int, notes: lis
     budget = dep.runtime.stack.max_num_tokens
     fit = max(1, budget // prompt)
     if per_engine <= fit:
-        return _simulated(dep, modes.prefill_step(per_engine, prompt))[0]
+        return dep.simulate(modes.prefill_step(per_engine, prompt))[0]
     sizes = [fit] * (per_engine // fit) + ([per_engine % fit] if per_engine % fit else [])
     notes.append(f"static batch: {per_engine} prompts of {prompt} tokens exceed stack {dep.runtime.stack.name}'s "
                  f"{budget}-token step; prefilled in {len(sizes)} steps of up to {fit} prompts")
-    last = _simulated(dep, modes.prefill_step(sizes[-1], prompt))[0]
+    last = dep.simulate(modes.prefill_step(sizes[-1], prompt))[0]
     return sum(dep.step_s(modes.prefill_step(size, prompt)) for size in sizes[:-1]) + last
 
 
@@ -181,9 +170,9 @@ def _result(request: Request, dep: modes.Deployment, fmt: Formats, stack: Servin
     per_engine = math.ceil(in_flight / dep.engines)
     prompts = math.ceil(in_flight / pre_dep.engines)
     fit = max(1, stack.max_num_tokens // int(prompt))
-    _, pre_prog, pre_sched = _simulated(pre_dep, modes.prefill_step(min(prompts, fit), int(prompt)), "prefill")
+    _, pre_prog, pre_sched = pre_dep.simulate(modes.prefill_step(min(prompts, fit), int(prompt)))
     prefill_s = _static_prefill_s(pre_dep, prompts * pre_dep.pp, int(prompt), [])
-    decode_s, dec_prog, dec_sched = _simulated(dep, modes.decode_step(per_engine, prompt + output / 2), "decode")
+    decode_s, dec_prog, dec_sched = dep.simulate(modes.decode_step(per_engine, prompt + output / 2))
     memory, fits, reason = _memory(request, rep, shown, stack)
     tokens_per_s = outcome.output_tokens_per_s + outcome.prompt_tokens_per_s
     peak = sysm.gpu.flops_per_s[fmt.gemm] * n

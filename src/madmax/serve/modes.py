@@ -25,9 +25,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from madmax.parallel.serving import Step
-from madmax.program.serving import Runtime, step_time
+from madmax.program.serving import Runtime, StepProgram, build_step, step_period, step_time
 from madmax.serve.deployment import Replica
 from madmax.serve.loop import Engine, Requests, Scheduler, Tokens, run_engines
+from madmax.sim import Schedule, schedule
 
 # Trapezoid samples of a long decode (the step time is piecewise linear in the context).
 DECODE_SAMPLES = 17
@@ -71,6 +72,8 @@ class Deployment:
     replicas: int
     context: float
     unbounded_kv: bool = False  # simulate as though the KV pool had room (a plan that does not fit)
+    _simulated: dict[Step, tuple[float, StepProgram, Schedule]] = field(
+        default_factory=dict, init=False, repr=False, compare=False, hash=False)
 
     @property
     def pp(self) -> int:
@@ -81,7 +84,20 @@ class Deployment:
         return self.replicas * self.pp
 
     def step_s(self, step: Step) -> float:
+        """The step's time in closed form (`program.serving.step_time`), for the loop."""
         return step_time(self.replica.plan, self.runtime, step)
+
+    def simulate(self, step: Step) -> tuple[float, StepProgram, Schedule]:
+        """The step's program, simulated (once per step): (time of the step, program, schedule). A prefill
+        round's time is when its last micro-batch leaves the last stage; a decode step's is its period."""
+        if step not in self._simulated:
+            built = build_step(self.replica.plan, self.runtime, step, "prefill" if step.prefill else "decode")
+            timeline = schedule(built.program)
+            stack = self.runtime.stack
+            seconds = (timeline.makespan_s if step.prefill
+                       else step_period(built, timeline, stack.host_step_s, stack.host_overlaps_gpu))
+            self._simulated[step] = seconds, built, timeline
+        return self._simulated[step]
 
     def scheduler(self, share: float = 1.0) -> Scheduler:
         """One engine's scheduling rules: the stack's, with its share of the replica's KV pool in tokens
