@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from madmax import api
 from madmax.results.serving import percentiles
 from madmax.serve.loop import Engine, Requests, Scheduler, _steps_to_reach, run_engines
+from madmax.serve.modes import batch_ladder, prefill_rounds
 
 ARGS = {"model": "llama-3.1-8b", "system": "dgx-h100", "num_gpus": 8, "task": "inference"}
 
@@ -147,6 +148,12 @@ def run_alone(reqs: Requests, *, mixed: bool = True, kv_tokens: float = 1e9, res
         engine.submit(i, float(arrival))
     run_engines([engine])
     return engine
+
+
+def test_prefill_rounds_and_batch_ladder():
+    # 20 prompts, 8 to a step: two full steps and one of the 4 left; one prompt is one step.
+    assert prefill_rounds(20, 8) == [8, 8, 4] and prefill_rounds(16, 8) == [8, 8] and prefill_rounds(1, 8) == [1]
+    assert batch_ladder(12) == [1, 2, 4, 8, 12] and batch_ladder(16) == [1, 2, 4, 8, 16] and batch_ladder(1) == [1]
 
 
 def test_engine_by_hand():

@@ -90,6 +90,11 @@ class ServingStack(Schema):
                                                                   "inside an NVLink domain, in order.")
     sources: dict[str, str] = Field(default_factory=dict, description="Source of each field.")
 
+    def prompts_per_step(self, prompt_len: int) -> int:
+        """Whole prompts of `prompt_len` tokens one step's budget holds; at least one (a longer prompt is
+        chunked, or refused by a stack that does not chunk)."""
+        return max(1, self.max_num_tokens // prompt_len)
+
 
 @cache
 def _catalog() -> dict:

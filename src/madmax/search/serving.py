@@ -193,14 +193,14 @@ def _evaluate(base, stack, formats, limits, max_tp, max_pp, max_batch) -> tuple[
         fmt = formats_of(request)
         for tp, pp in layouts:
             strategy = Strategy(tp=tp, pp=pp, dp=base.num_gpus // (tp * pp))
-            fit = max(1, stack.max_num_tokens // p)
+            fit = stack.prompts_per_step(p)
             rep = replica(request, strategy, stack, fmt, fit * p, fit, p + o)
             if rep.max_sequences < 1:
                 rejected["memory"] += 1
                 continue
             dep = modes.Deployment(rep, runtime, strategy.dp, p + o)
             top_batch = min(rep.max_sequences, max_batch)
-            for batch in sorted({2**i for i in range(int(math.log2(top_batch)) + 1)} | {top_batch}):
+            for batch in modes.batch_ladder(top_batch):
                 ttft, tpot = _estimate(dep, batch, p, o)
                 if not _meets(ttft, tpot, limits):
                     break  # a larger batch only lengthens the prefill and the decode step
@@ -217,8 +217,7 @@ def _estimate(dep, batch: int, prompt: int, output: int) -> tuple[float, float]:
     from madmax.serve import modes
 
     per_engine = math.ceil(batch / dep.pp)
-    fit = max(1, dep.runtime.stack.max_num_tokens // prompt)
-    sizes = [fit] * (per_engine // fit) + ([per_engine % fit] if per_engine % fit else [])
+    sizes = modes.prefill_rounds(per_engine, dep.runtime.stack.prompts_per_step(prompt))
     ttft = sum(dep.step_s(modes.prefill_step(s, prompt)) for s in sizes[:-1])
     last: Step = modes.prefill_step(sizes[-1], prompt)
     if dep.pp == 1:

@@ -56,8 +56,7 @@ def simulate_serving(request: Request, requested: Strategy, stack: str | Path | 
     strategy = serving_strategy(request, requested, requested.tp, requested.pp)
     static = t.mode is ServingMode.STATIC
     batch = t.batch or engine_stack.max_batch
-    per_step = max(1, engine_stack.max_num_tokens // int(p_mean))  # whole prompts in one step's budget
-    prompts = min(math.ceil(batch / strategy.pp), per_step)
+    prompts = min(math.ceil(batch / strategy.pp), engine_stack.prompts_per_step(int(p_mean)))
     step_tokens = prompts * int(p_mean) if static else engine_stack.max_num_tokens
     sequences = prompts if static else min(engine_stack.max_batch, engine_stack.max_num_tokens)
     rep = replica(request, strategy, engine_stack, fmt, step_tokens, sequences, context)
@@ -136,13 +135,12 @@ def _static_prefill_s(dep: modes.Deployment, batch: int, prompt: int, notes: lis
     token budget, else consecutive steps of as many whole prompts as fit, the batch's first tokens at the
     end of the last (the steps before it recur at the step period, the last one a simulated round)."""
     per_engine = math.ceil(batch / dep.pp)
-    budget = dep.runtime.stack.max_num_tokens
-    fit = max(1, budget // prompt)
-    if per_engine <= fit:
-        return dep.simulate(modes.prefill_step(per_engine, prompt))[0]
-    sizes = [fit] * (per_engine // fit) + ([per_engine % fit] if per_engine % fit else [])
-    notes.append(f"static batch: {per_engine} prompts of {prompt} tokens exceed stack {dep.runtime.stack.name}'s "
-                 f"{budget}-token step; prefilled in {len(sizes)} steps of up to {fit} prompts")
+    stack = dep.runtime.stack
+    fit = stack.prompts_per_step(prompt)
+    sizes = modes.prefill_rounds(per_engine, fit)
+    if len(sizes) > 1:
+        notes.append(f"static batch: {per_engine} prompts of {prompt} tokens exceed stack {stack.name}'s "
+                     f"{stack.max_num_tokens}-token step; prefilled in {len(sizes)} steps of up to {fit} prompts")
     last = dep.simulate(modes.prefill_step(sizes[-1], prompt))[0]
     return sum(dep.step_s(modes.prefill_step(size, prompt)) for size in sizes[:-1]) + last
 
@@ -169,7 +167,7 @@ def _result(request: Request, dep: modes.Deployment, fmt: Formats, stack: Servin
     shown = math.ceil(in_flight / dep.replicas)  # per replica (decode workers), for memory
     per_engine = math.ceil(in_flight / dep.engines)
     prompts = math.ceil(in_flight / pre_dep.engines)
-    fit = max(1, stack.max_num_tokens // int(prompt))
+    fit = stack.prompts_per_step(int(prompt))
     _, pre_prog, pre_sched = pre_dep.simulate(modes.prefill_step(min(prompts, fit), int(prompt)))
     prefill_s = _static_prefill_s(pre_dep, prompts * pre_dep.pp, int(prompt), [])
     decode_s, dec_prog, dec_sched = dep.simulate(modes.decode_step(per_engine, prompt + output / 2))

@@ -120,6 +120,16 @@ def prefill_step(batch: int, prompt: int) -> Step:
     return Step(prefill=((prompt, prompt),) * batch, sampled=batch)
 
 
+def prefill_rounds(prompts: int, per_step: int) -> list[int]:
+    """Prompts in each of the consecutive prefill steps of `prompts` waiting prompts, `per_step` a step."""
+    return [per_step] * (prompts // per_step) + ([prompts % per_step] if prompts % per_step else [])
+
+
+def batch_ladder(cap: int) -> list[int]:
+    """Batches tried up to `cap`: the powers of two below it, and `cap`."""
+    return sorted({2**i for i in range(int(math.log2(cap)) + 1)} | {cap})
+
+
 def mean_decode_s(dep: Deployment, batch: int, prompt: int, output: int) -> float:
     """Mean decode step over contexts prompt + 1 .. prompt + output - 1 (exact for up to DECODE_SAMPLES
     steps, else the trapezoid rule on DECODE_SAMPLES evenly spaced steps)."""
@@ -211,7 +221,7 @@ def _combine(groups: list[tuple[Requests, int]], batch: int) -> Outcome:
 def saturation(dep: Deployment, cap: int, prompt: int, output: int, num_requests: int | None) -> Outcome:
     """The closed loop at batches 1, 2, 4, ... up to `cap` and at `cap`; the one with the most output
     tokens/s."""
-    candidates = sorted({2**i for i in range(int(math.log2(cap)) + 1)} | {cap})
+    candidates = batch_ladder(cap)
     best = None
     for b in candidates:
         result = closed_loop(dep, b, prompt, output, num_requests)
