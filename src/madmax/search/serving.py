@@ -155,12 +155,13 @@ def _formats(base, dtypes: list[str] | None, kv_dtypes: list[str] | None) -> lis
 
 def _layouts(base, max_tp: int | None, max_pp: int | None, rejected: dict[str, int]) -> list[tuple[int, int]]:
     """(tp, pp) pairs whose product divides the GPU count, counting the rule each rejected pair breaks."""
+    from madmax.serve.deployment import tp_splits
+
     spec, n, domain = base.spec, base.num_gpus, base.system.scale_up_domain
-    heads, kv, ffn = spec.num_heads, spec.kv_heads, spec.ffn_hidden_size
     out = []
     for tp in (d for d in range(1, n + 1) if n % d == 0 and d <= (max_tp or n)):
         for pp in (d for d in range(1, n // tp + 1) if (n // tp) % d == 0 and d <= (max_pp or n)):
-            if heads % tp or ffn % tp or (kv % tp and tp % kv):
+            if not tp_splits(spec, tp):
                 rejected["tp_divides_model"] += 1
             elif tp > domain:
                 rejected["tp_within_domain"] += 1

@@ -1,8 +1,9 @@
 """A serving deployment, resolved: the replica's plan, the engine's runtime, memory and the KV pool.
 
-`resolve_deployment` checks what a user can get wrong about an inference request (lengths, the strategy
-keys that apply, tensor-parallel divisibility, formats the GPU lacks) and builds the plan of a replica
-(`parallel.serving`) and the runtime of the serving stack (`program.serving`).
+`check_request`, `check_keys` and `serving_strategy` check what a user can get wrong about an inference
+request (lengths, the strategy keys that apply, tensor-parallel divisibility); `replica` builds the plan of
+a replica (`parallel.serving`) and its memory, `runtime_of` the runtime of the serving stack
+(`program.serving`).
 
 Memory per GPU of the worst stage: weights, the activations of the largest step, the software's
 reserve (`catalog/runtime.yaml`) and the KV cache. The KV pool is what the engine gives the cache: a
@@ -12,7 +13,6 @@ fraction of all HBM less the rest (vLLM, SGLang) or a fraction of what the rest 
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -54,7 +54,7 @@ class Replica:
     reserved_bytes: float
     pool_bytes: float  # KV pool per GPU of the tightest stage
     kv_bytes_per_sequence: float  # KV of one request of the run's length on that stage
-    pool_by_stage: tuple[float, ...] = ()  # KV pool per GPU of each stage
+    pool_by_stage: tuple[float, ...]  # KV pool per GPU of each stage
 
     @property
     def max_sequences(self) -> int:
@@ -96,13 +96,20 @@ def check_request(request: Request) -> None:
                               f"{spec.max_seq_len} of {spec.name}; allowed: at most {spec.max_seq_len} tokens")
 
 
+def tp_splits(spec, tp: int) -> bool:
+    """Whether `tp` splits the model: it divides the heads and the FFN, and divides the KV heads or is a
+    multiple of them (each KV head then replicated on tp / kv_heads ranks)."""
+    kv = spec.kv_heads
+    return spec.num_heads % tp == 0 and spec.ffn_hidden_size % tp == 0 and (kv % tp == 0 or tp % kv == 0)
+
+
 def serving_strategy(request: Request, requested: Strategy, tp: int, pp: int, field: str = "") -> Strategy:
     """A replica's strategy (tp, pp, and dp replicas over the cluster when `field` is empty), checked."""
     spec, n = request.spec, request.num_gpus
     heads, kv, ffn = spec.num_heads, spec.kv_heads, spec.ffn_hidden_size
     where = f"strategy.{field}tp" if field else "strategy.tp"
-    if heads % tp or ffn % tp or (kv % tp and tp % kv):
-        allowed = [d for d in range(1, heads + 1) if heads % d == 0 and ffn % d == 0 and (kv % d == 0 or d % kv == 0)]
+    if not tp_splits(spec, tp):
+        allowed = [d for d in range(1, heads + 1) if tp_splits(spec, d)]
         raise StrategyError(f"{where}={tp} must divide num_heads={heads} and ffn_hidden_size={ffn} of {spec.name}, "
                             f"and divide or be a multiple of num_kv_heads={kv}; allowed: "
                             f"{', '.join(map(str, allowed[:12]))}")
@@ -137,23 +144,18 @@ def replica(request: Request, strategy: Strategy, stack: ServingStack, fmt: Form
                               act_dtype=fmt.act, gemm_dtype=fmt.gemm, weight_width=fmt.weight_width,
                               weight_bytes_per_param=fmt.weight_bytes_per_param, kv_dtype=fmt.kv)
     hbm, reserved = request.system.gpu.hbm_bytes, reserved_memory_bytes()
-    best = None
-    pools = []
-    for s in range(plan.num_stages):
-        weights = plan.weights_bytes(s)
-        workspace = plan.workspace_bytes(s, step_tokens, step_sequences)
-        rest = weights + workspace + reserved
-        if stack.kv_pool_basis is KVPoolBasis.TOTAL:
-            pool = stack.kv_pool_fraction * hbm - rest
-        else:
-            pool = stack.kv_pool_fraction * (hbm - rest)
-        pools.append(max(0.0, pool))
-        per_sequence = plan.kv_bytes(s, context)
-        held = pool / per_sequence if per_sequence else math.inf
-        if best is None or held < best[0]:
-            best = (held, Replica(strategy, plan, weights, workspace, reserved, max(0.0, pool), per_sequence))
-    assert best is not None
-    return dataclasses.replace(best[1], pool_by_stage=tuple(pools))
+    weights = [plan.weights_bytes(s) for s in range(plan.num_stages)]
+    workspace = [plan.workspace_bytes(s, step_tokens, step_sequences) for s in range(plan.num_stages)]
+    per_sequence = [plan.kv_bytes(s, context) for s in range(plan.num_stages)]
+    rests = [w + a + reserved for w, a in zip(weights, workspace, strict=True)]
+    if stack.kv_pool_basis is KVPoolBasis.TOTAL:
+        pools = [stack.kv_pool_fraction * hbm - rest for rest in rests]
+    else:
+        pools = [stack.kv_pool_fraction * (hbm - rest) for rest in rests]
+    # The tightest stage: the one whose pool holds the fewest requests (the first on a tie).
+    s = min(range(plan.num_stages), key=lambda s: pools[s] / per_sequence[s] if per_sequence[s] else math.inf)
+    room = tuple(max(0.0, pool) for pool in pools)
+    return Replica(strategy, plan, weights[s], workspace[s], reserved, room[s], per_sequence[s], room)
 
 
 def runtime_of(request: Request, stack: ServingStack) -> Runtime:
