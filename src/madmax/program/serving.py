@@ -124,10 +124,12 @@ def stage_times(plan: ServingPlan, runtime: Runtime, stage: int, step: Step) -> 
 
 def _dense_times(plan: ServingPlan, runtime: Runtime, compute: ComputeModel, stage: int, tokens: int,
                  sampled: int) -> StageTimes:
+    # Keyed by identity; the entry holds the plan, so no other plan can take its id while it is cached
+    # (a search builds many plans against one runtime). The compute models belong to the runtime.
     key = (id(plan), id(compute), stage, tokens, sampled)
     cached = runtime._cache.get(key)
     if cached is not None:
-        return cached
+        return cached[1]
     by_kind: dict[str, float] = defaultdict(float)
     comm_by: dict[str, float] = defaultdict(float)
     flops = 0.0
@@ -141,7 +143,7 @@ def _dense_times(plan: ServingPlan, runtime: Runtime, compute: ComputeModel, sta
     out = StageTimes(sum(by_kind.values()), sum(comm_by.values()), dict(by_kind), dict(comm_by), flops)
     if len(runtime._cache) > CACHE_SIZE:
         runtime._cache.clear()
-    runtime._cache[key] = out
+    runtime._cache[key] = (plan, out)
     return out
 
 

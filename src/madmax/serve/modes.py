@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from madmax.parallel.serving import Step
-from madmax.program.serving import Runtime, StepProgram, build_step, step_period, step_time
+from madmax.program.serving import Runtime, StepProgram, build_step, round_time, step_period, step_time
 from madmax.serve.deployment import Replica
 from madmax.serve.loop import Engine, Requests, Scheduler, Tokens, run_engines
 from madmax.sim import Schedule, schedule
@@ -94,7 +94,7 @@ class Deployment:
             built = build_step(self.replica.plan, self.runtime, step, "prefill" if step.prefill else "decode")
             timeline = schedule(built.program)
             stack = self.runtime.stack
-            seconds = (timeline.makespan_s if step.prefill
+            seconds = (round_time(built, timeline) if step.prefill
                        else step_period(built, timeline, stack.host_step_s, stack.host_overlaps_gpu))
             self._simulated[step] = seconds, built, timeline
         return self._simulated[step]
