@@ -272,7 +272,7 @@ def _unit(key: str, block: Block, shape: Shape, s: Strategy, tp_span: Span, cp_s
     keeps_s2 = not flash and not (s.recompute is Recompute.SELECTIVE and block.is_layer)
     saved = sum(saved_bytes(op, shape, flash=not keeps_s2) for op in block.ops) if needs_backward else 0.0
     recompute: list[Kernel] = []
-    tp_fwd, tp_bwd = _tp_comm(block, shape, tp_span)
+    tp_fwd, tp_bwd = tp_comm(block, shape, tp_span)
     working = 0.0
     if block.is_layer and needs_backward and s.recompute is Recompute.SELECTIVE:
         recompute = [k for op in block.ops if op.kind is OpKind.ATTENTION
@@ -300,7 +300,7 @@ def _unit(key: str, block: Block, shape: Shape, s: Strategy, tp_span: Span, cp_s
                     is_layer=block.is_layer, placement=block.placement)
 
 
-def _tp_comm(block: Block, shape: Shape, tp_span: Span) -> tuple[list[CommOp], list[CommOp]]:
+def tp_comm(block: Block, shape: Shape, tp_span: Span) -> tuple[list[CommOp], list[CommOp]]:
     """Tensor-parallel collectives of one block per micro-batch, from its ops (Megatron's f and g).
 
     A column-parallel GEMM opens a TP region, the next row-parallel GEMM closes it (Shoeybi et al. 2019,

@@ -28,7 +28,7 @@ from madmax.config.strategy import Axis, Strategy
 from madmax.parallel.kernels import CommOp, Kernel
 from madmax.parallel.pipeline import split_layers
 from madmax.parallel.placement import span
-from madmax.parallel.plan import _tp_comm
+from madmax.parallel.plan import tp_comm
 from madmax.parallel.tensor import AttentionCall, Shape, forward_kernels
 from madmax.workload.ops import Block, OpKind, Placement, TPSplit, Workload
 
@@ -158,7 +158,7 @@ class ServingPlan:
             shape = self._shape(unit, tokens, sampled)
             kernels = [k for op in unit.block.ops if op.kind is not OpKind.ATTENTION
                        for k in forward_kernels(op, shape, flash=True)]
-            fwd_comm, _ = _tp_comm(unit.block, shape, self.tp_span)
+            fwd_comm, _ = tp_comm(unit.block, shape, self.tp_span)
             out.append(StageWork(unit, tuple(kernels), tuple(fwd_comm)))
         return tuple(out)
 
