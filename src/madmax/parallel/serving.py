@@ -28,7 +28,7 @@ from madmax.config.strategy import Axis, Strategy
 from madmax.parallel.kernels import CommOp, Kernel
 from madmax.parallel.pipeline import split_layers
 from madmax.parallel.placement import span
-from madmax.parallel.plan import tp_comm
+from madmax.parallel.plan import tp_comm, workload_hidden
 from madmax.parallel.tensor import AttentionCall, Shape, forward_kernels
 from madmax.workload.ops import Block, OpKind, Placement, TPSplit, Workload
 
@@ -204,7 +204,7 @@ def build_serving_plan(workload: Workload, strategy: Strategy, *, domain_size: i
                        pp_span=span(strategy, (Axis.PP,), domain_size), act_dtype=act_dtype,
                        gemm_dtype=gemm_dtype, weight_width=weight_width,
                        weight_bytes_per_param=weight_bytes_per_param, kv_width=kv_dtype.num_bytes,
-                       hidden=_hidden(workload))
+                       hidden=workload_hidden(workload))
 
 
 def _unit_fields(block: Block, tp: int, kv_dtype: DType) -> tuple[float, float, int | None, bool]:
@@ -218,11 +218,3 @@ def _unit_fields(block: Block, tp: int, kv_dtype: DType) -> tuple[float, float, 
             window = op.window
     return params, kv, window, block.placement is Placement.LAYERS
 
-
-def _hidden(workload: Workload) -> int:
-    """Width of the activations passed between stages: the embedding's output width."""
-    for block in workload.blocks:
-        for op in block.ops:
-            if op.kind is OpKind.EMBEDDING:
-                return op.n
-    raise AssertionError("a generative workload without an embedding")
