@@ -76,12 +76,12 @@ def resolve_request(model: Any, system: Any, num_gpus: int | None = None, task: 
     sysm = load_system(system, num_gpus)
     assumptions = []
     if fields.get("dtype") is None and not isinstance(task, Task | dict):
-        fields["dtype"] = DType.BF16.value if DType.BF16 in sysm.gpu.flops_per_s else DType.FP16.value
+        fields["dtype"] = sysm.gpu.half_dtype.value
         if fields["dtype"] != DType.BF16.value:
             assumptions.append(f"dtype not given: fp16, since gpu {sysm.gpu.name} has no bf16 peak")
     t = make_task(task, **fields)
     # int4 is weight-only: its GEMMs run in 16 bits.
-    computed = (DType.BF16 if DType.BF16 in sysm.gpu.flops_per_s else DType.FP16) if t.dtype is DType.INT4 else t.dtype
+    computed = sysm.gpu.half_dtype if t.dtype is DType.INT4 else t.dtype
     if computed not in sysm.gpu.flops_per_s:
         kinds = COMPUTE_DTYPES + (INFERENCE_ONLY_DTYPES if t.kind is TaskKind.INFERENCE else ())
         allowed = ", ".join(d.value for d in sysm.gpu.flops_per_s if d.value in kinds)

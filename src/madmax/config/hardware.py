@@ -41,6 +41,11 @@ class GPU(Schema):
         """Dense peak FLOP/s of `dtype`; raises KeyError if the part has no such unit."""
         return self.flops_per_s[dtype]
 
+    @property
+    def half_dtype(self) -> DType:
+        """The 16-bit format the part computes in: bf16, or fp16 on parts without bf16 (V100, T4)."""
+        return DType.BF16 if DType.BF16 in self.flops_per_s else DType.FP16
+
 
 class FabricKind(StrEnum):
     NVLINK = "nvlink"

@@ -134,7 +134,7 @@ def _formats(base, dtypes: list[str] | None, kv_dtypes: list[str] | None) -> lis
     fp8; fp4), each with a 16-bit cache and, where the GPU has fp8, an fp8 cache."""
     gpu = base.system.gpu
     peaks = {d.value for d in gpu.flops_per_s}
-    act = "bf16" if "bf16" in peaks else "fp16"
+    act = gpu.half_dtype.value
     if dtypes is None:
         chosen = [act] + [d for d in ("fp8", "fp4") if d in peaks]
     else:

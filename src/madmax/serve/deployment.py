@@ -70,7 +70,7 @@ def formats(request: Request) -> Formats:
     """Activations in bf16 (fp16 on GPUs without bf16, fp32 for fp32 runs); GEMMs in the task's dtype, int4
     weight-only into 16-bit GEMMs; the KV cache in task.kv_dtype, else the activations' format."""
     t, gpu = request.task, request.system.gpu
-    act = DType.FP32 if t.dtype is DType.FP32 else DType.BF16 if DType.BF16 in gpu.flops_per_s else DType.FP16
+    act = DType.FP32 if t.dtype is DType.FP32 else gpu.half_dtype
     kv = t.kv_dtype or act
     if t.dtype is DType.INT4:
         return Formats(act, act, weight_bytes_per_param("int4"), weight_bytes_per_param("int4"), kv, "int4")
