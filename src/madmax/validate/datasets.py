@@ -147,20 +147,22 @@ def read_csv(path: str | Path) -> Iterator[tuple[str, dict[str, str]]]:
     return _rows_of(path.read_text(encoding="utf-8-sig"), path.name)
 
 
-def _int(row: Mapping[str, str], key: str) -> int | None:
+def row_int(row: Mapping[str, str], key: str) -> int | None:
+    """The row's integer in column `key`, None when the row leaves it empty."""
     text = row.get(key, "")
     return None if text == "" else int(float(text))
 
 
-def _need(row: Mapping[str, str], *keys: str) -> list[int]:
-    missing = [k for k in keys if _int(row, k) is None]
+def row_ints(row: Mapping[str, str], *keys: str) -> list[int]:
+    """The row's integers in columns `keys`; a row missing any is not mappable."""
+    missing = [k for k in keys if row_int(row, k) is None]
     if missing:
         raise NotMappable(f"row does not state {', '.join(missing)} (partial row)")
-    return [_int(row, k) for k in keys]  # type: ignore[misc]
+    return [row_int(row, k) for k in keys]  # type: ignore[misc]
 
 
-def _build(name: str, description: str, rows: Rows,
-           mapper: Callable[[str, dict[str, str]], Case | Sequence[Case]]) -> Dataset:
+def build_dataset(name: str, description: str, rows: Rows,
+                  mapper: Callable[[str, dict[str, str]], Case | Sequence[Case]]) -> Dataset:
     """Map every row: `mapper` returns its case (or several, one per metric) or raises with the reason."""
     cases: list[Case] = []
     unmapped = []
@@ -191,18 +193,18 @@ def _published_case(dataset: str, row_id: str, row: dict[str, str], *, defaults:
     if row["task"] not in ("pretrain", "finetune"):
         raise NotMappable(f"task {row['task']!r} is not training")
     name = row["model"]
-    if "moe" in name.lower() or model_family(name) == "mixtral" or (_int(row, "ep") or 1) > 1:
+    if "moe" in name.lower() or model_family(name) == "mixtral" or (row_int(row, "ep") or 1) > 1:
         raise NotMappable("MoE not supported yet")
-    layers, hidden, heads, ffn, seq = _need(row, "layers", "hidden", "heads", "ffn_hidden", "seq_len")
-    num_gpus, tp, pp, dp = _need(row, "num_gpus", "tp", "pp", "dp")
-    gb, per_node = _need(row, "global_batch", "gpus_per_node")
-    kv = _int(row, "kv_heads") or heads
+    layers, hidden, heads, ffn, seq = row_ints(row, "layers", "hidden", "heads", "ffn_hidden", "seq_len")
+    num_gpus, tp, pp, dp = row_ints(row, "num_gpus", "tp", "pp", "dp")
+    gb, per_node = row_ints(row, "global_batch", "gpus_per_node")
+    kv = row_int(row, "kv_heads") or heads
     notes = list(notes)
-    if _int(row, "vocab") is None:
+    if row_int(row, "vocab") is None:
         if vocab is None:
             raise NotMappable("row does not state vocab")
         notes.append(f"vocab not stated; {vocab} assumed")
-    v = _int(row, "vocab") or vocab
+    v = row_int(row, "vocab") or vocab
     family = model_family(name)
     if family == "gpt":
         model = gpt3_model(name, layers, hidden, heads, ffn, v, seq)
@@ -216,9 +218,9 @@ def _published_case(dataset: str, row_id: str, row: dict[str, str], *, defaults:
     if row["dtype"] not in _DTYPES:
         raise NotMappable(f"dtype {row['dtype']!r} is not mapped")
     dtype = _DTYPES[row["dtype"]]
-    s: dict[str, Any] = {"tp": tp, "pp": pp, "dp": dp, "cp": _int(row, "cp") or 1}
+    s: dict[str, Any] = {"tp": tp, "pp": pp, "dp": dp, "cp": row_int(row, "cp") or 1}
     for key, column in (("vp", "vp"), ("mbs", "micro_batch")):
-        s[key] = _int(row, column)
+        s[key] = row_int(row, column)
         if s[key] is None:
             s[key] = defaults[key]
             notes.append(f"{column} not stated; {key}={s[key]} assumed")
@@ -263,7 +265,7 @@ def load_narayanan2021(rows: Rows | None = None) -> Dataset:
             notes.append("Table 1 used the interleaved schedule with an unstated chunk count; vp=1 simulated")
         return _published_case("narayanan2021", row_id, row, defaults=defaults, layer_passes=4, notes=notes)
 
-    return _build("narayanan2021", "Narayanan et al. 2021 (SC21) Tables 1-2, GPT on A100 (Selene)",
+    return build_dataset("narayanan2021", "Narayanan et al. 2021 (SC21) Tables 1-2, GPT on A100 (Selene)",
                   _published("Narayanan", rows), mapper)
 
 
@@ -277,7 +279,7 @@ def load_korthikanti2022(rows: Rows | None = None) -> Dataset:
             if row["metric"] == "mfu" else []
         return _published_case("korthikanti2022", row_id, row, defaults=_MEGATRON_2021, notes=notes)
 
-    return _build("korthikanti2022", "Korthikanti et al. 2022, GPT 22B-1T on A100 (Selene)",
+    return build_dataset("korthikanti2022", "Korthikanti et al. 2022, GPT 22B-1T on A100 (Selene)",
                   _published("Korthikanti", rows), mapper)
 
 
@@ -300,7 +302,7 @@ def load_nemo(rows: Rows | None = None) -> Dataset:
         return _published_case("nemo", row_id, row, defaults=_NEMO, vocab=MEGATRON_VOCAB, notes=notes,
                                task=task)
 
-    return _build("nemo", "NVIDIA NeMo performance tables, DGX H100, fp8",
+    return build_dataset("nemo", "NVIDIA NeMo performance tables, DGX H100, fp8",
                   _published("NVIDIA/NeMo", rows), mapper)
 
 
@@ -313,9 +315,9 @@ VTRAIN_NOTES = (
 
 
 def _vtrain_case(dataset: str, row_id: str, row: dict[str, str], system: str | dict) -> Case:
-    num_gpus, gb, mbs = _need(row, "# GPUs", "global batch", "micro batch")
-    hidden, heads, layers, seq = _need(row, "hidden size", "attention heads", "# layers", "sequence length")
-    tp, dp, pp = _need(row, "tensor parallelism", "data parallelism", "pipeline parallelism")
+    num_gpus, gb, mbs = row_ints(row, "# GPUs", "global batch", "micro batch")
+    hidden, heads, layers, seq = row_ints(row, "hidden size", "attention heads", "# layers", "sequence length")
+    tp, dp, pp = row_ints(row, "tensor parallelism", "data parallelism", "pipeline parallelism")
     if tp * dp * pp != num_gpus:
         raise NotMappable(f"tp*dp*pp={tp}*{dp}*{pp} differs from {num_gpus} GPUs")
     name = f"gpt-{layers}l-{hidden}h"
@@ -330,7 +332,7 @@ def _vtrain_case(dataset: str, row_id: str, row: dict[str, str], system: str | d
 
 def load_vtrain_single(rows: Rows | None = None) -> Dataset:
     """1,440 runs on one DGX A100 node (2-8 GPUs)."""
-    return _build("vtrain_single", "vTrain single-node Megatron-DeepSpeed runs, 2-8 A100",
+    return build_dataset("vtrain_single", "vTrain single-node Megatron-DeepSpeed runs, 2-8 A100",
                   read_rows(VTRAIN_SINGLE_CSV) if rows is None else rows,
                   lambda i, r: _vtrain_case("vtrain_single", i, r, system_for("a100-80gb", 8)))
 
@@ -341,7 +343,7 @@ VTRAIN_SCALE_OUT_GBPS = 800 / 8 / 8
 
 def load_vtrain_multi(rows: Rows | None = None) -> Dataset:
     """109 runs on 64-512 A100s; scale-out 800 Gb/s per node as in vTrain's validation configs."""
-    return _build("vtrain_multi", "vTrain multi-node Megatron-DeepSpeed runs, 64-512 A100",
+    return build_dataset("vtrain_multi", "vTrain multi-node Megatron-DeepSpeed runs, 64-512 A100",
                   read_rows(VTRAIN_MULTI_CSV) if rows is None else rows,
                   lambda i, r: _vtrain_case("vtrain_multi", i, r,
                                             system_for("a100-80gb", 8, None, VTRAIN_SCALE_OUT_GBPS)))
@@ -469,8 +471,8 @@ def _nvidia_dlrm_case(row_id: str, row: dict[str, str]) -> Case:
     kind = row["model"].split()[0].lower()
     if kind not in ("dlrm", "dcnv2"):
         raise NotMappable(f"model {row['model']!r} is neither DLRM nor DCNv2")
-    num_gpus, per_node, gb = _need(row, "num_gpus", "gpus_per_node", "global_batch")
-    mbs = _int(row, "micro_batch") or gb // num_gpus
+    num_gpus, per_node, gb = row_ints(row, "num_gpus", "gpus_per_node", "global_batch")
+    mbs = row_int(row, "micro_batch") or gb // num_gpus
     if mbs * num_gpus != gb:
         raise NotMappable(f"global_batch={gb} is not {num_gpus} GPUs x micro_batch={mbs} (no accumulation)")
     rows, rows_note = _criteo_rows(row)
@@ -510,7 +512,7 @@ def load_nvidia_dlrm(rows: Rows | None = None) -> Dataset:
     source = "NVIDIA/DeepLearningExamples TensorFlow2/Recommendation/DLRM_and_DCNv2"
     chosen = ((i, r) for i, r in (read_rows(PUBLISHED_CSV) if rows is None else rows)
               if r["source"].startswith(source))
-    return _build("nvidia_dlrm", "NVIDIA DeepLearningExamples TF2 DLRM/DCNv2, samples/s on A100 and V100",
+    return build_dataset("nvidia_dlrm", "NVIDIA DeepLearningExamples TF2 DLRM/DCNv2, samples/s on A100 and V100",
                   chosen, _nvidia_dlrm_case)
 
 

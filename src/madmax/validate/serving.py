@@ -21,7 +21,7 @@ from typing import Any
 
 from madmax.config.loaders import find_in_catalog, load_system
 from madmax.errors import MadmaxError
-from madmax.validate.datasets import PUBLISHED_CSV, Case, Dataset, Rows, _build, _int, _need, read_rows
+from madmax.validate.datasets import PUBLISHED_CSV, Case, Dataset, Rows, build_dataset, read_rows, row_int, row_ints
 from madmax.validate.inputs import NotMappable, catalog_gpu, model_family, system_for
 
 TRTLLM_SOURCE = "NVIDIA/TensorRT-LLM docs/source/performance/perf-overview.md"
@@ -54,7 +54,7 @@ def shape_notes(row: Mapping[str, str], entry: Mapping[str, Any]) -> list[str]:
     notes = []
     for column, key in SHAPE_COLUMNS:
         ours = entry.get(key) or (entry["num_heads"] if key == "num_kv_heads" else None)
-        stated = _int(row, column)
+        stated = row_int(row, column)
         if stated is None:
             notes.append(f"row does not state {column}; catalog {entry['name']} has {key}={ours}")
         elif stated != ours:
@@ -100,7 +100,7 @@ def _trtllm_lengths(row: Mapping[str, str]) -> tuple[int, int]:
 
 def _trtllm_case(row_id: str, row: dict[str, str]) -> Case:
     name = row["model"]
-    if "MoE" in row["notes"] or model_family(name) == "mixtral" or (_int(row, "ep") or 1) > 1:
+    if "MoE" in row["notes"] or model_family(name) == "mixtral" or (row_int(row, "ep") or 1) > 1:
         raise NotMappable(MOE)
     if name not in TRTLLM_MODELS:
         raise NotMappable(f"model {name!r} is not mapped; allowed: {', '.join(TRTLLM_MODELS)}")
@@ -108,7 +108,7 @@ def _trtllm_case(row_id: str, row: dict[str, str]) -> Case:
         raise NotMappable(f"metric {row['metric']!r} is not mapped; allowed: output_tokens_per_s_per_gpu, ttft_ms")
     if row["dtype"] not in ("fp8", "fp16"):
         raise NotMappable(f"dtype {row['dtype']!r} is not mapped; allowed: fp8, fp16")
-    num_gpus, tp, pp, batch = _need(row, "num_gpus", "tp", "pp", "global_batch")
+    num_gpus, tp, pp, batch = row_ints(row, "num_gpus", "tp", "pp", "global_batch")
     if tp * pp != num_gpus:
         raise NotMappable(f"tp*pp={tp}*{pp} differs from {num_gpus} GPUs")
     prompt, output = _trtllm_lengths(row)
@@ -117,7 +117,7 @@ def _trtllm_case(row_id: str, row: dict[str, str]) -> Case:
     notes = [*TRTLLM_NOTES, *shape_notes(row, find_in_catalog("models", catalog)), *notes]
     if row["metric"] == "ttft_ms":
         notes.append(TTFT_NOTE)
-    per_node = _int(row, "gpus_per_node")
+    per_node = row_int(row, "gpus_per_node")
     if per_node is None:
         per_node = DGX_GPUS
         notes.append(f"gpus_per_node not stated: a DGX node of {DGX_GPUS} GPUs")
@@ -145,7 +145,7 @@ def load_trtllm_static(rows: Rows | None = None) -> Dataset:
     """TensorRT-LLM v0.9 perf-overview: static-batch output tokens/s/GPU and batch-1 first-token latency."""
     chosen = ((i, r) for i, r in (read_rows(PUBLISHED_CSV) if rows is None else rows)
               if r["source"].startswith(TRTLLM_SOURCE) and r["task"] == "inference")
-    return _build("trtllm_static", "TensorRT-LLM v0.9 static batching, DGX H100 (fp8) and DGX A100 (fp16)",
+    return build_dataset("trtllm_static", "TensorRT-LLM v0.9 static batching, DGX H100 (fp8) and DGX A100 (fp16)",
                   chosen, _trtllm_case)
 
 
@@ -178,7 +178,7 @@ def _concurrency(row: Mapping[str, str]) -> tuple[int, list[str]]:
     found = re.search(r"silicon_concurrency=(\d+)", row["silicon_data_source"])
     if found:
         return int(found.group(1)), []
-    batch, workers = _int(row, "decode_batch_size"), _int(row, "decode_num_workers")
+    batch, workers = row_int(row, "decode_batch_size"), row_int(row, "decode_num_workers")
     if not batch or not workers:
         raise NotMappable("row states no client concurrency (silicon_concurrency) nor decode batch and workers")
     return batch * workers, [f"client concurrency not stated: decode_batch_size x decode_num_workers = "
@@ -186,22 +186,22 @@ def _concurrency(row: Mapping[str, str]) -> tuple[int, list[str]]:
 
 
 def _moe_fields(row: Mapping[str, str], prefix: str = "") -> bool:
-    return any((_int(row, f"{prefix}{k}") or 1) > 1 for k in ("attention_dp_size", "moe_ep_size"))
+    return any((row_int(row, f"{prefix}{k}") or 1) > 1 for k in ("attention_dp_size", "moe_ep_size"))
 
 
 def _serving_inputs(row: Mapping[str, str]) -> tuple[dict[str, Any], str, str, list[str]]:
     """simulate() keywords of the deployment (batch, strategy, num_gpus, mode), its parallelism group, the
     label's layout words, and notes."""
     if row["mode"] == "agg":
-        batch, tp, pp = _need(row, "batch_size", "tp_size", "pp_size")
+        batch, tp, pp = row_ints(row, "batch_size", "tp_size", "pp_size")
         group = _tp_pp(tp, pp)
         return ({"num_gpus": tp * pp, "mode": "concurrency", "batch": batch, "strategy": f"tp={tp},pp={pp}"},
                 group, f"{group} c{batch}", [])
     if row["mode"] != "disagg":
         raise NotMappable(f"mode {row['mode']!r} is not mapped; allowed: agg, disagg")
     keys = ("num_workers", "tp_size", "pp_size")
-    pw, ptp, ppp = _need(row, *(f"prefill_{k}" for k in keys))
-    dw, dtp, dpp = _need(row, *(f"decode_{k}" for k in keys))
+    pw, ptp, ppp = row_ints(row, *(f"prefill_{k}" for k in keys))
+    dw, dtp, dpp = row_ints(row, *(f"decode_{k}" for k in keys))
     concurrency, notes = _concurrency(row)
     strategy = (f"prefill_workers={pw},prefill_tp={ptp},prefill_pp={ppp},"
                 f"decode_workers={dw},decode_tp={dtp},decode_pp={dpp}")
@@ -227,7 +227,7 @@ def _serving_cases(row_id: str, row: dict[str, str]) -> tuple[Case, Case]:
         raise NotMappable(f"system {row['system']!r} is not mapped; allowed: h100_sxm")
     if row["backend"] not in ("trtllm", "vllm", "sglang"):
         raise NotMappable(f"backend {row['backend']!r} is not mapped; allowed: trtllm, vllm, sglang")
-    prompt, output = _need(row, "isl", "osl")
+    prompt, output = row_ints(row, "isl", "osl")
     dtype, notes = _serving_dtype(row)
     deployment, group, layout, more = _serving_inputs(row)
     if (reason := _system_error(deployment["num_gpus"])) is not None:
@@ -254,5 +254,5 @@ def _serving_cases(row_id: str, row: dict[str, str]) -> tuple[Case, Case]:
 
 def load_serving_h100(rows: Rows | None = None) -> Dataset:
     """silicon_h100.csv: mean TTFT and TPOT (ms) of each dense-model deployment, two cases per row."""
-    return _build("serving_h100", "TensorRT-LLM, vLLM and SGLang serving on H100: mean TTFT and TPOT",
+    return build_dataset("serving_h100", "TensorRT-LLM, vLLM and SGLang serving on H100: mean TTFT and TPOT",
                   read_rows(SERVING_CSV) if rows is None else rows, _serving_cases)

@@ -22,14 +22,14 @@ from madmax.validate.datasets import (
     VTRAIN_SCALE_OUT_GBPS,
     Case,
     Dataset,
-    _build,
-    _int,
     _published_case,
     _rows_of,
     _vtrain_case,
+    build_dataset,
     load_korthikanti2022,
     load_narayanan2021,
     load_nemo,
+    row_int,
 )
 from madmax.validate.inputs import system_for
 
@@ -61,7 +61,7 @@ def _generic(name: str, rows: list[tuple[str, dict[str, str]]]) -> Dataset:
     def mapper(row_id: str, row: dict[str, str]) -> Case:
         return _published_case(name, row_id, row, defaults=_NEMO, notes=[GENERIC_NOTE])
 
-    return _build(name, "user rows, Megatron-Core defaults", rows, mapper)
+    return build_dataset(name, "user rows, Megatron-Core defaults", rows, mapper)
 
 
 def _published_dataset(name: str, rows: list[tuple[str, dict[str, str]]]) -> Dataset:
@@ -82,9 +82,9 @@ def _vtrain_dataset(name: str, rows: list[tuple[str, dict[str, str]]]) -> Datase
     single, multi = system_for("a100-80gb", 8), system_for("a100-80gb", 8, None, VTRAIN_SCALE_OUT_GBPS)
 
     def mapper(row_id: str, row: dict[str, str]) -> Case:
-        return _vtrain_case(name, row_id, row, single if (_int(row, "# GPUs") or 0) <= 8 else multi)
+        return _vtrain_case(name, row_id, row, single if (row_int(row, "# GPUs") or 0) <= 8 else multi)
 
-    return _build(name, "user rows (vTrain format)", rows, mapper)
+    return build_dataset(name, "user rows (vTrain format)", rows, mapper)
 
 
 def load_csv(path: str | Path) -> Dataset:
