@@ -63,17 +63,16 @@ def _run(job: tuple[dict, dict, float, float]) -> tuple[float, float] | None:
     return r.ttft_s * 1e3, r.tpot_s * 1e3
 
 
-def errors(cases, stack: dict, floor_s: float, host_s: float, pool,
-           metrics: tuple[str, ...] = ("tpot_ms",)) -> list[float]:
-    """log(predicted / measured) of each row's `metrics`."""
+def errors(cases, stack: dict, floor_s: float, host_s: float, pool) -> dict[str, list[float]]:
+    """log(predicted / measured) of each row's TTFT and TPOT, by metric."""
     results = pool.map(_run, [(kw, stack, floor_s, host_s) for kw, _ in cases], chunksize=4)
-    out = []
+    out: dict[str, list[float]] = {"ttft_ms": [], "tpot_ms": []}
     for (_, measured), result in zip(cases, results, strict=True):
         if result is None:
             continue
         for metric, value in zip(("ttft_ms", "tpot_ms"), result, strict=True):
-            if metric in measured and metric in metrics:
-                out.append(math.log(value / measured[metric]))
+            if metric in measured:
+                out[metric].append(math.log(value / measured[metric]))
     return out
 
 
@@ -93,15 +92,16 @@ def fit(stack_name: str, jobs: int) -> tuple[float, float]:
     with ProcessPoolExecutor(jobs) as pool:
         best = None
         for floor_us, host_ms in itertools.product(GRAPH_FLOORS_US, HOST_STEPS_MS):
-            logs = errors(train, stack, floor_us * 1e-6, host_ms * 1e-3, pool)
+            logs = errors(train, stack, floor_us * 1e-6, host_ms * 1e-3, pool)["tpot_ms"]
             score = statistics.median(abs(e) for e in logs)
             if best is None or score < best[0]:
                 best = (score, floor_us, host_ms)
         _, floor_us, host_ms = best
         print(f"{stack_name}: graph_floor_s {floor_us} us, host_step_s {host_ms} ms")
         for label, part in ((f"fitted rows ({len(train)})", train), (f"held-out rows ({len(held)})", held)):
+            by_metric = errors(part, stack, floor_us * 1e-6, host_ms * 1e-3, pool)
             for metric in ("tpot_ms", "ttft_ms"):
-                logs = errors(part, stack, floor_us * 1e-6, host_ms * 1e-3, pool, (metric,))
+                logs = by_metric[metric]
                 bias = 100 * (math.exp(statistics.median(logs)) - 1)
                 print(f"  {label:20s} {metric}: {summary(logs)}, bias {bias:+.1f}%")
     return floor_us * 1e-6, host_ms * 1e-3
