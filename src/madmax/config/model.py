@@ -1,7 +1,9 @@
 """Model descriptions. A family is chosen by the `family` key; parameter counts are computed, never typed.
 
-Only the decoder-only transformer is described here now; MoE, DLRM and ViT families join as further
-schemas registered in `MODEL_FAMILIES`, each with its workload module in `madmax.workload`.
+The decoder-only transformer covers dense and mixture-of-experts LLMs (an `moe` section replaces the
+FFN of some layers by routed experts; an `mla` section replaces grouped-query attention by DeepSeek's
+multi-head latent attention). Recommendation models are the `dlrm` family. Each family has its workload
+module in `madmax.workload`.
 """
 
 from __future__ import annotations
@@ -32,6 +34,68 @@ class Position(StrEnum):
     LEARNED = "learned"
     ALIBI = "alibi"
     NONE = "none"
+
+
+class MoE(Schema):
+    """Routed experts replacing the FFN of the MoE layers (Shazeer et al. 2017; Mixtral, DeepSeek-V3, Qwen3-MoE).
+
+    Each token's router picks `top_k` of `num_experts` experts, each a gated or plain FFN of width
+    `expert_ffn_hidden_size` (the model's `is_gated_ffn` and `activation`); `shared_experts` always-on
+    experts of `shared_expert_ffn_hidden_size` in total run beside them (DeepSeek, Qwen2-MoE, Llama 4).
+    Layer i (from 0) is an MoE layer when i >= `first_dense_layers` and (i + 1) % `layer_freq` == 0;
+    the others keep the dense FFN of `ffn_hidden_size`.
+    """
+
+    num_experts: PositiveInt = Field(description="Routed experts E per MoE layer.")
+    top_k: PositiveInt = Field(description="Experts each token is routed to, k.")
+    expert_ffn_hidden_size: PositiveInt = Field(description="Inner width of one routed expert.")
+    shared_experts: int = Field(0, ge=0, description="Shared (always-on) experts per MoE layer.")
+    shared_expert_ffn_hidden_size: PositiveInt | None = Field(
+        None, description="Inner width of the shared experts together; default shared_experts * "
+        "expert_ffn_hidden_size.")
+    shared_expert_gate: bool = Field(
+        False, description="A sigmoid gate (hidden_size -> 1) scales the shared expert's output (Qwen2-MoE).")
+    first_dense_layers: int = Field(0, ge=0, description="Leading layers with a dense FFN (DeepSeek "
+                                    "first_k_dense_replace).")
+    layer_freq: PositiveInt = Field(1, description="Every k-th layer is an MoE layer (Llama 4 Maverick: 2).")
+    expert_bias: bool = Field(False, description="Expert projections carry biases (GPT-OSS).")
+    router_bias: bool = Field(
+        False, description="The router carries a bias of num_experts elements (GPT-OSS; DeepSeek-V3's "
+        "e_score_correction_bias).")
+
+    @property
+    def shared_width(self) -> int:
+        return self.shared_expert_ffn_hidden_size or self.shared_experts * self.expert_ffn_hidden_size
+
+    @model_validator(mode="after")
+    def _shape(self) -> MoE:
+        if self.top_k > self.num_experts:
+            raise ValueError(f"top_k={self.top_k} exceeds num_experts={self.num_experts}; "
+                             f"allowed: 1 to {self.num_experts}")
+        if self.shared_expert_ffn_hidden_size is not None and not self.shared_experts:
+            raise ValueError("shared_expert_ffn_hidden_size needs shared_experts >= 1; allowed: give "
+                             "shared_experts or drop shared_expert_ffn_hidden_size")
+        if self.shared_expert_gate and not self.shared_experts:
+            raise ValueError("shared_expert_gate=true needs shared_experts >= 1")
+        return self
+
+
+class MLA(Schema):
+    """Multi-head latent attention (DeepSeek-V2/V3, Kimi K2): queries and keys/values pass through
+    low-rank latents; each head's query and key are a `qk_nope_head_dim` part plus a `qk_rope_head_dim`
+    rotary part (the rotary key is one head shared by all), its value `v_head_dim` wide. The KV cache
+    keeps the compressed latent (kv_lora_rank) and the rotary key (qk_rope_head_dim) per token."""
+
+    q_lora_rank: PositiveInt | None = Field(None, description="Query latent width; None: queries are "
+                                            "projected directly from the hidden state (DeepSeek-V2-Lite).")
+    kv_lora_rank: PositiveInt = Field(description="Key/value latent width (the cached latent).")
+    qk_nope_head_dim: PositiveInt = Field(description="Per-head query/key width without rotary encoding.")
+    qk_rope_head_dim: PositiveInt = Field(description="Per-head query/key width with rotary encoding.")
+    v_head_dim: PositiveInt = Field(description="Per-head value width.")
+
+    @property
+    def qk_head_dim(self) -> int:
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
 
 
 class DecoderModel(Schema):
@@ -93,6 +157,15 @@ class DecoderModel(Schema):
         "(Mistral 7B v0.1, Phi-3)."
     )
     position: Position = Field(Position.ROPE, description="Position encoding; 'learned' adds a table.")
+    moe: MoE | None = Field(None, description="Mixture-of-experts layers; None: every layer has the dense FFN.")
+    mla: MLA | None = Field(None, description="Multi-head latent attention; None: (grouped-query) attention.")
+    attention_sinks: bool = Field(
+        False, description="A learned sink logit per query head joins each softmax (GPT-OSS): num_heads "
+        "parameters per layer.")
+    mtp_layers: int = Field(
+        0, ge=0, description="Multi-token-prediction modules after the model (DeepSeek-V3: 1), each a norm "
+        "pair, a (2h x h) projection and one more layer; they share the embedding and LM head. In training "
+        "they run on every token; a serving engine may skip them.")
     vocab_size: PositiveInt = Field(description="Vocabulary size V.")
     tied_embeddings: bool = Field(False, description="The LM head reuses the input embedding matrix.")
     max_seq_len: PositiveInt = Field(description="Longest context the model supports, tokens.")
@@ -122,6 +195,12 @@ class DecoderModel(Schema):
         if pattern == 1:
             raise ValueError("sliding_window_pattern=1 makes every layer global and the sliding_window unused; "
                              "allowed: 2 or more, or no sliding_window")
+        if self.moe is not None and not any(self.is_moe_layer(i) for i in range(self.num_layers)):
+            raise ValueError(f"moe.first_dense_layers={self.moe.first_dense_layers} and moe.layer_freq="
+                             f"{self.moe.layer_freq} leave no MoE layer among the {self.num_layers} layers")
+        if self.mla is not None and (self.parallel_attention or self.qk_norm):
+            raise ValueError("mla is modelled with sequential layers and no qk_norm (DeepSeek's layout); "
+                             "allowed: parallel_attention=false and qk_norm=false with mla")
         return self
 
     @property
@@ -139,14 +218,34 @@ class DecoderModel(Schema):
             return None
         return self.sliding_window
 
+    def is_moe_layer(self, layer: int) -> bool:
+        """Whether layer `layer` (from 0) has routed experts instead of the dense FFN."""
+        m = self.moe
+        return m is not None and layer >= m.first_dense_layers and (layer + 1) % m.layer_freq == 0
+
+    @property
+    def num_moe_layers(self) -> int:
+        return sum(self.is_moe_layer(i) for i in range(self.num_layers))
+
     @property
     def default_seq_len(self) -> int:
         return self.train_seq_len or self.max_seq_len
 
     def parallel_constraints(self) -> dict[str, list[tuple[str, int]]]:
-        """Model sizes each parallel degree must divide: TP splits heads, KV heads and the FFN."""
-        return {"tp": [("num_heads", self.num_heads), ("num_kv_heads", self.kv_heads),
-                       ("ffn_hidden_size", self.ffn_hidden_size)]}
+        """Model sizes each parallel degree must divide: TP splits heads, KV heads and the dense FFN (of
+        the dense layers and the shared experts); EP splits the experts. (Expert TP is checked against
+        the expert width by `resolve_strategy`, since it is not one of the attention axes.)"""
+        tp = [("num_heads", self.num_heads)]
+        if self.mla is None:
+            tp.append(("num_kv_heads", self.kv_heads))
+        if self.moe is None or self.num_moe_layers < self.num_layers:
+            tp.append(("ffn_hidden_size", self.ffn_hidden_size))
+        if self.moe is not None and self.moe.shared_experts:
+            tp.append(("moe.shared_expert_ffn_hidden_size", self.moe.shared_width))
+        out = {"tp": tp}
+        if self.moe is not None:
+            out["ep"] = [("moe.num_experts", self.moe.num_experts)]
+        return out
 
     def degree_limits(self) -> dict[str, tuple[int, str]]:
         """Largest degree of each axis the family is modelled for, with the reason (none here; ep is
@@ -155,7 +254,7 @@ class DecoderModel(Schema):
 
     @property
     def has_experts(self) -> bool:
-        return False
+        return self.moe is not None
 
     @property
     def num_pipeline_units(self) -> int:

@@ -7,6 +7,8 @@ their 34*s*b*h bytes per layer at 2 bytes per element are 17*h elements per toke
 
 from __future__ import annotations
 
+import dataclasses
+
 from madmax.workload.ops import Op, OpKind, TPSplit
 
 # Read the input, write the output: an element-wise op moves two tensors.
@@ -149,3 +151,96 @@ def lora_ops(base: Op, rank: int) -> list[Op]:
         Op(name=f"{base.name}.lora_b", kind=OpKind.GEMM, tp=b_split, k=rank, n=base.n, params=rank * base.n,
            saved_elems_per_token=rank),
     ]
+
+
+def mla_attention_ops(layer: str, hidden: int, heads: int, *, q_lora_rank: int | None, kv_lora_rank: int,
+                      qk_nope_head_dim: int, qk_rope_head_dim: int, v_head_dim: int, norm_params: int,
+                      window: int | None = None) -> list[Op]:
+    """Multi-head latent attention (DeepSeek-V2, arXiv 2405.04434, Sec. 2.1), as trained (not absorbed).
+
+    q_down (h x r_q), its RMSNorm, q_up (r_q x a*(d_n + d_r)) -- or one q projection (h x a*(d_n + d_r))
+    without a query latent; kv_down (h x (r_kv + d_r)): the KV latent and the one rotary key shared by all
+    heads, its RMSNorm over r_kv, kv_up (r_kv x a*(d_n + d_v)); the attention core over heads of query/key
+    width d_n + d_r and value width d_v; the output projection (a*d_v x h). The down projections and
+    latent norms are computed whole on every tensor-parallel rank (Megatron-Core duplicates them); the up
+    projections are column-parallel, the output row-parallel. Saved: the hidden state (h), the latents,
+    Q, K, V and the output-projection input.
+    """
+    qk = qk_nope_head_dim + qk_rope_head_dim
+    ops: list[Op] = []
+    if q_lora_rank:
+        ops += [Op(name=f"{layer}.q_down", kind=OpKind.GEMM, tp=TPSplit.DUPLICATED, k=hidden, n=q_lora_rank,
+                   params=hidden * q_lora_rank, saved_elems_per_token=hidden, saved_outside_tp=True,
+                   lora_target="qkv"),
+                _latent_norm(f"{layer}.q_latent_norm", q_lora_rank, norm_params),
+                Op(name=f"{layer}.q_up", kind=OpKind.GEMM, tp=TPSplit.COLUMN, k=q_lora_rank, n=heads * qk,
+                   params=q_lora_rank * heads * qk, saved_elems_per_token=q_lora_rank, saved_outside_tp=True)]
+    else:
+        ops.append(Op(name=f"{layer}.q_proj", kind=OpKind.GEMM, tp=TPSplit.COLUMN, k=hidden, n=heads * qk,
+                      params=hidden * heads * qk, saved_elems_per_token=hidden, saved_outside_tp=True,
+                      lora_target="qkv"))
+    kv_n = kv_lora_rank + qk_rope_head_dim
+    ops += [Op(name=f"{layer}.kv_down", kind=OpKind.GEMM, tp=TPSplit.DUPLICATED, k=hidden, n=kv_n,
+               params=hidden * kv_n),
+            _latent_norm(f"{layer}.kv_latent_norm", kv_lora_rank, norm_params),
+            Op(name=f"{layer}.kv_up", kind=OpKind.GEMM, tp=TPSplit.COLUMN, k=kv_lora_rank,
+               n=heads * (qk_nope_head_dim + v_head_dim), params=kv_lora_rank * heads * (qk_nope_head_dim + v_head_dim),
+               saved_elems_per_token=kv_lora_rank, saved_outside_tp=True),
+            Op(name=f"{layer}.attn", kind=OpKind.ATTENTION, tp=TPSplit.HEADS, heads=heads, kv_heads=heads,
+               head_dim=qk, v_head_dim=v_head_dim, causal=True, window=window,
+               saved_elems_per_token=heads * (2 * qk + v_head_dim)),
+            Op(name=f"{layer}.out", kind=OpKind.GEMM, tp=TPSplit.ROW, k=heads * v_head_dim, n=hidden,
+               params=heads * v_head_dim * hidden, saved_elems_per_token=heads * v_head_dim, lora_target="out")]
+    return ops
+
+
+def _latent_norm(name: str, width: int, params_per_feature: int) -> Op:
+    """RMSNorm of an MLA latent, computed whole on every tensor-parallel rank."""
+    return Op(name=name, kind=OpKind.ELEMENTWISE, tp=TPSplit.REPLICATED, moved_elems_per_token=READ_WRITE * width,
+              flops_per_token=5 * width, params=params_per_feature * width, saved_elems_per_token=width)
+
+
+def moe_ops(layer: str, hidden: int, *, num_experts: int, top_k: int, expert_ffn: int, gated: bool,
+            expert_bias: bool, router_bias: bool, shared_ffn: int, shared_gate: bool, shared_bias: bool) -> list[Op]:
+    """A mixture-of-experts FFN (Shazeer et al. 2017; Fedus et al. 2021; Megatron-Core MoE layer).
+
+    router: (h x E) logits on the rank's tokens (outside the TP region; fp32 logits kept, E per token);
+    permute: each token copied once per chosen expert, grouped by expert (reads h, writes k*h); the
+    routed experts' up (and gate), activation and down GEMMs on those k rows per token (grouped GEMMs
+    over the rank's local experts, `experts` matrices of which each row uses one); unpermute: the k
+    expert outputs of each token weighted by its router probabilities and summed (reads k*h, writes h).
+    Shared experts (always on; DeepSeek, Qwen2-MoE) are a tensor-parallel FFN of `shared_ffn` beside
+    them, optionally scaled by a sigmoid gate (h x 1). The token exchange between expert-parallel ranks
+    (dispatch, combine) is the plan's, not an op.
+    """
+    act_in = (2 if gated else 1) * expert_ffn
+    ops = [Op(name=f"{layer}.router", kind=OpKind.GEMM, tp=TPSplit.SEQUENCE, k=hidden, n=num_experts,
+              params=hidden * num_experts + (num_experts if router_bias else 0),
+              saved_elems_per_token=hidden + num_experts),
+           Op(name=f"{layer}.permute", kind=OpKind.ELEMENTWISE, tp=TPSplit.SEQUENCE,
+              moved_elems_per_token=hidden + top_k * hidden)]
+    if shared_ffn:
+        shared = ffn_ops(f"{layer}.shared", hidden, shared_ffn, gated=gated, bias=shared_bias)
+        ops += [dataclasses.replace(op, name=op.name.replace(".shared.", ".shared_"), lora_target=None)
+                for op in shared]
+        if shared_gate:
+            ops.append(Op(name=f"{layer}.shared_gate", kind=OpKind.GEMM, tp=TPSplit.SEQUENCE, k=hidden, n=1,
+                          params=hidden))
+    bias = expert_bias
+    ops.append(Op(name=f"{layer}.expert_up", kind=OpKind.GEMM, tp=TPSplit.EXPERT_COLUMN, k=hidden, n=expert_ffn,
+                  params=num_experts * (hidden * expert_ffn + (expert_ffn if bias else 0)), experts=num_experts,
+                  top_k=top_k, saved_elems_per_token=top_k * hidden))
+    if gated:
+        ops.append(Op(name=f"{layer}.expert_gate", kind=OpKind.GEMM, tp=TPSplit.EXPERT_COLUMN, k=hidden,
+                      n=expert_ffn, params=num_experts * (hidden * expert_ffn + (expert_ffn if bias else 0)),
+                      experts=num_experts, top_k=top_k))
+    ops += [Op(name=f"{layer}.expert_act", kind=OpKind.ELEMENTWISE, tp=TPSplit.EXPERT_REGION,
+               moved_elems_per_token=top_k * (act_in + expert_ffn), flops_per_token=8 * top_k * expert_ffn,
+               saved_elems_per_token=top_k * act_in, top_k=top_k),
+            Op(name=f"{layer}.expert_down", kind=OpKind.GEMM, tp=TPSplit.EXPERT_ROW, k=expert_ffn, n=hidden,
+               params=num_experts * (expert_ffn * hidden + (hidden if bias else 0)), experts=num_experts,
+               top_k=top_k, saved_elems_per_token=top_k * expert_ffn),
+            Op(name=f"{layer}.unpermute", kind=OpKind.ELEMENTWISE, tp=TPSplit.SEQUENCE,
+               moved_elems_per_token=top_k * hidden + hidden, flops_per_token=2 * top_k * hidden,
+               saved_elems_per_token=top_k)]
+    return ops

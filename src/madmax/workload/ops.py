@@ -30,10 +30,15 @@ class TPSplit(StrEnum):
 
     COLUMN: the output width n (QKV, FFN up/gate, LM head over the vocabulary); ROW: the input width k
     (attention output, FFN down), followed by a reduction; HEADS: attention heads; TP_REGION: an
-    element-wise op inside the TP region (on n/tp features); SEQUENCE: an element-wise op outside the TP
-    region, split by tp only under sequence parallelism, otherwise replicated; VOCAB: embedding rows;
-    REPLICATED: computed whole on every tp rank (small LoRA matrices); TABLE: an embedding table that
-    the embedding-sharding plan places on ranks (table-, row-, column-wise), not tensor parallelism.
+    element-wise op inside the TP region (on n/tp features); SEQUENCE: an op outside the TP region
+    (element-wise, or the MoE router), split by tp only under sequence parallelism (on T/tp tokens),
+    otherwise replicated; VOCAB: embedding rows; REPLICATED: computed whole on every tp rank (small LoRA
+    matrices, MLA's latent norms); DUPLICATED: a GEMM on the full hidden state computed whole on every tp
+    rank that opens the TP region like a column-parallel one (MLA's down projections: under sequence
+    parallelism its input is gathered); TABLE: an embedding table that the embedding-sharding plan places
+    on ranks (table-, row-, column-wise), not tensor parallelism. EXPERT_COLUMN / EXPERT_ROW /
+    EXPERT_REGION: routed-expert GEMMs and their activation, on the rows the rank's local experts receive,
+    with widths split by expert tensor parallelism (etp) instead of tp.
     """
 
     COLUMN = "column"
@@ -44,15 +49,24 @@ class TPSplit(StrEnum):
     VOCAB = "vocab"
     REPLICATED = "replicated"
     TABLE = "table"
+    DUPLICATED = "duplicated"
+    EXPERT_COLUMN = "expert_column"
+    EXPERT_ROW = "expert_row"
+    EXPERT_REGION = "expert_region"
+
+
+EXPERT_SPLITS = (TPSplit.EXPERT_COLUMN, TPSplit.EXPERT_ROW, TPSplit.EXPERT_REGION)
 
 
 @dataclass(frozen=True, slots=True)
 class Op:
     """One forward operator of one layer, per token of a micro-batch.
 
-    GEMM: (tokens x k) @ (k x n), 2*k*n FLOPs per token. ATTENTION: `heads` query heads and
-    `kv_heads` key/value heads of width `head_dim` over the sequence (its FLOPs depend on the sequence
-    length: 4*s*heads*head_dim per token, halved when causal). Memory-bound ops move
+    GEMM: (tokens x k) @ (k x n), 2*k*n FLOPs per token; a routed-expert GEMM (`experts` > 0) holds
+    `experts` such matrices and each token runs `top_k` of them: 2*k*n*top_k FLOPs per token.
+    ATTENTION: `heads` query heads and `kv_heads` key/value heads of width `head_dim` (values
+    `v_head_dim` wide when they differ, MLA) over the sequence (its FLOPs depend on the sequence length:
+    2*s*heads*(head_dim + v_head_dim) per token, halved when causal). Memory-bound ops move
     `moved_elems_per_token` activation elements (read plus write) and do `flops_per_token`.
     saved_elems_per_token: activation elements kept for the backward pass (Korthikanti et al. 2022,
     Sec. 4.1); `saved_elems_per_token_per_seq` times the sequence length is the part that grows with
@@ -88,6 +102,19 @@ class Op:
     aux_kernels: int = 0
     window: int | None = None
     merges_reduction: bool = False
+    experts: int = 0
+    top_k: int = 0
+    v_head_dim: int = 0
+
+    @property
+    def value_dim(self) -> int:
+        """Width of one value head (the query/key width unless MLA gives another)."""
+        return self.v_head_dim or self.head_dim
+
+    @property
+    def routed(self) -> int:
+        """Matrices each token multiplies by: top_k for a routed-expert op, else 1."""
+        return self.top_k if self.experts else 1
 
     def forward_flops(self, tokens: int, seq_len: int) -> float:
         """Forward FLOPs of this op over `tokens` tokens of sequences of length `seq_len` (unsharded).
@@ -97,16 +124,18 @@ class Op:
             causal, no window:  P = s^2/2
             window w:           P = s^2/2 if s <= w, else s*w - w^2/2
         (query i attends to min(i, w) keys; the integral of min(x, w) over [0, s]; `attention_pairs`).
-        A non-causal attention has P = s^2. FLOPs = tokens * 4*d*heads * P/s.
+        A non-causal attention has P = s^2. FLOPs = tokens * 2*(d + d_v)*heads * P/s (4*d*heads when
+        the value width d_v equals d).
         """
         if self.kind is OpKind.GEMM:
-            return 2.0 * tokens * self.k * self.n
+            return 2.0 * tokens * self.k * self.n * self.routed
+        width = self.head_dim + self.value_dim
         if self.kind is OpKind.ATTENTION and self.causal and self.window is not None and seq_len > self.window:
             pairs = attention_pairs(seq_len, seq_len, causal=True, window=self.window)
-            return tokens * 2 * 2 * self.head_dim * self.heads * pairs / seq_len
+            return tokens * 2 * width * self.heads * pairs / seq_len
         if self.kind is OpKind.ATTENTION:
-            # scores Q K^T and values P V: 2 GEMMs of 2*s*d FLOPs per token per head; causal halves them.
-            per_token = 2 * 2 * seq_len * self.head_dim * self.heads
+            # scores Q K^T (2*s*d) and values P V (2*s*d_v) per token per head; causal halves them.
+            per_token = 2 * seq_len * width * self.heads
             return tokens * per_token / (2 if self.causal else 1)
         return tokens * self.flops_per_token
 
@@ -174,10 +203,16 @@ class Workload:
     # Inference is one forward pass per request batch (recommendation models); a generative model
     # instead needs prefill and a token-by-token decode with its KV cache.
     generates_tokens: bool = True
+    # Parameters one token uses (all but the routed experts it is not sent to); None: all of them.
+    active_params: int | None = None
 
     @property
     def total_params(self) -> int:
         return sum(self.params_by_component.values())
+
+    @property
+    def active(self) -> int:
+        return self.total_params if self.active_params is None else self.active_params
 
     def forward_flops_per_token(self, seq_len: int) -> float:
         """Model FLOPs per token of one forward pass at sequence length `seq_len`."""
