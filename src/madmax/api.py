@@ -109,7 +109,7 @@ def _plan(run: TrainingRequest, reserved: float) -> tuple[Any, tuple[str, ...]]:
     def build(budget: float | None = None):
         return build_plan(request.workload, run.strategy, domain_size=request.system.scale_up_domain,
                           seq_len=request.seq_len, global_batch=run.global_batch, dtype=request.task.dtype,
-                          table_budget_bytes=budget)
+                          table_budget_bytes=budget, routing=request.task.routing)
 
     plan = build()
     if request.workload.tables and run.strategy.emb_offload:

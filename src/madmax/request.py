@@ -116,7 +116,7 @@ def resolve_training(request: Request, requested: Any) -> TrainingRequest:
         t = t.model_copy(update={"global_batch": t.batch})
     strat, batch_size = resolve_strategy(
         requested, num_gpus=request.num_gpus, model_name=spec.name,
-        constraints={Axis(a): sizes for a, sizes in spec.parallel_constraints().items()},
+        constraints=spec.parallel_constraints(),
         num_pipeline_units=spec.num_pipeline_units, has_experts=spec.has_experts, global_batch=t.global_batch,
         seq_len=request.seq_len, limits={Axis(a): lim for a, lim in spec.degree_limits().items()},
         accumulates_gradients=request.workload.accumulates_gradients)

@@ -233,8 +233,7 @@ class DecoderModel(Schema):
 
     def parallel_constraints(self) -> dict[str, list[tuple[str, int]]]:
         """Model sizes each parallel degree must divide: TP splits heads, KV heads and the dense FFN (of
-        the dense layers and the shared experts); EP splits the experts. (Expert TP is checked against
-        the expert width by `resolve_strategy`, since it is not one of the attention axes.)"""
+        the dense layers and the shared experts); EP splits the experts, ETP each expert's width."""
         tp = [("num_heads", self.num_heads)]
         if self.mla is None:
             tp.append(("num_kv_heads", self.kv_heads))
@@ -245,6 +244,7 @@ class DecoderModel(Schema):
         out = {"tp": tp}
         if self.moe is not None:
             out["ep"] = [("moe.num_experts", self.moe.num_experts)]
+            out["etp"] = [("moe.expert_ffn_hidden_size", self.moe.expert_ffn_hidden_size)]
         return out
 
     def degree_limits(self) -> dict[str, tuple[int, str]]:

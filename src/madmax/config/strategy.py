@@ -43,7 +43,8 @@ class Strategy(Schema):
     pp: PositiveInt = Field(1, description="Pipeline parallel degree (stages).")
     dp: PositiveInt | None = Field(None, description="Data parallel degree; default GPUs / (tp*pp*cp).")
     cp: PositiveInt = Field(1, description="Context parallel degree (sequence split, ring K/V exchange).")
-    ep: PositiveInt = Field(1, description="Expert parallel degree (MoE models only).")
+    ep: PositiveInt = Field(1, description="Expert parallel degree (MoE models only): ranks that split the "
+                            "routed experts, folded over the tp x cp x dp ranks of a stage.")
     vp: PositiveInt = Field(1, description="Virtual pipeline chunks per stage (interleaved 1F1B when > 1).")
     mbs: PositiveInt = Field(1, description="Micro-batch size in sequences.")
     zero: int = Field(1, ge=0, le=3, description="ZeRO stage: 0 DDP, 1 optimizer, 2 +gradients, 3 +weights (FSDP).")
@@ -54,6 +55,13 @@ class Strategy(Schema):
     sp: bool | None = Field(None, description="Megatron sequence parallelism; default on when tp > 1.")
     flash: bool = Field(True, description="Fused (flash) attention: no s^2 activations, one kernel.")
     dp_overlap: bool = Field(True, description="Overlap the gradient reduction with the backward pass.")
+    etp: PositiveInt = Field(1, description="Expert tensor parallel degree: ranks that split each routed "
+                             "expert's width (needs ep > 1); expert data parallelism is tp*cp*dp / (ep*etp).")
+    ep_overlap: bool = Field(
+        False, description="Overlap each micro-batch's expert all-to-all with another micro-batch's compute "
+        "(two-micro-batch overlap of Megatron-Core / DualPipe); false: the layer waits for it.")
+    dispatch_fp8: bool = Field(False, description="Send dispatched tokens in fp8 (DeepEP); the combine stays "
+                                                  "in 16 bits.")
     order: str = Field(DEFAULT_ORDER, description="Placement of axes on the network, innermost first.")
     emb: str = Field("tw", description="Embedding-table sharding (recommendation models): tw, rw, cw, twrw, dp.")
     emb_balance: Literal["size", "lookup"] = Field(
@@ -112,6 +120,12 @@ class Strategy(Schema):
                  f"vp={self.vp}", f"mbs={self.mbs}", f"zero={self.zero}"]
         if self.shard and self.shard != self.dp:
             parts.append(f"shard={self.shard}")
+        if self.etp > 1:
+            parts.append(f"etp={self.etp}")
+        if self.ep_overlap:
+            parts.append("ep_overlap=1")
+        if self.dispatch_fp8:
+            parts.append("dispatch_fp8=1")
         parts += [f"recompute={self.recompute}", f"sp={int(self.sequence_parallel)}"]
         return ",".join(parts)
 
@@ -156,6 +170,18 @@ def parse_strategy(text: str | dict | Strategy | None) -> Strategy:
         raise StrategyError(_first_error("strategy", exc)) from None
 
 
+def _check_experts(s: Strategy, ranks: int) -> None:
+    """Expert parallelism folds over the tp*cp*dp ranks of a stage: ep*etp must divide them, and with
+    tensor parallelism the tokens must be split over tp (sequence parallelism) before their dispatch."""
+    if ranks % (s.ep * s.etp):
+        raise StrategyError(f"strategy.ep*etp={s.ep}*{s.etp}={s.ep * s.etp} does not divide the tp*cp*dp={ranks} "
+                            f"ranks of a pipeline stage that the experts fold over; allowed ep*etp: "
+                            f"{_allowed(_divisors(ranks))}")
+    if s.tp > 1 and not s.sequence_parallel:
+        raise StrategyError(f"strategy.sp=0 with tp={s.tp} on a mixture-of-experts model: the MoE layers need "
+                            "sequence parallelism to split the tokens over tp before dispatching them; allowed: sp=1")
+
+
 def _first_error(prefix: str, exc: ValidationError) -> str:
     err = exc.errors()[0]
     field = ".".join(str(p) for p in err["loc"])
@@ -181,7 +207,7 @@ def resolve_strategy(
     *,
     num_gpus: int,
     model_name: str,
-    constraints: dict[Axis, list[tuple[str, int]]],
+    constraints: dict[str, list[tuple[str, int]]],
     num_pipeline_units: int,
     global_batch: int | None,
     seq_len: int,
@@ -191,7 +217,8 @@ def resolve_strategy(
 ) -> tuple[Strategy, int]:
     """Check every cross-axis rule; return the strategy with `dp` filled in and the global batch.
 
-    constraints: per axis, the model sizes its degree must divide (e.g. tp: num_heads, num_kv_heads).
+    constraints: per strategy key, the model sizes its degree must divide (e.g. tp: num_heads,
+    num_kv_heads; ep: moe.num_experts; etp: moe.expert_ffn_hidden_size).
     num_pipeline_units: layers that pipeline stages can split (pp*vp must not exceed it).
     limits: per axis, the largest degree the model's family is modelled for, and why.
     A missing global batch becomes dp*mbs*pp sequences (one micro-batch per stage in flight); a model
@@ -209,8 +236,11 @@ def resolve_strategy(
         raise StrategyError(
             f"strategy.dp={s.dp} but num_gpus={num_gpus} / (tp*pp*cp={inner}) = {dp}; omit dp or set dp={dp}"
         )
+    if s.etp > 1 and s.ep == 1:
+        raise StrategyError(f"strategy.etp={s.etp} needs expert parallelism (ep > 1): expert tensor parallelism "
+                            "splits the experts that ep places; allowed with ep=1: etp=1")
     for axis, sizes in constraints.items():
-        degree = s.degree(axis)
+        degree = getattr(s, str(axis))
         for field, size in sizes:
             if size % degree:
                 common = sorted(set.intersection(*(set(_divisors(v)) for _, v in sizes)))
@@ -220,6 +250,8 @@ def resolve_strategy(
                 )
     if s.ep > 1 and not has_experts:
         raise StrategyError(f"strategy.ep={s.ep} needs a mixture-of-experts model; {model_name} has none; allowed: 1")
+    if has_experts:
+        _check_experts(s, inner // s.pp * dp)
     for axis, (limit, why) in (limits or {}).items():
         if s.degree(Axis(axis)) > limit:
             raise StrategyError(f"strategy.{axis}={s.degree(Axis(axis))} is not modelled for {model_name}: {why}; "
@@ -250,6 +282,10 @@ def resolve_strategy(
             else f"global_batch={global_batch} is not a multiple of dp={dp}; allowed: a multiple of {dp}"
         )
     microbatches = global_batch // (dp * s.mbs)
+    if s.ep_overlap and microbatches < 2:
+        raise StrategyError(f"strategy.ep_overlap=1 hides one micro-batch's all-to-all behind another's compute, "
+                            f"but each replica runs {microbatches} micro-batch; allowed: ep_overlap=0, or a "
+                            f"global_batch of at least 2*dp*mbs={2 * dp * s.mbs}")
     if s.vp > 1 and microbatches % s.pp:
         raise StrategyError(
             f"interleaved pipeline (vp={s.vp}) needs micro-batches per replica ({microbatches}) "

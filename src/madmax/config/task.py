@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Annotated
 
 from pydantic import Field, NonNegativeInt, PositiveInt, field_validator, model_validator
 
 from madmax.config.base import DType, Schema, dtype_among
+from madmax.errors import ConfigError
 
 
 class TaskKind(StrEnum):
@@ -83,6 +86,27 @@ class Task(Schema):
     max_tpot_s: Positive | None = Field(None, description="Time-per-output-token limit for goodput and the "
                                                           "serving search, seconds.")
     seed: NonNegativeInt = Field(0, description="Seed of the Poisson arrivals (rate mode).")
+    expert_load: str = Field("balanced", description="How routing loads the expert ranks (MoE models): "
+                             "balanced, a measured busiest-over-mean factor such as 1.3, or zipf:ALPHA.")
+    capacity_factor: float | None = Field(None, description="Expert capacity over the mean share; tokens beyond "
+                                          "it are dropped (MoE models); default none: dropless.")
+
+    @field_validator("expert_load", mode="before")
+    @classmethod
+    def _expert_load(cls, value: object) -> object:
+        parse_expert_load(value if isinstance(value, str | int | float) else str(value))
+        return str(value)
+
+    @field_validator("capacity_factor")
+    @classmethod
+    def _capacity(cls, value: float | None) -> float | None:
+        parse_expert_load(None, value)
+        return value
+
+    @property
+    def routing(self) -> ExpertLoad:
+        """The expert load of `expert_load` and `capacity_factor`."""
+        return parse_expert_load(self.expert_load, self.capacity_factor)
 
     @field_validator("dtype", mode="before")
     @classmethod
@@ -122,6 +146,68 @@ class Task(Schema):
             raise ValueError(f"task.dtype={self.dtype.value} applies to inference (quantized weights); "
                              f"allowed for {self.kind.value}: {', '.join(COMPUTE_DTYPES)}")
         return self
+
+
+@dataclass(frozen=True)
+class ExpertLoad:
+    """How routing loads the expert ranks (MoE models): 'balanced', a measured busiest-over-mean factor,
+    or a power law 'zipf:alpha'; with an optional capacity factor that drops what exceeds it.
+
+    Balanced routing (auxiliary-loss or bias balancing, or Megatron-Bridge's force-balanced benchmark
+    runs) gives every rank the mean. A measured skew is the busiest rank's rows over the mean; a power
+    law gives expert i (by popularity) a share proportional to (i + 1)^-alpha, the experts of a rank
+    contiguous as Megatron places them. A capacity factor c caps each expert at c times its mean rows
+    and drops the rest (`--moe-expert-capacity-factor`): the busiest rank does at most c times the mean.
+    """
+
+    kind: str = "balanced"
+    value: float = 1.0
+    capacity_factor: float | None = None
+
+    def factor(self, num_experts: int, ep: int) -> float:
+        """Rows of the busiest of the ep ranks over the mean, after the capacity cap."""
+        if self.kind == "zipf":
+            shares = [(i + 1) ** -self.value for i in range(num_experts)]
+            local = num_experts // ep
+            per_rank = [sum(shares[r * local:(r + 1) * local]) for r in range(ep)]
+            load = max(per_rank) / (sum(per_rank) / ep)
+        else:
+            load = self.value
+        return load if self.capacity_factor is None else min(load, self.capacity_factor)
+
+    def describe(self) -> str:
+        text = {"balanced": "balanced", "measured": f"{self.value:g}x the mean",
+                "zipf": f"power law alpha={self.value:g}"}[self.kind]
+        return text + (f", capacity factor {self.capacity_factor:g}" if self.capacity_factor else "")
+
+
+def parse_expert_load(text: str | float | None, capacity_factor: float | None = None) -> ExpertLoad:
+    """'balanced' (default), a number >= 1 (the busiest rank's rows over the mean, measured), or
+    'zipf:ALPHA' (ALPHA > 0); ConfigError naming the field otherwise."""
+    if capacity_factor is not None and not (isinstance(capacity_factor, int | float) and capacity_factor >= 1):
+        raise ConfigError(f"task.capacity_factor={capacity_factor!r} must be a number >= 1 (tokens an expert "
+                          "takes over its mean share before dropping); allowed: e.g. 1.0, 1.25, or none (dropless)")
+    cap = None if capacity_factor is None else float(capacity_factor)
+    if text is None or text == "balanced":
+        return ExpertLoad(capacity_factor=cap)
+    allowed = ("allowed: balanced, a number >= 1 (busiest expert rank's tokens over the mean), or zipf:ALPHA "
+               "with ALPHA > 0")
+    if isinstance(text, str) and text.startswith("zipf:"):
+        try:
+            alpha = float(text.removeprefix("zipf:"))
+        except ValueError:
+            alpha = -1.0
+        if not alpha > 0 or math.isinf(alpha):
+            raise ConfigError(f"task.expert_load={text!r} has no positive power-law exponent; {allowed}")
+        return ExpertLoad("zipf", alpha, cap)
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        raise ConfigError(f"task.expert_load={text!r} is not understood; {allowed}") from None
+    if not 1 <= value < math.inf:
+        raise ConfigError(f"task.expert_load={text!r} must be >= 1 (the busiest rank cannot get less than the "
+                          f"mean); {allowed}")
+    return ExpertLoad("measured", value, cap)
 
 
 LORA_TARGETS = {"qkv", "out", "up", "gate", "down"}

@@ -25,13 +25,19 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 
 from madmax.config.base import DType
 from madmax.config.hardware import GPU
 from madmax.errors import ConfigError
-from madmax.hardware.profile import ComputeProfile, dtype_fallbacks, gemm_ceiling_scale, load_profile
+from madmax.hardware.profile import (
+    ComputeProfile,
+    dtype_fallbacks,
+    efficiency_table,
+    gemm_ceiling_scale,
+    load_profile,
+)
 from madmax.workload.attention import attended_keys, attention_flops
 
 # Flash-attention backward runs 5 matrix products per tile (S = QK^T recomputed, dV, dP, dQ, dK) against
@@ -112,6 +118,20 @@ def _gemm_s(cid: int, m: int, k: int, n: int, weight_width: float | None) -> flo
     # (the first and last layers of a recommendation MLP) is bound by its bytes, which the roof counts.
     t_compute = gemm_flops(m, k, n) / (peak * gemm_efficiency(max(k, min_k), max(n, min_n), e_d, k0, n0))
     t_memory = stream_s(gemm_bytes(m, k, n, width, weight_width), bw, lat)
+    return max(launch, t_compute, t_memory)
+
+
+@lru_cache(maxsize=1 << 18)
+def _grouped_gemm_s(cid: int, groups: int, m: int, k: int, n: int, weight_width: float | None, row_tile: int) -> float:
+    for name, value in (("groups", groups), ("m", m), ("k", k), ("n", n)):
+        _check(name, value)
+    if not (groups and m and k and n):
+        return 0.0
+    peak, e_d, k0, n0, width, bw, lat, launch, min_k, min_n = _COEFFS[cid]
+    padded = -(-m // row_tile) * row_tile
+    efficiency = gemm_efficiency(max(k, min_k), max(n, min_n), e_d, k0, n0)
+    t_compute = groups * gemm_flops(padded, k, n) / (peak * efficiency)
+    t_memory = stream_s(groups * gemm_bytes(m, k, n, width, weight_width), bw, lat)
     return max(launch, t_compute, t_memory)
 
 
@@ -243,6 +263,18 @@ class ComputeModel:
             raise self._no_dtype(dtype)
         return _gemm_s(cid, m, k, n, weight_width)
 
+    def grouped_gemm_s(self, groups: int, m: int, k: int, n: int, dtype: DType,
+                       weight_width: float | None = None) -> float:
+        """Seconds of a grouped GEMM (routed experts): `groups` GEMMs (m x k) @ (k x n), each with its own
+        weights, in one launch: max(t_launch, groups * 2 m' k n / (P e(k,n)), t_lat + groups * bytes /
+        (H e_read)). Each group's rows are padded to the tensor-core tile's row count (m' = m rounded up
+        to `row_tile`, efficiency.yaml `grouped_gemm`), which is what makes few tokens per expert slow;
+        every group reads its own weights, which is what bounds a decode step's experts."""
+        cid = self._gemm.get(dtype)
+        if cid is None:
+            raise self._no_dtype(dtype)
+        return _grouped_gemm_s(cid, groups, m, k, n, weight_width, grouped_row_tile())
+
     def attention_s(self, batch: int, heads: int, kv_heads: int, q_len: int, kv_len: float, head_dim: int,
                     causal: bool, dtype: DType, backward: bool = False, window: int | None = None,
                     kv_width: float | None = None) -> float:
@@ -283,6 +315,12 @@ class ComputeModel:
         """Seconds of a memory-bound kernel moving `num_bytes` (read + write): max(t_launch,
         t_lat + bytes / (H e_copy)), e_copy from a measured device-to-device copy."""
         return _memory_s(self._memory, num_bytes)
+
+
+@cache
+def grouped_row_tile() -> int:
+    """Rows of the tensor-core tile a grouped GEMM pads each group to (efficiency.yaml `grouped_gemm`)."""
+    return int(efficiency_table()["compute"]["grouped_gemm"]["row_tile"])
 
 
 def _gpu_key(gpu: GPU) -> tuple:

@@ -60,13 +60,22 @@ class DataParallelPlan:
         return weights, grads, optimizer
 
 
-def data_parallel_plan(s: Strategy, domain_size: int, dtype: DType) -> DataParallelPlan:
+def data_parallel_plan(s: Strategy, domain_size: int, dtype: DType, grad_span: Span | None = None) -> DataParallelPlan:
+    """How the weights of the dense parameters travel over their dp x cp ranks, or, with `grad_span`,
+    those of the routed experts over their expert-data-parallel ranks (sharded over all of them with
+    ZeRO >= 1, as Megatron-Core's distributed optimizer does)."""
     weight = DType.BF16.num_bytes if dtype is DType.FP8 else dtype.num_bytes
     fp32 = DType.FP32.num_bytes
     master = 0 if dtype is DType.FP32 else fp32
-    grad_span = span(s, (Axis.DP, Axis.CP), domain_size)
+    experts = grad_span is not None
+    grad_span = grad_span or span(s, (Axis.DP, Axis.CP), domain_size)
     group = grad_span.intra * grad_span.inter
-    shard = 1 if s.zero == 0 else min(s.shard or group, group) * (s.cp if s.shard else 1)
+    if s.zero == 0:
+        shard = 1
+    elif experts:
+        shard = group
+    else:
+        shard = min(s.shard or group, group) * (s.cp if s.shard else 1)
     if shard >= group:
         shard_span, replica_span = grad_span, Span(1, 1)
     else:

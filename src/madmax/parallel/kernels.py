@@ -39,6 +39,8 @@ class Where(StrEnum):
     TO_CONSUMER: forward: the unit's output travels to the unit that consumes it, whose forward waits;
     backward: the gradient travels back after the consumer's backward, and this unit's backward waits.
     UPDATE: once per iteration, after the last micro-batch's backward (with the gradient reduction).
+    OVERLAPPED: after the pass's kernels, beside the compute that follows (another micro-batch's, in a
+    two-micro-batch overlap of the expert all-to-all); the pass ends when it has.
     """
 
     AFTER = "after"
@@ -46,12 +48,14 @@ class Where(StrEnum):
     BEFORE = "before"
     TO_CONSUMER = "to_consumer"
     UPDATE = "update"
+    OVERLAPPED = "overlapped"
 
 
 @dataclass(frozen=True, slots=True)
 class Kernel:
     """A GEMM (m x k) @ (k x n) repeated `batch` times, a fused attention, or a memory-bound pass.
 
+    A grouped GEMM (routed experts) runs `batch` GEMMs of m rows, each with its own weights, in one launch.
     An attention kernel runs `batch` sequences of `q_len` queries over `kv_len` keys (kv_len may be a
     mean: a decode step reads the sum of its sequences' caches), or, with `segments`, one variable-length
     call over sequences of different (queries, keys), as serving engines run their prefill chunks.
@@ -80,6 +84,7 @@ class Kernel:
     kv_width: float | None = None  # attention: bytes per K/V element when they differ from dtype (fp8 cache)
     weight_width: float | None = None  # GEMM: bytes per weight element when stored narrower (int4)
     segments: tuple[tuple[int, float], ...] = ()  # varlen attention: (queries, keys) of each sequence
+    grouped: bool = False  # GEMM: `batch` different weight matrices (routed experts), one grouped launch
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,9 +1,10 @@
 """Memory of one rank of each pipeline stage: weights, gradients, optimizer state, activations.
 
 Weights, gradients and optimizer bytes per parameter come from the data-parallel plan (ZeRO stage,
-sharding group). Activations: each local chunk keeps `saved_bytes` per micro-batch in flight, and
-the number in flight comes from the stage's schedule (1F1B keeps up to pp - stage micro-batches on
-stage `stage`; the interleaved schedule more), replayed in program order. Full recompute keeps only
+sharding group), that of the routed experts (sharded over their expert-data-parallel ranks) for theirs.
+Activations: each local chunk keeps `saved_bytes` per micro-batch in flight, and the number in flight
+comes from the stage's schedule (1F1B keeps up to pp - stage micro-batches on stage `stage`; the
+interleaved schedule more), replayed in program order. Full recompute keeps only
 each layer's input but rebuilds one layer's activations during its backward (`working_bytes`).
 ZeRO-3 holds the gathered weights of the layer running and of the one prefetched.
 """
@@ -48,10 +49,12 @@ def stage_memory(plan: Plan, stage: int, reserved_bytes: float) -> StageMemory:
     """Peak memory of one rank of `stage`; reserved_bytes: CUDA context, NCCL and allocator overhead."""
     chunks = plan.stages[stage]
     units = [plan.units[key] for chunk in chunks for key in chunk]
-    params = sum(u.params for u in units)
-    trainable = sum(u.trainable_params for u in units)
-    w, g, o = plan.data.state_bytes_per_param()
-    weights = (params - trainable) * plan.data.weight_bytes + trainable * w
+    weights = gradients = optimizer = 0.0
+    for data, params, trainable in (g for u in units for g in u.state_groups(plan)):
+        w, g, o = data.state_bytes_per_param()
+        weights += (params - trainable) * data.weight_bytes + trainable * w
+        gradients += trainable * g
+        optimizer += trainable * o
     if plan.data.zero >= 3:
         largest = max(u.params for u in units)
         weights += ZERO3_GATHERED_UNITS * largest * plan.data.weight_bytes
@@ -59,5 +62,5 @@ def stage_memory(plan: Plan, stage: int, reserved_bytes: float) -> StageMemory:
     steps = schedule(stage, plan.strategy.pp, plan.strategy.vp, plan.microbatches)
     activations = peak_in_flight(steps, per_chunk) + max(u.working_bytes for u in units)
     tables = sum(u.state_bytes for u in units)  # embedding tables and their optimizer state
-    return StageMemory(weights_bytes=weights, gradients_bytes=trainable * g, optimizer_bytes=trainable * o,
+    return StageMemory(weights_bytes=weights, gradients_bytes=gradients, optimizer_bytes=optimizer,
                        activations_bytes=activations, reserved_bytes=reserved_bytes, tables_bytes=tables)

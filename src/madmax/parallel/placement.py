@@ -19,13 +19,26 @@ def span(strategy: Strategy, axes: tuple[Axis, ...], domain_size: int) -> Span:
     coordinates inside one domain of D consecutive ranks when st < D, else one. The group's intra
     count is the product over its axes; `inter` is the group size divided by it.
     """
+    layout = [(name, 1 if Axis(name) is Axis.EP else strategy.degree(Axis(name))) for name in strategy.order.split("-")]
+    return _span(layout, {str(a) for a in axes}, domain_size)
+
+
+def expert_span(strategy: Strategy, axes: tuple[str, ...], domain_size: int) -> Span:
+    """Ranks of an expert group over `axes` ("etp", "ep", "edp"): the experts fold over the tp*cp*dp ranks
+    of a stage numbered etp-ep-edp from innermost (Megatron-Core's expert rank order), pipeline outermost.
+    An EP group of ep ranks sits inside one scale-up domain when etp*ep divides it."""
+    ranks = strategy.tp * strategy.cp * (strategy.dp or 1)
+    edp = ranks // (strategy.ep * strategy.etp)
+    layout = [("etp", strategy.etp), ("ep", strategy.ep), ("edp", edp), ("pp", strategy.pp)]
+    return _span(layout, set(axes), domain_size)
+
+
+def _span(layout: list[tuple[str, int]], axes: set[str], domain_size: int) -> Span:
     stride = 1
     intra = 1
     size = 1
-    for name in strategy.order.split("-"):
-        axis = Axis(name)
-        degree = 1 if axis is Axis.EP else strategy.degree(axis)
-        if axis in axes:
+    for name, degree in layout:
+        if name in axes:
             size *= degree
             if stride < domain_size:
                 intra *= max(1, min(degree, domain_size // stride))

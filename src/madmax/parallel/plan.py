@@ -17,14 +17,16 @@ from functools import cached_property
 from madmax.collective import Collective, Span
 from madmax.config.base import DType
 from madmax.config.strategy import Axis, Recompute, Strategy
+from madmax.config.task import ExpertLoad
 from madmax.errors import StrategyError
+from madmax.parallel import experts
 from madmax.parallel.context import ring_kv
 from madmax.parallel.data import DataParallelPlan, data_parallel_plan
 from madmax.parallel.kernels import CommOp, Kernel, KernelKind, Phase, Where
 from madmax.parallel.pipeline import split_layers
 from madmax.parallel.placement import span
 from madmax.parallel.tensor import Shape, backward_kernels, forward_kernels, saved_bytes
-from madmax.workload.ops import Block, OpKind, Placement, TPSplit, Workload
+from madmax.workload.ops import EXPERT_SPLITS, Block, Op, OpKind, Placement, TPSplit, Workload
 
 # Megatron's vocabulary-parallel cross-entropy all-reduces three per-token fp32 values over tp
 # (the logit max, the target logit and the sum of exponentials).
@@ -60,6 +62,20 @@ class UnitPlan:
     state_bytes: float = 0.0
     edge_to: str | None = None  # the unit that consumes this one's TO_CONSUMER exchange
     info: tuple[tuple[str, object], ...] = ()  # what the unit's plan reports (e.g. table load imbalance)
+    # The routed experts' share of `params` / `trainable_params`: their gradients travel over the
+    # expert-data-parallel ranks (`Plan.expert_data`), not the dense ones.
+    expert_params: float = 0.0
+    expert_trainable_params: float = 0.0
+
+    def state_groups(self, plan: Plan) -> tuple[tuple[DataParallelPlan, float, float], ...]:
+        """(data-parallel plan, parameters, trainable parameters) of the unit's dense part and, when it has
+        routed experts, of its experts; groups without parameters are left out."""
+        dense = (plan.data, self.params - self.expert_params, self.trainable_params - self.expert_trainable_params)
+        out = [dense] if dense[1] else []
+        if self.expert_params:
+            assert plan.expert_data is not None
+            out.append((plan.expert_data, self.expert_params, self.expert_trainable_params))
+        return tuple(out)
 
     @property
     def has_backward(self) -> bool:
@@ -98,6 +114,7 @@ class Plan:
     p2p_bytes: float
     tied_sync_bytes: float
     act_bytes: float
+    expert_data: DataParallelPlan | None = None  # the routed experts' gradients and state (MoE only)
 
     @property
     def num_stages(self) -> int:
@@ -105,18 +122,22 @@ class Plan:
 
 
 def build_plan(workload: Workload, strategy: Strategy, *, domain_size: int, seq_len: int, global_batch: int,
-               dtype: DType, table_budget_bytes: float | None = None) -> Plan:
+               dtype: DType, table_budget_bytes: float | None = None, routing: ExpertLoad | None = None) -> Plan:
     """Plan of a resolved strategy (dp filled in, rules checked by `resolve_strategy`).
 
     table_budget_bytes: HBM per rank that embedding tables and their optimizer state may use before
-    the rest is offloaded to host memory (None: unlimited).
+    the rest is offloaded to host memory (None: unlimited). routing: how unevenly the routed experts'
+    ranks are loaded (None: balanced).
     """
     s = strategy
+    routed = next((op for b in workload.blocks for op in b.ops if op.experts), None)
+    expert_load = routing.factor(routed.experts, s.ep) if routing and routed else 1.0
     act_bytes = DType.BF16.num_bytes if dtype in (DType.FP8, DType.BF16, DType.FP16) else dtype.num_bytes
     shape = Shape(batch=s.mbs, seq_len=seq_len, tp=s.tp, cp=s.cp, sp=s.sequence_parallel, act_bytes=act_bytes,
-                  fp8=dtype is DType.FP8)
+                  fp8=dtype is DType.FP8, ep=s.ep, etp=s.etp, expert_load=expert_load)
     tp_span = span(s, (Axis.TP,), domain_size)
     cp_span = span(s, (Axis.CP,), domain_size)
+    moe_spans = experts.spans(s, domain_size)
     trainable_seen = False
     units: dict[str, UnitPlan] = {}
     order: list[str] = []
@@ -127,17 +148,19 @@ def build_plan(workload: Workload, strategy: Strategy, *, domain_size: int, seq_
             units[key] = table_unit(key, block, workload.tables, s, shape, domain_size, table_budget_bytes,
                                     tp_span)
         else:
-            units[key] = _unit(key, block, shape, s, tp_span, cp_span, needs_backward=trainable_seen)
+            units[key] = _unit(key, block, shape, s, tp_span, cp_span, moe_spans, needs_backward=trainable_seen)
         order += [key] * block.count
     units = _with_edges(units, workload)
     data = data_parallel_plan(s, domain_size, dtype)
     stages = _stages(units, order, s.pp, s.vp)
     p2p = shape.tokens * workload_hidden(workload) * act_bytes / (s.tp if s.sequence_parallel else 1)
     tied = workload.tied_params / s.tp * act_bytes if (workload.tied_params and s.pp > 1) else 0.0
+    expert_data = (data_parallel_plan(s, domain_size, dtype, grad_span=moe_spans.edp)
+                   if any(u.expert_params for u in units.values()) else None)
     return Plan(strategy=s, dtype=dtype, seq_len=seq_len, global_batch=global_batch,
                 microbatches=global_batch // (s.dp * s.mbs), units=units, stages=stages, data=data,
                 pp_span=span(s, (Axis.PP,), domain_size), p2p_bytes=p2p, tied_sync_bytes=tied,
-                act_bytes=act_bytes)
+                act_bytes=act_bytes, expert_data=expert_data)
 
 
 def _with_edges(units: dict[str, UnitPlan], workload: Workload) -> dict[str, UnitPlan]:
@@ -264,8 +287,8 @@ def _stages(units: dict[str, UnitPlan], order: list[str], pp: int,
     return tuple(tuple(tuple(chunks[c * pp + stage]) for c in range(vp)) for stage in range(pp))
 
 
-def _unit(key: str, block: Block, shape: Shape, s: Strategy, tp_span: Span, cp_span: Span, *,
-          needs_backward: bool) -> UnitPlan:
+def _unit(key: str, block: Block, shape: Shape, s: Strategy, tp_span: Span, cp_span: Span,
+          moe_spans: experts.ExpertSpans, *, needs_backward: bool) -> UnitPlan:
     flash = s.flash
     fwd = [k for op in block.ops for k in forward_kernels(op, shape, flash=flash)]
     bwd = [k for op in block.ops for k in backward_kernels(op, shape, flash=flash)] if needs_backward else []
@@ -273,6 +296,7 @@ def _unit(key: str, block: Block, shape: Shape, s: Strategy, tp_span: Span, cp_s
     saved = sum(saved_bytes(op, shape, flash=not keeps_s2) for op in block.ops) if needs_backward else 0.0
     recompute: list[Kernel] = []
     tp_fwd, tp_bwd = tp_comm(block, shape, tp_span)
+    moe_fwd, moe_bwd = experts.token_exchange(block, shape, s, moe_spans)
     working = 0.0
     if block.is_layer and needs_backward and s.recompute is Recompute.SELECTIVE:
         recompute = [k for op in block.ops if op.kind is OpKind.ATTENTION
@@ -284,20 +308,34 @@ def _unit(key: str, block: Block, shape: Shape, s: Strategy, tp_span: Span, cp_s
             shape.tp if shape.sp else 1)
         # the recomputed forward repeats its collectives before the backward's own
         tp_bwd = [dataclasses.replace(op, phase=Phase.BACKWARD) for op in tp_fwd] + tp_bwd
+        moe_bwd = [dataclasses.replace(op, phase=Phase.BACKWARD) for op in moe_fwd] + moe_bwd
     cp_fwd: list[CommOp] = []
     cp_bwd: list[CommOp] = []
     for op in block.ops:
         f, b = ring_kv(op, shape, cp_span)
         cp_fwd += f
         cp_bwd += b if needs_backward else []
-    comm = tuple(tp_fwd) + (tuple(tp_bwd) if needs_backward else ()) + tuple(cp_fwd) + tuple(cp_bwd)
-    params = sum(op.params / (1 if op.tp in (TPSplit.SEQUENCE, TPSplit.REPLICATED) else shape.tp)
-                 for op in block.ops)
-    trainable = sum(op.params / (1 if op.tp in (TPSplit.SEQUENCE, TPSplit.REPLICATED) else shape.tp)
-                    for op in block.ops if op.trainable)
+    comm = (tuple(tp_fwd) + (tuple(tp_bwd) if needs_backward else ()) + tuple(cp_fwd) + tuple(cp_bwd)
+            + tuple(moe_fwd) + (tuple(moe_bwd) if needs_backward else ()))
+    per_rank = {op.name: _rank_params(op, s) for op in block.ops}
+    expert_ops = [op for op in block.ops if op.tp in EXPERT_SPLITS]
+    info = experts.unit_info(block, shape, moe_spans) if expert_ops else ()
     return UnitPlan(name=key, fwd=tuple(fwd), bwd=tuple(bwd), recompute=tuple(recompute), comm=comm,
-                    params=params, trainable_params=trainable, saved_bytes=saved, working_bytes=working,
-                    is_layer=block.is_layer, placement=block.placement)
+                    params=sum(per_rank.values()),
+                    trainable_params=sum(per_rank[op.name] for op in block.ops if op.trainable),
+                    saved_bytes=saved, working_bytes=working, is_layer=block.is_layer, placement=block.placement,
+                    expert_params=sum(per_rank[op.name] for op in expert_ops),
+                    expert_trainable_params=sum(per_rank[op.name] for op in expert_ops if op.trainable), info=info)
+
+
+def _rank_params(op: Op, s: Strategy) -> float:
+    """Parameters of `op` held by one rank: routed experts split over ep x etp, computed-whole ops not
+    split, the rest over tp."""
+    if op.tp in EXPERT_SPLITS:
+        return op.params / (s.ep * s.etp)
+    if op.tp in (TPSplit.SEQUENCE, TPSplit.REPLICATED, TPSplit.DUPLICATED):
+        return op.params
+    return op.params / s.tp
 
 
 def tp_comm(block: Block, shape: Shape, tp_span: Span) -> tuple[list[CommOp], list[CommOp]]:
@@ -333,7 +371,7 @@ def tp_comm(block: Block, shape: Shape, tp_span: Span) -> tuple[list[CommOp], li
             reduced = True
             fwd.append(op(Collective.REDUCE_SCATTER if shape.sp else Collective.ALL_REDUCE, o.n, "tp.embed_out"))
             bwd += [op(Collective.ALL_GATHER, o.n, "tp.embed_grad", back)] if shape.sp else []
-        elif o.kind is OpKind.GEMM and o.tp is TPSplit.COLUMN and opener is None:
+        elif o.kind is OpKind.GEMM and o.tp in (TPSplit.COLUMN, TPSplit.DUPLICATED) and opener is None:
             opener = o
             if merged:  # the same input as the region before: already gathered; its gradient reduced with it
                 continue

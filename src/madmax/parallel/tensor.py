@@ -7,16 +7,24 @@ all T otherwise (Korthikanti et al. 2022, Sec. 4.2). Backward: a GEMM's input gr
 (T x n) @ (n x k) and, for trainable weights, its weight gradient (k x T) @ (T x n), each the
 forward's FLOPs (Narayanan et al. 2021, Sec. 5.1); an element-wise op reads the saved input and the
 output gradient and writes the input gradient, moving twice its forward bytes.
+
+Routed experts (MoE) fold over the same ranks as attention (Megatron-Core's MoE parallel folding): the
+tp x cp x dp ranks of a stage become etp x ep x edp expert ranks. Balanced routing gives each rank
+R = T * top_k * etp / tp expert rows (T/tp tokens per rank under sequence parallelism, each sent to
+top_k experts; the etp ranks of an expert slice all process its rows), times the busiest rank's load
+factor; expert widths split by etp. Its local experts run as grouped GEMMs, one group per expert that
+receives tokens.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from madmax.config.base import DType
 from madmax.parallel.kernels import Kernel, KernelKind
 from madmax.workload.attention import attention_flops
-from madmax.workload.ops import Op, OpKind, TPSplit
+from madmax.workload.ops import EXPERT_SPLITS, Op, OpKind, TPSplit
 
 BACKWARD_BYTES_FACTOR = 2  # read saved input + output gradient, write input gradient (vs read + write)
 
@@ -51,7 +59,17 @@ class Shape:
     gemm_dtype: DType | None = None  # None: the plan's dtype
     weight_width: float | None = None
     kv_width: float | None = None
+    # Routed experts: expert-parallel and expert-tensor-parallel degrees, the busiest rank's rows over
+    # the mean (load imbalance, capped by a capacity factor), and the local experts that receive tokens.
+    ep: int = 1
+    etp: int = 1
+    expert_load: float = 1.0
+    active_experts: float | None = None  # None: every local expert
 
+    @property
+    def expert_tokens(self) -> float:
+        """Token-equivalents of expert work on the busiest rank, R / top_k = T * etp / tp * load."""
+        return self.tokens * self.etp / self.tp * self.expert_load
     @property
     def tokens(self) -> int:
         """Tokens on one rank: T = b*s/cp, or the new tokens of a serving step's attention calls."""
@@ -67,6 +85,25 @@ def _gemm(op: Op, t: int, tp: int) -> tuple[int, int, int]:
     elif op.tp is TPSplit.ROW:
         k = -(-k // tp)
     return t, k, n
+
+
+def _gemm_shape(op: Op, shape: Shape) -> tuple[int, int, int, int]:
+    """(groups, rows per group, k, n) of a GEMM on one rank: one group for a plain GEMM; for routed
+    experts, the local experts that receive rows, sharing the rank's R rows."""
+    if op.tp in EXPERT_SPLITS:
+        rows = math.ceil(shape.expert_tokens * op.top_k)
+        local = op.experts / shape.ep
+        groups = max(1, min(rows, round(local if shape.active_experts is None else shape.active_experts)))
+        k, n = op.k, op.n
+        if op.tp is TPSplit.EXPERT_COLUMN:
+            n = -(-n // shape.etp)
+        else:
+            k = -(-k // shape.etp)
+        return groups, math.ceil(rows / groups), k, n
+    t = shape.tokens
+    if op.tp is TPSplit.SEQUENCE and shape.sp:
+        t = math.ceil(t / shape.tp)
+    return (1, *_gemm(op, t, shape.tp))
 
 
 def forward_kernels(op: Op, shape: Shape, *, flash: bool) -> list[Kernel]:
@@ -85,29 +122,30 @@ def _aux(op: Op) -> list[Kernel]:
 
 
 def _main_forward(op: Op, shape: Shape, *, flash: bool) -> list[Kernel]:
-    t, tp = shape.tokens, shape.tp
     cat = op.kind.value
     if op.kind is OpKind.GEMM:
-        m, k, n = _gemm(op, t, tp)
-        return [*_fp8_cast(shape, m * k), Kernel(KernelKind.GEMM, cat, flops=2.0 * m * k * n, m=m, k=k, n=n,
-                                                 dtype=shape.gemm_dtype, weight_width=shape.weight_width)]
+        g, m, k, n = _gemm_shape(op, shape)
+        return [*_fp8_cast(shape, g * m * k), Kernel(KernelKind.GEMM, cat, flops=2.0 * g * m * k * n, m=m, k=k, n=n,
+                                                     batch=g, grouped=g > 1, dtype=shape.gemm_dtype,
+                                                     weight_width=shape.weight_width)]
     if op.kind is OpKind.ATTENTION and shape.calls:
         return _serving_attention(op, shape)
     if op.kind is OpKind.ATTENTION:
         return _attention(op, shape, flash=flash, backward=False)
-    return [Kernel(KernelKind.MEMORY, cat, flops=_elementwise_tokens(op, shape) * op.flops_per_token / _tp_div(op, tp),
-                   num_bytes=_elementwise_tokens(op, shape) * op.moved_elems_per_token / _tp_div(op, tp)
-                   * shape.act_bytes)]
+    share = _elementwise_tokens(op, shape) / _tp_div(op, shape)
+    return [Kernel(KernelKind.MEMORY, cat, flops=share * op.flops_per_token,
+                   num_bytes=share * op.moved_elems_per_token * shape.act_bytes)]
 
 
 def _main_backward(op: Op, shape: Shape, *, flash: bool) -> list[Kernel]:
-    t, tp = shape.tokens, shape.tp
     cat = op.kind.value
     if op.kind is OpKind.GEMM:
-        m, k, n = _gemm(op, t, tp)
-        kernels = [*_fp8_cast(shape, m * n), Kernel(KernelKind.GEMM, cat, flops=2.0 * m * k * n, m=m, k=n, n=k)]
+        g, m, k, n = _gemm_shape(op, shape)
+        flops = 2.0 * g * m * k * n
+        kernels = [*_fp8_cast(shape, g * m * n), Kernel(KernelKind.GEMM, cat, flops=flops, m=m, k=n, n=k, batch=g,
+                                                        grouped=g > 1)]
         if op.trainable:
-            kernels.append(Kernel(KernelKind.GEMM, cat, flops=2.0 * m * k * n, m=k, k=m, n=n))
+            kernels.append(Kernel(KernelKind.GEMM, cat, flops=flops, m=k, k=m, n=n, batch=g, grouped=g > 1))
         return kernels
     if op.kind is OpKind.ATTENTION:
         return _attention(op, shape, flash=flash, backward=True)
@@ -143,8 +181,9 @@ def _attention(op: Op, shape: Shape, *, flash: bool, backward: bool) -> list[Ker
     """
     heads = op.heads // shape.tp
     kv_heads = max(1, op.kv_heads // shape.tp)
-    q, kv, d, b = shape.seq_len // shape.cp, shape.seq_len, op.head_dim, shape.batch
-    fwd_flops = 2 * 2 * b * heads * q * kv * d / (2 if op.causal else 1)
+    # MLA's query/key and value widths differ: the kernel is costed at their mean, which has its FLOPs.
+    q, kv, d, b = shape.seq_len // shape.cp, shape.seq_len, (op.head_dim + op.value_dim) // 2, shape.batch
+    fwd_flops = 2 * b * heads * q * kv * (op.head_dim + op.value_dim) / (2 if op.causal else 1)
     flops = fwd_flops * (BWD_ATTENTION_FLOPS if backward else 1)
     # The unfused path computes the whole score matrix and masks it: no causal saving in time.
     kernels = [Kernel(KernelKind.ATTENTION, "attention", flops=flops, batch=b, heads=heads, kv_heads=kv_heads,
@@ -190,14 +229,19 @@ SCORE_PASSES = 4
 BWD_ATTENTION_FLOPS = 5 / 2
 
 
-def _tp_div(op: Op, tp: int) -> int:
-    return tp if op.tp in (TPSplit.TP_REGION, TPSplit.VOCAB, TPSplit.HEADS) else 1
+def _tp_div(op: Op, shape: Shape) -> int:
+    if op.tp is TPSplit.EXPERT_REGION:
+        return shape.etp
+    return shape.tp if op.tp in (TPSplit.TP_REGION, TPSplit.VOCAB, TPSplit.HEADS) else 1
 
 
 def _elementwise_tokens(op: Op, shape: Shape) -> float:
-    """Tokens an element-wise op touches on one rank: T/tp in the sequence-parallel region."""
+    """Tokens an element-wise op touches on one rank: T/tp in the sequence-parallel region; the
+    token-equivalents of the rank's expert rows for an expert op (its per-token sizes count top_k)."""
     if op.tp is TPSplit.SEQUENCE and shape.sp:
         return shape.tokens / shape.tp
+    if op.tp is TPSplit.EXPERT_REGION:
+        return shape.expert_tokens
     return shape.tokens
 
 
@@ -209,6 +253,9 @@ def saved_bytes(op: Op, shape: Shape, *, flash: bool) -> float:
     (Korthikanti et al. 2022, Eq. 2 vs Table 2). The s^2 part of a non-fused attention grows with s.
     """
     t = shape.tokens
+    if op.tp in EXPERT_SPLITS:  # the rank's expert rows; the up/gate input (h wide) is not split by etp
+        return shape.expert_tokens * op.saved_elems_per_token * shape.act_bytes / (
+            1 if op.tp is TPSplit.EXPERT_COLUMN else shape.etp)
     outside = op.saved_outside_tp or op.tp in (TPSplit.SEQUENCE, TPSplit.REPLICATED)
     div = shape.tp if (not outside or shape.sp) else 1
     elems = op.saved_elems_per_token / div

@@ -23,8 +23,9 @@ class UnitTimes:
     """Seconds of one unit for one micro-batch on one rank.
 
     after_fwd / after_bwd: the collectives after its forward / backward kernels (TP); beside_fwd /
-    beside_bwd: those beside its attention (the CP ring); *_by_kind: kernel seconds by breakdown
-    category; flops_*: model FLOPs of each pass.
+    beside_bwd: those beside its attention (the CP ring); overlapped_fwd / overlapped_bwd: those beside
+    the compute that follows (the expert all-to-all under two-micro-batch overlap); *_by_kind: kernel
+    seconds by breakdown category; flops_*: model FLOPs of each pass.
     """
 
     fwd_s: float
@@ -36,6 +37,8 @@ class UnitTimes:
     after_bwd: GroupTimes
     beside_fwd: GroupTimes
     beside_bwd: GroupTimes
+    overlapped_fwd: GroupTimes
+    overlapped_bwd: GroupTimes
     fwd_by_kind: dict[str, float]
     bwd_by_kind: dict[str, float]
     recompute_by_kind: dict[str, float]
@@ -48,6 +51,8 @@ def kernel_s(compute: ComputeModel, k: Kernel, dtype) -> float:
     """Seconds of one kernel. A batched GEMM (bmm) is one launch: costed as one GEMM of batch*m rows,
     which has its FLOPs and bytes to within the small per-matrix operand."""
     dtype = k.dtype or dtype
+    if k.kind is KernelKind.GEMM and k.grouped:
+        return compute.grouped_gemm_s(k.batch, k.m, k.k, k.n, dtype, k.weight_width)
     if k.kind is KernelKind.GEMM:
         return compute.gemm_s(k.batch * k.m, k.k, k.n, dtype, k.weight_width)
     if k.kind is KernelKind.ATTENTION and k.segments:
@@ -87,5 +92,7 @@ def unit_times(unit: UnitPlan, compute: ComputeModel, network: NetworkModel, dty
                      after_bwd=group_times(unit.collectives(B, Where.AFTER), network),
                      beside_fwd=group_times(unit.collectives(F, Where.BESIDE_ATTENTION), network),
                      beside_bwd=group_times(unit.collectives(B, Where.BESIDE_ATTENTION), network),
+                     overlapped_fwd=group_times(unit.collectives(F, Where.OVERLAPPED), network),
+                     overlapped_bwd=group_times(unit.collectives(B, Where.OVERLAPPED), network),
                      fwd_by_kind=fwd_by, bwd_by_kind=bwd_by, recompute_by_kind=rec_by, flops_fwd=fwd_flops,
                      flops_bwd=bwd_flops, flops_recompute=rec_flops)

@@ -20,6 +20,7 @@ from functools import cache
 from madmax.collective import Collective, Span
 from madmax.hardware.collectives import NetworkModel
 from madmax.hardware.compute import ComputeModel
+from madmax.parallel.data import DataParallelPlan
 from madmax.parallel.kernels import CommOp, Phase, Where
 from madmax.parallel.pipeline import schedule
 from madmax.parallel.plan import Plan, UnitPlan
@@ -27,7 +28,7 @@ from madmax.program.costs import GroupTimes, UnitTimes, unit_times
 from madmax.sim import Program
 
 COMPUTE = "compute"
-DP, PP = "dp", "pp"
+DP, EDP, PP = "dp", "edp", "pp"
 
 
 @dataclass
@@ -122,27 +123,28 @@ class _Builder:
         events: list[tuple[int, float]] = []
         self.out.activation_events.append(events)
         last_compute = None
-        gathered: dict[str, int] = {}
+        gathered: dict[str, list[int]] = {}
         if data.zero in (1, 2) and data.overlap:
             for chunk in chunks:
                 for key in chunk:
-                    if plan.units[key].trainable_params:
-                        gathered.setdefault(key, self._param_gather(streams[DP], plan.units[key]))
+                    if plan.units[key].trainable_params:  # one gather per layer; the first gates the forward
+                        gathered.setdefault(key, self._param_gather(streams, plan.units[key]))
         for step in schedule(stage, self.pp, self.vp, m):
             virtual = step.chunk * self.pp + stage
             units = chunks[step.chunk]
             ordered = units if step.phase is Phase.FORWARD else tuple(reversed(units))
             first_segment = None
+            overlapped: list[int] = []
             for key in ordered:
                 unit, t = plan.units[key], times[key]
                 if step.phase is Phase.BACKWARD and not unit.has_backward:
                     continue
                 deps: list[int] = self._edges_in(streams, step, key)
                 if data.zero >= 3 and unit.params > 0:
-                    deps.append(self.comm(streams[DP], Collective.ALL_GATHER,
-                                          unit.params * data.weight_bytes, data.shard_span, DP))
+                    deps += [self.comm(streams[group], Collective.ALL_GATHER, params * d.weight_bytes, d.shard_span,
+                                       group) for group, d, params, _ in self._state_groups(unit)]
                 if step.phase is Phase.FORWARD and step.microbatch == 0 and key in gathered:
-                    deps.append(gathered[key])
+                    deps += gathered[key]
                 if step.phase is Phase.FORWARD:
                     start, seg = self._compute_beside(streams, t.fwd_s, t.attention_fwd_s, t.beside_fwd, deps,
                                                       "forward")
@@ -168,10 +170,14 @@ class _Builder:
                 if first_segment is None:
                     first_segment = start
                 seg = self._after(streams, t.after_fwd if step.phase is Phase.FORWARD else t.after_bwd, seg)
+                overlapped += self._overlapped(streams, t.overlapped_fwd if step.phase is Phase.FORWARD
+                                               else t.overlapped_bwd, seg)
                 last_compute = seg
                 self._edges_out(streams, step, key, seg)
                 if step.phase is Phase.BACKWARD and unit.trainable_params:
-                    grad_segments += self._grad_sync(streams[DP], unit, seg, step.microbatch == m - 1)
+                    for group, d, _, trainable in self._state_groups(unit):
+                        grad_segments += self._grad_sync(streams[group], group, d, trainable, seg,
+                                                         step.microbatch == m - 1)
                 if step.phase is Phase.BACKWARD and step.microbatch == m - 1:
                     grad_segments += [self.comm_op(streams[op.group], op, (seg,))
                                       for op in unit.collectives(Phase.BACKWARD, Where.UPDATE)]
@@ -181,6 +187,9 @@ class _Builder:
                 assert step.phase is Phase.BACKWARD
                 continue
             assert last_compute is not None
+            if overlapped:
+                last_compute = prog.add(cs, 0.0, (last_compute, *overlapped), category="sync",
+                                        label="wait for overlapped collectives")
             kept = sum(plan.units[key].saved_bytes for key in units)
             events.append((last_compute, kept if step.phase is Phase.FORWARD else -kept))
             self.first[(step.phase, virtual, step.microbatch)] = first_segment
@@ -199,6 +208,16 @@ class _Builder:
         for group, kind, seconds in after:
             comm = self.prog.add(streams[group], seconds, (comm,), category=f"{group}.{kind}", label=f"{group} {kind}")
         return self.prog.add(streams[COMPUTE], 0.0, (comm,), category="sync", label="wait for collectives")
+
+    def _overlapped(self, streams: _Streams, overlapped: GroupTimes, seg: int) -> list[int]:
+        """Collectives that run beside the compute after the unit (the expert all-to-all of a micro-batch
+        hidden behind another's compute): on their groups' streams after the unit's kernels; the pass
+        ends when they have (its caller waits for the segments returned)."""
+        out = []
+        for group, kind, seconds in overlapped:
+            out.append(self.prog.add(streams[group], seconds, (seg,), category=f"{group}.{kind}",
+                                     label=f"{group} {kind} (overlapped)"))
+        return out
 
     def _edges_in(self, streams: _Streams, step, key: str) -> list[int]:
         """Collectives this unit's pass must wait for: those before its forward (ids to their owners), the
@@ -248,29 +267,42 @@ class _Builder:
         attn = self.prog.add(cs, attention_s, (pre,), category=label, label=label + " attention")
         return pre, self.prog.add(cs, 0.0, (attn, *ring), category="sync", label="wait for collectives")
 
-    def _param_gather(self, dp_stream: int, unit: UnitPlan) -> int:
-        data = self.plan.data
-        if data.shard == 1:
-            return self.prog.add(dp_stream, 0.0, category="sync", label="no gather")
-        return self.comm(dp_stream, Collective.ALL_GATHER, unit.trainable_params * data.weight_bytes,
-                         data.shard_span, DP)
+    def _state_groups(self, unit: UnitPlan) -> list[tuple[str, DataParallelPlan, float, float]]:
+        """(stream group, data-parallel plan, parameters, trainable parameters) of the unit's dense part
+        ("dp") and of its routed experts ("edp", their own process group), as `UnitPlan.state_groups`."""
+        return [(DP if d is self.plan.data else EDP, d, params, trainable)
+                for d, params, trainable in unit.state_groups(self.plan)]
 
-    def _grad_sync(self, dp_stream: int, unit: UnitPlan, after: int, last_microbatch: bool) -> list[int]:
-        """Gradient reduction of one unit: every micro-batch for ZeRO-2/3, else after the last one."""
-        data = self.plan.data
-        size = unit.trainable_params * data.grad_bytes
+    def _param_gather(self, streams: _Streams, unit: UnitPlan) -> list[int]:
+        """ZeRO-1/2: the updated weights of each of the unit's state groups gathered over their shard."""
+        segs = []
+        for group, d, _, trainable in self._state_groups(unit):
+            if not trainable:
+                continue
+            if d.shard == 1:
+                segs.append(self.prog.add(streams[group], 0.0, category="sync", label="no gather"))
+            else:
+                segs.append(self.comm(streams[group], Collective.ALL_GATHER, trainable * d.weight_bytes,
+                                      d.shard_span, group))
+        return segs
+
+    def _grad_sync(self, stream: int, group: str, data: DataParallelPlan, trainable: float, after: int,
+                   last_microbatch: bool) -> list[int]:
+        """Gradient reduction of one unit's state group: every micro-batch for ZeRO-2/3, else after the
+        last one."""
+        size = trainable * data.grad_bytes
         per_microbatch = data.zero >= 2
-        if not (per_microbatch or last_microbatch) or (data.shard == 1 and data.replicas == 1):
+        if not trainable or not (per_microbatch or last_microbatch) or (data.shard == 1 and data.replicas == 1):
             return []
         deps = (after,) if data.overlap else ()
         segs = []
         if data.zero == 0:
-            segs.append(self.comm(dp_stream, Collective.ALL_REDUCE, size, data.grad_span, DP, deps))
+            segs.append(self.comm(stream, Collective.ALL_REDUCE, size, data.grad_span, group, deps))
         else:
             if data.shard > 1:
-                segs.append(self.comm(dp_stream, Collective.REDUCE_SCATTER, size, data.shard_span, DP, deps))
+                segs.append(self.comm(stream, Collective.REDUCE_SCATTER, size, data.shard_span, group, deps))
             if last_microbatch and data.replicas > 1:
-                segs.append(self.comm(dp_stream, Collective.ALL_REDUCE, size / data.shard, data.replica_span, DP,
+                segs.append(self.comm(stream, Collective.ALL_REDUCE, size / data.shard, data.replica_span, group,
                                       (segs[-1],) if segs else deps))
         if not data.overlap:
             self.deferred.extend(segs)
@@ -294,19 +326,18 @@ class _Builder:
         if plan.tied_sync_bytes and stage in (0, plan.num_stages - 1):
             deps.append(self.comm(streams[DP], Collective.ALL_REDUCE, plan.tied_sync_bytes, Span(1, 2), PP,
                                   (last_compute,)))
-        trainable = sum(plan.units[k].trainable_params for chunk in plan.stages[stage] for k in chunk)
-        w, g, o = plan.data.state_bytes_per_param()
-        moved = trainable * (2 * o + g + w)
+        groups = [g for chunk in plan.stages[stage] for k in chunk for g in self._state_groups(plan.units[k])]
+        moved = 0.0
+        for _, d, _, trainable in groups:
+            w, g, o = d.state_bytes_per_param()
+            moved += trainable * (2 * o + g + w)
         optimizer_s = self.compute.memory_s(moved) if moved else 0.0
         opt = prog.add(streams[COMPUTE], optimizer_s, tuple(deps), category="optimizer", label="optimizer step")
         self.out.optimizer_s.append(optimizer_s)
-        if plan.data.zero in (1, 2) and not plan.data.overlap and plan.data.shard > 1:
-            for chunk in plan.stages[stage]:
-                for key in chunk:
-                    if plan.units[key].trainable_params:
-                        self.comm(streams[DP], Collective.ALL_GATHER,
-                                  plan.units[key].trainable_params * plan.data.weight_bytes,
-                                  plan.data.shard_span, DP, (opt,))
+        for group, d, _, trainable in groups:
+            if d.zero in (1, 2) and not d.overlap and d.shard > 1 and trainable:
+                self.comm(streams[group], Collective.ALL_GATHER, trainable * d.weight_bytes, d.shard_span, group,
+                          (opt,))
 
     def link_pipeline(self) -> None:
         """Forward of virtual stage v waits for v-1's send; backward of v waits for v+1's."""

@@ -1,0 +1,106 @@
+"""Expert parallelism: where routed experts live, how tokens reach them, and how unevenly.
+
+Megatron-Core folds the experts over the same ranks as attention (MoE parallel folding, Liu et al. 2025,
+arXiv 2504.14960): the tp x cp x dp ranks of a pipeline stage are renumbered etp x ep x edp, expert
+tensor parallelism innermost. Each of the ep ranks of an expert-parallel group holds E/ep experts (each
+split over etp ranks); edp copies of each expert reduce their gradients together.
+
+The token exchange of one MoE layer for one micro-batch (Megatron-Core's all-to-all token dispatcher;
+DeepSeek-V3 Sec. 3.2.2): a rank holds T_r tokens (T/tp under sequence parallelism) and sends each to
+the top_k experts it chose. Dispatch: an all-to-all over the EP group of T_r * k * h elements per rank
+(nccl-tests size: what each rank sends, its own share included), in fp8 when `dispatch_fp8` (DeepEP);
+with etp > 1 an all-gather over the ETP group gives each slice of an expert all of the group's rows.
+Combine mirrors it: a reduce-scatter over ETP, then the all-to-all back in 16 bits. The backward pass
+sends the gradients the same way (16 bits). The busiest rank receives `expert_load` times the mean,
+and its exchange takes that much longer.
+
+Load: how unevenly routing fills the ranks is the task's `expert_load` (`madmax.config.task.ExpertLoad`):
+the busiest rank's rows over the mean, which scales its expert work and its exchange.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from madmax.collective import Collective, Span
+from madmax.config.base import DType
+from madmax.config.strategy import Strategy
+from madmax.parallel.kernels import CommOp, Phase, Where
+from madmax.parallel.placement import expert_span
+from madmax.parallel.tensor import Shape
+from madmax.workload.ops import EXPERT_SPLITS, Block, Op
+
+EP_GROUP, ETP_GROUP = "ep", "etp"
+
+
+@dataclass(frozen=True)
+class ExpertSpans:
+    """The network spans of a stage's expert groups: expert-parallel, expert-tensor-parallel and the
+    expert-data-parallel group that reduces the experts' gradients."""
+
+    ep: Span
+    etp: Span
+    edp: Span
+
+
+def spans(s: Strategy, domain_size: int) -> ExpertSpans:
+    return ExpertSpans(ep=expert_span(s, ("ep",), domain_size), etp=expert_span(s, ("etp",), domain_size),
+                       edp=expert_span(s, ("edp",), domain_size))
+
+
+def routed_op(block: Block) -> Op | None:
+    """The block's first routed-expert GEMM (its experts and top_k), or None without experts."""
+    return next((op for op in block.ops if op.tp in EXPERT_SPLITS and op.experts), None)
+
+
+def hidden_of(block: Block) -> int:
+    """Width of the tokens an MoE block dispatches: the router's input."""
+    return next(op.k for op in block.ops if op.name.endswith(".router"))
+
+
+def token_exchange(block: Block, shape: Shape, s: Strategy, sp: ExpertSpans) -> tuple[list[CommOp], list[CommOp]]:
+    """Dispatch and combine collectives of one MoE block for one micro-batch on the busiest rank,
+    forward and backward (see the module docstring); none when its experts are all local (ep = etp = 1)."""
+    op = routed_op(block)
+    if op is None or (s.ep == 1 and s.etp == 1):
+        return [], []
+    tokens = shape.tokens / shape.tp if shape.sp else shape.tokens
+    rows = tokens * op.top_k * shape.expert_load  # rows this rank sends (and, at the busiest rank, receives)
+    elems = rows * hidden_of(block)
+    where = Where.OVERLAPPED if s.ep_overlap else Where.AFTER
+    half = shape.act_bytes
+    dispatch = DType.FP8.num_bytes if s.dispatch_fp8 else half
+    F, B = Phase.FORWARD, Phase.BACKWARD
+
+    def a2a(width: float, label: str, phase: Phase) -> CommOp:
+        return CommOp(EP_GROUP, Collective.ALL_TO_ALL, elems * width, sp.ep, label, phase, where)
+
+    def etp(kind: Collective, label: str, phase: Phase) -> list[CommOp]:
+        if s.etp == 1:
+            return []
+        return [CommOp(ETP_GROUP, kind, elems * s.etp * half, sp.etp, label, phase, where)]
+
+    fwd = [a2a(dispatch, "ep.dispatch", F), *etp(Collective.ALL_GATHER, "etp.dispatch_gather", F),
+           *etp(Collective.REDUCE_SCATTER, "etp.combine_scatter", F), a2a(half, "ep.combine", F)]
+    bwd = [a2a(half, "ep.combine_grad", B), *etp(Collective.ALL_GATHER, "etp.combine_grad_gather", B),
+           *etp(Collective.REDUCE_SCATTER, "etp.dispatch_grad_scatter", B), a2a(half, "ep.dispatch_grad", B)]
+    if s.ep == 1:
+        fwd = [c for c in fwd if c.group != EP_GROUP]
+        bwd = [c for c in bwd if c.group != EP_GROUP]
+    return fwd, bwd
+
+
+def unit_info(block: Block, shape: Shape, sp: ExpertSpans) -> tuple[tuple[str, object], ...]:
+    """What an MoE unit's plan reports: local experts, rows on the busiest rank, its load factor and
+    whether the EP group stays inside one scale-up domain."""
+    op = routed_op(block)
+    assert op is not None
+    return (("local_experts", op.experts // shape.ep), ("expert_rows", math.ceil(shape.expert_tokens * op.top_k)),
+            ("expert_load", shape.expert_load), ("ep_span", f"{sp.ep.intra}x{sp.ep.inter}"))
+
+
+def touched_experts(num_experts: int, top_k: int, tokens: float) -> float:
+    """Expected experts that receive at least one of `tokens` tokens, each routed to top_k of num_experts
+    uniformly: E (1 - (1 - k/E)^T) (one token touches k; many touch all E)."""
+    return num_experts * (1 - (1 - top_k / num_experts) ** tokens)
