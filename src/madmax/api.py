@@ -28,7 +28,8 @@ def simulate(model: str | Path | dict | ModelSpec, system: str | Path | dict | S
              num_requests: int | None = None, arrivals: str | Path | None = None, max_ttft: float | None = None,
              max_tpot: float | None = None, seed: int | None = None, stack: str | Path | dict | None = None,
              finetune: str | None = None, lora_rank: int | None = None, frozen_layers: int | None = None,
-             lora_targets: list[str] | None = None, calibration: str | Path | None = None,
+             lora_targets: list[str] | None = None, expert_load: str | float | None = None,
+             capacity_factor: float | None = None, calibration: str | Path | None = None,
              keep_schedule: bool = False) -> Result | ServingResult:
     """Predict one training iteration, or a serving deployment, of `model` on `system` with `strategy`.
 
@@ -45,6 +46,10 @@ def simulate(model: str | Path | dict | ModelSpec, system: str | Path | dict | S
     `dtype` bf16, fp16, fp8, fp4 (NVFP4) or int4 (weight-only), `kv_dtype` bf16 or fp8; rate mode takes
     `request_rate` (requests/s) or an `arrivals` CSV (arrival_s, prompt_len, output_len), and
     `max_ttft`/`max_tpot` (s) for goodput. Returns a `ServingResult`.
+
+    Mixture-of-experts models take `ep` (and `etp`, `ep_overlap`, `dispatch_fp8`) in the strategy, and
+    `expert_load` ("balanced" default, a measured busiest-rank factor such as 1.3, or "zipf:ALPHA") and
+    `capacity_factor` (tokens beyond it dropped; default dropless) for the routing.
     """
     requested = parse_strategy(strategy)
     request = resolve_request(model, system, num_gpus, task, calibration=calibration, flash=requested.flash,
@@ -53,7 +58,9 @@ def simulate(model: str | Path | dict | ModelSpec, system: str | Path | dict | S
                               request_rate=request_rate, num_requests=num_requests,
                               arrivals=None if arrivals is None else str(arrivals), max_ttft_s=max_ttft,
                               max_tpot_s=max_tpot, seed=seed, finetune=finetune, lora_rank=lora_rank,
-                              frozen_layers=frozen_layers, lora_targets=lora_targets)
+                              frozen_layers=frozen_layers, lora_targets=lora_targets,
+                              expert_load=None if expert_load is None else str(expert_load),
+                              capacity_factor=capacity_factor)
     if builder_for(request.task.kind, request.workload) is SERVING:
         from madmax.serve import simulate_serving
 
@@ -94,7 +101,8 @@ def _simulate_training(run: TrainingRequest, keep_schedule: bool) -> Result:
                        strategy_text=strat.describe() + (_emb_keys(strat) if tables else ""),
                        global_batch=run.global_batch, seq_len=request.seq_len, hbm_bytes=sysm.gpu.hbm_bytes,
                        peak_flops_per_s=sysm.gpu.flops_per_s[request.task.dtype], has_tables=tables,
-                       assumptions=run.assumptions + notes)
+                       assumptions=run.assumptions + notes,
+                       forward_flops_per_token=request.workload.forward_flops_per_token(request.seq_len))
     return training_result(info, plan, built, timeline, memories, band, keep_schedule)
 
 

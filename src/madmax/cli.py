@@ -94,6 +94,12 @@ def simulate(
     lora_rank: LoraRankOpt = None,
     frozen_layers: FrozenLayersOpt = None,
     lora_targets: LoraTargetsOpt = None,
+    expert_load: Annotated[str | None, typer.Option(help="MoE routing load: balanced (default), the busiest "
+                                                         "expert rank's tokens over the mean (e.g. 1.3), or "
+                                                         "zipf:ALPHA.")] = None,
+    capacity_factor: Annotated[float | None, typer.Option(help="MoE expert capacity over the mean share; "
+                                                               "tokens beyond it are dropped (default: "
+                                                               "dropless).")] = None,
     calibration: CalibrationOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
     trace: Annotated[Path | None, typer.Option(help="Write a Chrome/Perfetto trace JSON here.")] = None,
@@ -109,6 +115,7 @@ def simulate(
                               arrivals=arrivals, max_ttft=max_ttft, max_tpot=max_tpot, seed=seed, stack=stack,
                               finetune=finetune, lora_rank=lora_rank, frozen_layers=frozen_layers,
                               lora_targets=lora_targets.split(",") if lora_targets else None,
+                              expert_load=expert_load, capacity_factor=capacity_factor,
                               calibration=calibration, keep_schedule=trace is not None)
         if trace is not None:
             from madmax.report.trace import write_trace

@@ -86,6 +86,9 @@ def resolve_request(model: Any, system: Any, num_gpus: int | None = None, task: 
         kinds = COMPUTE_DTYPES + (INFERENCE_ONLY_DTYPES if t.kind is TaskKind.INFERENCE else ())
         allowed = ", ".join(d.value for d in sysm.gpu.flops_per_s if d.value in kinds)
         raise ConfigError(f"dtype={t.dtype.value} has no peak on gpu {sysm.gpu.name}; allowed: {allowed}")
+    if not spec.has_experts and ("expert_load" in t.model_fields_set or t.capacity_factor is not None):
+        raise ConfigError(f"task.expert_load and task.capacity_factor describe the routing of a mixture-of-experts "
+                          f"model; {spec.name} has no experts; allowed: omit them")
     seq = t.seq_len or spec.default_seq_len
     if seq > spec.max_seq_len:
         raise ConfigError(f"seq_len={seq} exceeds max_seq_len={spec.max_seq_len} of {spec.name}")

@@ -87,6 +87,14 @@ def _gemm(op: Op, t: int, tp: int) -> tuple[int, int, int]:
     return t, k, n
 
 
+def _model_rows(op: Op, shape: Shape, groups: int, rows: int) -> float:
+    """Rows whose FLOPs count as model FLOPs: a routed-expert GEMM's mean rows per rank (T*k*etp/tp),
+    not the busiest rank's rounded ones that set its time."""
+    if op.tp in EXPERT_SPLITS:
+        return shape.expert_tokens / shape.expert_load * op.top_k
+    return groups * rows
+
+
 def _gemm_shape(op: Op, shape: Shape) -> tuple[int, int, int, int]:
     """(groups, rows per group, k, n) of a GEMM on one rank: one group for a plain GEMM; for routed
     experts, the local experts that receive rows, sharing the rank's R rows."""
@@ -125,7 +133,8 @@ def _main_forward(op: Op, shape: Shape, *, flash: bool) -> list[Kernel]:
     cat = op.kind.value
     if op.kind is OpKind.GEMM:
         g, m, k, n = _gemm_shape(op, shape)
-        return [*_fp8_cast(shape, g * m * k), Kernel(KernelKind.GEMM, cat, flops=2.0 * g * m * k * n, m=m, k=k, n=n,
+        flops = 2.0 * _model_rows(op, shape, g, m) * k * n
+        return [*_fp8_cast(shape, g * m * k), Kernel(KernelKind.GEMM, cat, flops=flops, m=m, k=k, n=n,
                                                      batch=g, grouped=g > 1, dtype=shape.gemm_dtype,
                                                      weight_width=shape.weight_width)]
     if op.kind is OpKind.ATTENTION and shape.calls:
@@ -141,7 +150,7 @@ def _main_backward(op: Op, shape: Shape, *, flash: bool) -> list[Kernel]:
     cat = op.kind.value
     if op.kind is OpKind.GEMM:
         g, m, k, n = _gemm_shape(op, shape)
-        flops = 2.0 * g * m * k * n
+        flops = 2.0 * _model_rows(op, shape, g, m) * k * n
         kernels = [*_fp8_cast(shape, g * m * n), Kernel(KernelKind.GEMM, cat, flops=flops, m=m, k=n, n=k, batch=g,
                                                         grouped=g > 1)]
         if op.trainable:

@@ -38,6 +38,9 @@ class Result:
     tokens_per_s_per_gpu: float
     mfu: float
     hfu: float
+    # Megatron-LM's "model TFLOP/s/GPU": 3x the forward FLOPs per token (top_k experts, causal attention,
+    # LM head and MTP modules), whatever is recomputed or frozen, times tokens/s/GPU.
+    model_tflops_per_gpu: float
     peak_memory_bytes: float
     fits: bool
     breakdown: dict[str, Any]
@@ -55,7 +58,8 @@ class Result:
             "seq_len": self.seq_len, "iteration_time_s": self.iteration_time_s,
             "samples_per_s": self.samples_per_s, "tokens_per_s": self.tokens_per_s,
             "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu, "mfu": self.mfu, "hfu": self.hfu,
-            "peak_memory_bytes": self.peak_memory_bytes, "fits": self.fits, "fits_reason": self.fits_reason,
+            "model_tflops_per_gpu": self.model_tflops_per_gpu, "peak_memory_bytes": self.peak_memory_bytes,
+            "fits": self.fits, "fits_reason": self.fits_reason,
             "breakdown": self.breakdown,
             "memory": self.memory, "assumptions": list(self.assumptions), "error_band": self.error_band,
         }
@@ -78,6 +82,7 @@ class TrainingRun:
     peak_flops_per_s: float
     has_tables: bool
     assumptions: tuple[str, ...]
+    forward_flops_per_token: float = 0.0  # the model's, Megatron-LM's convention (routed experts: top_k)
 
 
 def training_result(run: TrainingRun, plan: Plan, built: TrainingProgram, schedule: Schedule,
@@ -111,7 +116,9 @@ def training_result(run: TrainingRun, plan: Plan, built: TrainingProgram, schedu
         model=run.model, system=run.system, num_gpus=n, task=run.task, strategy=run.strategy_text,
         dtype=run.dtype.value, global_batch=run.global_batch, seq_len=run.seq_len,
         iteration_time_s=iteration, samples_per_s=run.global_batch / iteration, tokens_per_s=tokens / iteration,
-        tokens_per_s_per_gpu=tokens / iteration / n, mfu=mfu, hfu=hfu, peak_memory_bytes=peak, fits=fits,
+        tokens_per_s_per_gpu=tokens / iteration / n, mfu=mfu, hfu=hfu,
+        model_tflops_per_gpu=3 * run.forward_flops_per_token * tokens / iteration / n / 1e12,
+        peak_memory_bytes=peak, fits=fits,
         fits_reason=fits_reason, breakdown=breakdown,
         memory={"stage": worst, **memories[worst].to_dict(), "capacity": run.hbm_bytes},
         assumptions=list(run.assumptions), error_band=error_band, schedule=schedule if keep_schedule else None,
