@@ -197,3 +197,26 @@ def test_any_valid_expert_strategy_simulates_or_is_refused_in_one_sentence(ep, e
     assert result.iteration_time_s > 0 and math.isfinite(result.iteration_time_s)
     compute = sum(result.breakdown["compute_s"].values()) if isinstance(result.breakdown["compute_s"], dict) else 0
     assert compute >= 0
+
+
+def test_deepep_sends_one_copy_per_remote_node():
+    # 8 domains, k = 8 uniform: a token reaches 8 (1 - (7/8)^8) = 5.25 domains, 7/8 of them remote.
+    up = next(op for op in moe_block().ops if op.name == "layer.expert_up")
+    assert experts.remote_domains(up, 8) == pytest.approx(8 * (1 - (7 / 8) ** 8) * 7 / 8)
+    # DeepSeek-V3's group-limited routing, 4 of 8 groups on 8 nodes: 4 (1 - (3/4)^8) domains.
+    limited = up.__class__(**{**{f: getattr(up, f) for f in up.__slots__}, "route_groups": 8,
+                              "route_group_topk": 4})
+    assert experts.remote_domains(limited, 8) == pytest.approx(4 * (1 - 0.75 ** 8) * 7 / 8)
+    block = moe_block()
+    s = parse_strategy("tp=1,ep=16,dispatcher=deepep").model_copy(update={"dp": 16})
+    shape = Shape(batch=1, seq_len=T, tp=1, cp=1, sp=False, act_bytes=2, ep=16)
+    fwd, _ = experts.token_exchange(block, shape, s, experts.spans(s, 8))
+    across, inside = fwd[0], fwd[1]
+    assert across.span == Span(1, 2) and inside.span == Span(8, 1)
+    # nccl-tests size: (n-1)/n of it leaves, n = 2 domains: T h D_remote elements cross.
+    assert across.size_bytes / 2 == pytest.approx(T * H * 2 * experts.remote_domains(up, 2))
+    assert inside.size_bytes == T * K * H * 2
+    plain = api.simulate(qwen3_30b_like(), "dgx-h100", 16, strategy="tp=1,ep=16,zero=1", global_batch=64)
+    deepep = api.simulate(qwen3_30b_like(), "dgx-h100", 16, strategy="tp=1,ep=16,zero=1,dispatcher=deepep",
+                          global_batch=64)
+    assert deepep.iteration_time_s < plain.iteration_time_s

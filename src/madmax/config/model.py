@@ -62,6 +62,12 @@ class MoE(Schema):
     router_bias: bool = Field(
         False, description="The router carries a bias of num_experts elements (GPT-OSS; DeepSeek-V3's "
         "e_score_correction_bias).")
+    route_groups: PositiveInt = Field(
+        1, description="Group-limited routing (DeepSeek-V3 n_group): the experts form this many "
+        "equal groups, consecutive in expert order; 1: no groups.")
+    route_group_topk: PositiveInt | None = Field(
+        None, description="Groups a token's top_k experts come from (DeepSeek-V3 topk_group: 4 of 8, which "
+        "limits each token to 4 nodes when groups are nodes); None: all groups.")
 
     @property
     def shared_width(self) -> int:
@@ -77,6 +83,11 @@ class MoE(Schema):
                              "shared_experts or drop shared_expert_ffn_hidden_size")
         if self.shared_expert_gate and not self.shared_experts:
             raise ValueError("shared_expert_gate=true needs shared_experts >= 1")
+        if self.num_experts % self.route_groups:
+            raise ValueError(f"route_groups={self.route_groups} does not divide num_experts={self.num_experts}")
+        if self.route_group_topk is not None and self.route_group_topk > self.route_groups:
+            raise ValueError(f"route_group_topk={self.route_group_topk} exceeds route_groups={self.route_groups}; "
+                             f"allowed: 1 to {self.route_groups}")
         return self
 
 

@@ -62,6 +62,10 @@ class Strategy(Schema):
         "(two-micro-batch overlap of Megatron-Core / DualPipe); false: the layer waits for it.")
     dispatch_fp8: bool = Field(False, description="Send dispatched tokens in fp8 (DeepEP); the combine stays "
                                                   "in 16 bits.")
+    dispatcher: Literal["alltoall", "deepep"] = Field(
+        "alltoall", description="Token dispatcher of expert parallelism: alltoall (one copy per chosen expert "
+        "over the network) or deepep (one copy per destination node over the scale-out fabric, forwarded "
+        "inside the node over the scale-up fabric; DeepSeek-V3 Sec. 3.2.2).")
     order: str = Field(DEFAULT_ORDER, description="Placement of axes on the network, innermost first.")
     emb: str = Field("tw", description="Embedding-table sharding (recommendation models): tw, rw, cw, twrw, dp.")
     emb_balance: Literal["size", "lookup"] = Field(
@@ -78,6 +82,10 @@ class Strategy(Schema):
     decode_workers: PositiveInt | None = Field(None, description="Decode workers (disaggregated serving).")
     decode_tp: PositiveInt = Field(1, description="Tensor-parallel degree of a decode worker.")
     decode_pp: PositiveInt = Field(1, description="Pipeline-parallel degree of a decode worker.")
+    prefill_ep: PositiveInt = Field(1, description="Expert-parallel degree of a prefill worker (MoE models; "
+                                    "beyond prefill_tp: attention data parallelism).")
+    decode_ep: PositiveInt = Field(1, description="Expert-parallel degree of a decode worker (MoE models; "
+                                   "beyond decode_tp: attention data parallelism).")
 
     @field_validator("emb")
     @classmethod
@@ -126,6 +134,8 @@ class Strategy(Schema):
             parts.append("ep_overlap=1")
         if self.dispatch_fp8:
             parts.append("dispatch_fp8=1")
+        if self.dispatcher != "alltoall":
+            parts.append(f"dispatcher={self.dispatcher}")
         parts += [f"recompute={self.recompute}", f"sp={int(self.sequence_parallel)}"]
         return ",".join(parts)
 

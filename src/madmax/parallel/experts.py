@@ -14,6 +14,14 @@ Combine mirrors it: a reduce-scatter over ETP, then the all-to-all back in 16 bi
 sends the gradients the same way (16 bits). The busiest rank receives `expert_load` times the mean,
 and its exchange takes that much longer.
 
+With the DeepEP dispatcher (`dispatcher=deepep`) and an EP group over several scale-up domains, a token
+crosses the scale-out fabric once per destination domain, not once per expert, and is forwarded to its
+experts inside the domain (DeepSeek-V3, arXiv 2412.19437, Sec. 3.2.2): an all-to-all among the group's
+domains (one rank per domain, the rank's own rail) of T_r * h * D_remote elements, where D_remote is
+the expected number of other domains a token reaches (`remote_domains`), then an all-to-all inside the
+domain of T_r * k * h elements. The two run one after the other here (DeepEP pipelines them, so this
+over-counts by the smaller, the scale-up part).
+
 Load: how unevenly routing fills the ranks is the task's `expert_load` (`madmax.config.task.ExpertLoad`):
 the busiest rank's rows over the mean, which scales its expert work and its exchange.
 """
@@ -73,22 +81,44 @@ def token_exchange(block: Block, shape: Shape, s: Strategy, sp: ExpertSpans) -> 
     dispatch = DType.FP8.num_bytes if s.dispatch_fp8 else half
     F, B = Phase.FORWARD, Phase.BACKWARD
 
-    def a2a(width: float, label: str, phase: Phase) -> CommOp:
-        return CommOp(EP_GROUP, Collective.ALL_TO_ALL, elems * width, sp.ep, label, phase, where)
+    def a2a(width: float, label: str, phase: Phase) -> list[CommOp]:
+        if s.dispatcher != "deepep" or sp.ep.inter == 1:
+            return [CommOp(EP_GROUP, Collective.ALL_TO_ALL, elems * width, sp.ep, label, phase, where)]
+        # One copy per remote domain over the scale-out fabric (size with the rank's own share, nccl-tests
+        # convention: (n-1)/n of it leaves), then the k copies inside the domain.
+        n = sp.ep.inter
+        across = tokens * shape.expert_load * hidden_of(block) * remote_domains(op, n) * n / (n - 1) * width
+        inside = [CommOp(EP_GROUP, Collective.ALL_TO_ALL, elems * width, Span(sp.ep.intra, 1), label + "_nvl",
+                         phase, where)] if sp.ep.intra > 1 else []
+        return [CommOp(EP_GROUP, Collective.ALL_TO_ALL, across, Span(1, n), label, phase, where), *inside]
 
     def etp(kind: Collective, label: str, phase: Phase) -> list[CommOp]:
         if s.etp == 1:
             return []
         return [CommOp(ETP_GROUP, kind, elems * s.etp * half, sp.etp, label, phase, where)]
 
-    fwd = [a2a(dispatch, "ep.dispatch", F), *etp(Collective.ALL_GATHER, "etp.dispatch_gather", F),
-           *etp(Collective.REDUCE_SCATTER, "etp.combine_scatter", F), a2a(half, "ep.combine", F)]
-    bwd = [a2a(half, "ep.combine_grad", B), *etp(Collective.ALL_GATHER, "etp.combine_grad_gather", B),
-           *etp(Collective.REDUCE_SCATTER, "etp.dispatch_grad_scatter", B), a2a(half, "ep.dispatch_grad", B)]
+    fwd = [*a2a(dispatch, "ep.dispatch", F), *etp(Collective.ALL_GATHER, "etp.dispatch_gather", F),
+           *etp(Collective.REDUCE_SCATTER, "etp.combine_scatter", F), *a2a(half, "ep.combine", F)]
+    bwd = [*a2a(half, "ep.combine_grad", B), *etp(Collective.ALL_GATHER, "etp.combine_grad_gather", B),
+           *etp(Collective.REDUCE_SCATTER, "etp.dispatch_grad_scatter", B), *a2a(half, "ep.dispatch_grad", B)]
     if s.ep == 1:
         fwd = [c for c in fwd if c.group != EP_GROUP]
         bwd = [c for c in bwd if c.group != EP_GROUP]
     return fwd, bwd
+
+
+def remote_domains(op: Op, domains: int) -> float:
+    """Expected number of other domains a token's top_k experts are on, the experts spread evenly and in
+    order over `domains` domains. A token may use c candidate domains: all of them, or with group-limited
+    routing (route_group_topk of route_groups groups) the domains of its groups; its k experts fall on
+    c (1 - (1 - 1/c)^k) distinct ones (uniform choice), of which the fraction (domains - 1)/domains is
+    remote (its own domain is one of the candidates as often as any other)."""
+    candidates = float(domains)
+    if op.route_group_topk and op.route_groups > 1:
+        per_group = max(1.0, domains / op.route_groups)  # domains a group's experts span
+        candidates = min(float(domains), op.route_group_topk * per_group)
+    reached = candidates * (1 - (1 - 1 / candidates) ** op.top_k)
+    return reached * (domains - 1) / domains
 
 
 def unit_info(block: Block, shape: Shape, sp: ExpertSpans) -> tuple[tuple[str, object], ...]:

@@ -11,6 +11,7 @@ to validate a user's own measurements in the same format.
 - nemo: NeMo 24.07 performance summary (tokens/s/GPU) and NeMo 24.03 long-sequence table (TFLOP/s).
 - vtrain_single, vtrain_multi: vTrain (MICRO 2024) Megatron-DeepSpeed iteration times on A100s.
 - nvidia_dlrm: NVIDIA DeepLearningExamples TensorFlow2 DLRM and DCNv2 training throughput (samples/s).
+- megatron_bridge_moe, automodel_moe: MoE pre-training on DGX H100, mapped in `madmax.validate.moe`.
 - trtllm_static, serving_h100: LLM serving rows, mapped in `madmax.validate.serving`.
 """
 
@@ -95,7 +96,7 @@ class Dataset:
 
 
 def _label(model: str, num_gpus: int, gpu: str, s: Mapping[str, Any], gb: int, seq: int) -> str:
-    degrees = " ".join(f"{k}{s[k]}" for k in ("tp", "pp", "vp", "cp", "dp", "mbs") if s.get(k, 1) != 1)
+    degrees = " ".join(f"{k}{s[k]}" for k in ("tp", "pp", "vp", "cp", "ep", "dp", "mbs") if s.get(k, 1) != 1)
     extras = [f"zero{s['zero']}" if s.get("zero") else "",
               f"rc={s['recompute']}" if s.get("recompute") else ""]
     gpu_short = gpu.split("-")[0]
@@ -118,7 +119,8 @@ def _case(dataset: str, row_id: str, model: dict, *, system: str | dict, gpu: st
                 kwargs=kwargs, metric=metric, measured=measured, unit=unit,
                 family=model_family(model["name"]),
                 gpu=catalog_gpu(gpu)["name"],
-                parallelism=parallelism_group(s["tp"], s["pp"], s["dp"], s.get("cp", 1), s.get("zero", 0)),
+                parallelism=parallelism_group(s["tp"], s["pp"], s.get("dp") or num_gpus // (s["tp"] * s["pp"] * s.get(
+                    "cp", 1)), s.get("cp", 1), s.get("zero", 0), s.get("ep", 1)),
                 published_flops_per_token=flops, layer_passes=layer_passes, peak_flops_per_s=peak,
                 assumptions=tuple(assumptions))
 
@@ -516,6 +518,20 @@ def load_nvidia_dlrm(rows: Rows | None = None) -> Dataset:
                   chosen, _nvidia_dlrm_case)
 
 
+def load_megatron_bridge_moe(rows: Rows | None = None) -> Dataset:
+    """Megatron-Bridge MoE pre-training on DGX H100, tokens/s/GPU (`validate.moe`)."""
+    from madmax.validate.moe import load_megatron_bridge_moe as load
+
+    return load(rows)
+
+
+def load_automodel_moe(rows: Rows | None = None) -> Dataset:
+    """NeMo AutoModel MoE pre-training on one DGX H100, iteration time (`validate.moe`)."""
+    from madmax.validate.moe import load_automodel_moe as load
+
+    return load(rows)
+
+
 def load_trtllm_static(rows: Rows | None = None) -> Dataset:
     """TensorRT-LLM v0.9 static-batching throughput and first-token latency (`validate.serving`)."""
     from madmax.validate.serving import load_trtllm_static as load
@@ -537,6 +553,8 @@ LOADERS: dict[str, Callable[[], Dataset]] = {
     "vtrain_single": load_vtrain_single,
     "vtrain_multi": load_vtrain_multi,
     "nvidia_dlrm": load_nvidia_dlrm,
+    "megatron_bridge_moe": load_megatron_bridge_moe,
+    "automodel_moe": load_automodel_moe,
     "trtllm_static": load_trtllm_static,
     "serving_h100": load_serving_h100,
 }

@@ -121,9 +121,9 @@ def strategy_string(**keys: Any) -> str:
     return ",".join(parts)
 
 
-def parallelism_group(tp: int, pp: int, dp: int, cp: int = 1, zero: int = 0) -> str:
+def parallelism_group(tp: int, pp: int, dp: int, cp: int = 1, zero: int = 0, ep: int = 1) -> str:
     """Which axes exceed 1, e.g. 'tp+pp+dp'; ZeRO-3 data parallelism reads 'fsdp'; 'none' for one GPU."""
-    axes = [name for name, degree in (("tp", tp), ("cp", cp), ("pp", pp)) if degree > 1]
+    axes = [name for name, degree in (("tp", tp), ("cp", cp), ("pp", pp), ("ep", ep)) if degree > 1]
     if dp > 1:
         axes.append("fsdp" if zero == 3 else "dp")
     return "+".join(axes) or "none"

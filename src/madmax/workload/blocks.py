@@ -201,7 +201,8 @@ def _latent_norm(name: str, width: int, params_per_feature: int) -> Op:
 
 
 def moe_ops(layer: str, hidden: int, *, num_experts: int, top_k: int, expert_ffn: int, gated: bool,
-            expert_bias: bool, router_bias: bool, shared_ffn: int, shared_gate: bool, shared_bias: bool) -> list[Op]:
+            expert_bias: bool, router_bias: bool, shared_ffn: int, shared_gate: bool, shared_bias: bool,
+            route_groups: int = 1, route_group_topk: int = 0) -> list[Op]:
     """A mixture-of-experts FFN (Shazeer et al. 2017; Fedus et al. 2021; Megatron-Core MoE layer).
 
     router: (h x E) logits on the rank's tokens (outside the TP region; fp32 logits kept, E per token);
@@ -229,7 +230,8 @@ def moe_ops(layer: str, hidden: int, *, num_experts: int, top_k: int, expert_ffn
     bias = expert_bias
     ops.append(Op(name=f"{layer}.expert_up", kind=OpKind.GEMM, tp=TPSplit.EXPERT_COLUMN, k=hidden, n=expert_ffn,
                   params=num_experts * (hidden * expert_ffn + (expert_ffn if bias else 0)), experts=num_experts,
-                  top_k=top_k, saved_elems_per_token=top_k * hidden))
+                  top_k=top_k, saved_elems_per_token=top_k * hidden, route_groups=route_groups,
+                  route_group_topk=route_group_topk))
     if gated:
         ops.append(Op(name=f"{layer}.expert_gate", kind=OpKind.GEMM, tp=TPSplit.EXPERT_COLUMN, k=hidden,
                       n=expert_ffn, params=num_experts * (hidden * expert_ffn + (expert_ffn if bias else 0)),

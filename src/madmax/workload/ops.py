@@ -105,6 +105,10 @@ class Op:
     experts: int = 0
     top_k: int = 0
     v_head_dim: int = 0
+    # Group-limited routing of a routed-expert op: top_k experts from the best route_group_topk of
+    # route_groups groups (0: no limit).
+    route_groups: int = 1
+    route_group_topk: int = 0
 
     @property
     def value_dim(self) -> int:

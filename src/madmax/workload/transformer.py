@@ -65,7 +65,8 @@ def layer_ops(model: DecoderModel, *, flash: bool = True, window: int | None = N
         ffn = moe_ops("layer", h, num_experts=e.num_experts, top_k=e.top_k, expert_ffn=e.expert_ffn_hidden_size,
                       gated=model.is_gated_ffn, expert_bias=e.expert_bias, router_bias=e.router_bias,
                       shared_ffn=e.shared_width, shared_gate=e.shared_expert_gate,
-                      shared_bias=model.has_bias or model.ffn_bias)
+                      shared_bias=model.has_bias or model.ffn_bias, route_groups=e.route_groups,
+                      route_group_topk=e.route_group_topk or 0)
     else:
         ffn = ffn_ops("layer", h, model.ffn_hidden_size, gated=model.is_gated_ffn,
                       bias=model.has_bias or model.ffn_bias)
