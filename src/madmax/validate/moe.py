@@ -37,6 +37,7 @@ CATALOG = {"Qwen3-30B-A3B": "qwen3-30b-a3b", "Qwen3-235B-A22B": "qwen3-235b-a22b
 _DTYPES = {"fp8": "fp8", "fp8-cs": "fp8", "bf16": "bf16"}
 ASSUMED = ("recompute not stated; none assumed", "all-to-all overlap not stated; not overlapped (ep_overlap=0)",
            "token dispatch precision not stated; 16 bits assumed")
+# The published tables name no token dispatcher; `dispatcher` is alltoall unless a row's notes say more.
 
 
 def _model(row: dict[str, str]) -> dict[str, Any]:
@@ -62,7 +63,8 @@ def _dtype(text: str) -> str:
     return _DTYPES[key]
 
 
-def _moe_case(dataset: str, row_id: str, row: dict[str, str], *, zero: int, notes: list[str]) -> Case:
+def _moe_case(dataset: str, row_id: str, row: dict[str, str], *, zero: int, notes: list[str],
+              dispatcher: str = "alltoall") -> Case:
     model = _model(row)
     num_gpus, tp, pp, seq, gb, per_node = row_ints(row, "num_gpus", "tp", "pp", "seq_len", "global_batch",
                                                    "gpus_per_node")
@@ -71,7 +73,7 @@ def _moe_case(dataset: str, row_id: str, row: dict[str, str], *, zero: int, note
         raise NotMappable("row does not state ep")
     s: dict[str, Any] = {"tp": tp, "pp": pp, "cp": row_int(row, "cp") or 1, "ep": ep,
                          "vp": row_int(row, "vp") or 1, "mbs": row_int(row, "micro_batch") or 1, "zero": zero,
-                         "recompute": row["recompute"] or "none"}
+                         "recompute": row["recompute"] or "none", "dispatcher": dispatcher}
     if row_int(row, "dp") is not None:
         s["dp"] = row_int(row, "dp")
     if row_int(row, "micro_batch") is None:
@@ -96,7 +98,12 @@ def load_megatron_bridge_moe(rows: Rows | None = None) -> Dataset:
         notes = ["force-balanced dropless routing in the benchmark: balanced routing simulated"]
         if "token-drop" in row["notes"]:
             notes = ["token-drop routing: balanced routing simulated (drops nothing when balanced)"]
-        return _moe_case("megatron_bridge_moe", row_id, row, zero=1, notes=notes)
+        dispatcher = "alltoall"
+        if row["model"].startswith("DeepSeek"):
+            # Megatron-Bridge's DeepSeek-V3 H100 recipe uses the flex dispatcher with DeepEP.
+            dispatcher = "deepep"
+            notes.append("dispatcher not stated; DeepEP assumed (the DeepSeek-V3 recipe's flex dispatcher)")
+        return _moe_case("megatron_bridge_moe", row_id, row, zero=1, notes=notes, dispatcher=dispatcher)
 
     return build_dataset("megatron_bridge_moe", "NVIDIA Megatron-Bridge MoE pre-training, DGX H100",
                          _rows("NVIDIA-NeMo/Megatron-Bridge", rows), mapper)
