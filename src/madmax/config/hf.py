@@ -3,14 +3,17 @@
 Field names and their defaults follow each architecture's `PretrainedConfig` in transformers
 (`LlamaConfig`, `MistralConfig`, `Qwen2Config`, `Qwen3Config`, `Phi3Config`, `Gemma2Config`,
 `Gemma3TextConfig`, `GPT2Config`, `GPTNeoXConfig`, `GPTJConfig`, `OPTConfig`, `FalconConfig`); only the
-fields that shape compute and memory are read. A key a config leaves out takes the transformers default
+fields that shape compute and memory are read. Mixture-of-experts model types (`mixtral`, `qwen2_moe`,
+`qwen3_moe`, `deepseek_v2`, `deepseek_v3`, `kimi_k2`, `gpt_oss`, `llama4`) are mapped with
+`madmax.config.hf_moe`, whose docstring lists their approximations; Mixtral and Qwen-MoE share the
+attention and dense parts of Mistral and Qwen2/3 below. A key a config leaves out takes the transformers default
 where the published configs rely on it (Gemma 3's sparse `text_config`, Falcon's `max_position_embeddings`);
 otherwise the size keys are required. The mapping is exact for the parameter count of the published
 checkpoints except where our schema has no field for a detail, each named below:
 
 - OPT's learned position table has 2 extra rows (`OPTLearnedPositionalEmbedding` offset): 2*h params
   short; OPT's `word_embed_proj_dim` != `hidden_size` (OPT-350m's projected embedding) is refused.
-- Llama/Qwen3/Gemma `attention_bias` biases Q, K, V and O; we bias Q, K, V only (h short per layer)
+- Llama/Qwen3/Qwen3-MoE/Gemma `attention_bias` biases Q, K, V and O; we bias Q, K, V only (h short per layer)
   unless `mlp_bias` is set too (Llama), which biases every projection (`has_bias`).
 - Sizes that change no parameter count and (almost) no FLOPs are not represented: rotary fraction
   (`rotary_pct`, `rotary_dim`, `partial_rotary_factor`), RoPE bases and scaling, Gemma's
@@ -25,112 +28,21 @@ from __future__ import annotations
 
 from typing import Any
 
+from madmax.config import hf_moe
+from madmax.config.hf_keys import HFConfig
 from madmax.errors import ConfigError
 
 SUPPORTED = ("llama", "mistral", "qwen2", "gpt2", "gpt_neox", "opt", "qwen3", "phi3", "gemma2", "gemma3",
-             "gemma3_text", "gptj", "falcon", "RefinedWebModel", "RefinedWeb")
+             "gemma3_text", "gptj", "falcon", "RefinedWebModel", "RefinedWeb", "mixtral", "qwen2_moe", "qwen3_moe",
+             "deepseek_v2", "deepseek_v3", "kimi_k2", "gpt_oss", "llama4", "llama4_text")
 OUR_FIELDS = (
     "name, num_layers, hidden_size, num_heads, ffn_hidden_size, vocab_size, max_seq_len "
-    "(optional: num_kv_heads, head_dim, is_gated_ffn, activation, norm, has_bias, ffn_bias, position, "
-    "tied_embeddings, parallel_attention, qk_norm, post_norms, sliding_window, sliding_window_pattern)"
+    "(optional: num_kv_heads, head_dim, is_gated_ffn, activation, norm, has_bias, qkv_bias, ffn_bias, position, "
+    "tied_embeddings, parallel_attention, qk_norm, post_norms, sliding_window, sliding_window_pattern, "
+    "moe, mla, attention_sinks, mtp_layers)"
 )
-
-# transformers activation names (ACT2FN keys) -> our Activation values.
-_ACTIVATIONS = {
-    "gelu": "gelu", "gelu_new": "gelu", "gelu_fast": "gelu", "gelu_pytorch_tanh": "gelu",
-    "gelu_python": "gelu", "gelu_accurate": "gelu", "quick_gelu": "gelu",
-    "relu": "relu", "silu": "silu", "swish": "silu", "relu2": "squared_relu",
-}
-SLIDING, FULL = "sliding_attention", "full_attention"
-
-
-class _Config:
-    """Typed access to one Hugging Face config mapping; every failure names the Hugging Face key."""
-
-    def __init__(self, cfg: dict[str, Any], model_type: str, prefix: str = "") -> None:
-        self.cfg = cfg
-        self.model_type = model_type
-        self.prefix = prefix  # 'text_config.' for the text model of a multimodal config
-
-    def where(self, key: str) -> str:
-        return f"Hugging Face config.json (model_type {self.model_type!r}) field {self.prefix + key!r}"
-
-    def size(self, key: str, *aliases: str) -> int:
-        """A required positive integer, under `key` or one of its older names `aliases`."""
-        for name in (key, *aliases):
-            if self.cfg.get(name) is not None:
-                return self._positive(name)
-        also = "".join(f" (or {self.prefix + a!r})" for a in aliases)
-        raise ConfigError(f"{self.where(key)}{also} is missing; it is required to import this model")
-
-    def optional_size(self, key: str, *aliases: str) -> int | None:
-        return next((self._positive(name) for name in (key, *aliases) if self.cfg.get(name) is not None), None)
-
-    def size_or(self, key: str, default: int) -> int:
-        """A positive integer, or the transformers default when the config leaves the key out."""
-        return self.optional_size(key) or default
-
-    def _positive(self, key: str) -> int:
-        value = self.cfg[key]
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ConfigError(f"{self.where(key)}={value!r} must be a positive integer")
-        return value
-
-    def flag(self, key: str, default: bool) -> bool:
-        value = self.cfg.get(key, default)
-        if not isinstance(value, bool):
-            raise ConfigError(f"{self.where(key)}={value!r} must be true or false")
-        return value
-
-    def dropout(self, *keys: str, default: float = 0.0) -> bool:
-        """Whether any of the dropout probabilities `keys` is positive."""
-        for key in keys:
-            value = self.cfg.get(key, default)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
-                raise ConfigError(f"{self.where(key)}={value!r} must be a probability in [0, 1]")
-            if value > 0:
-                return True
-        return False
-
-    def activation(self, key: str, default: str) -> str:
-        value = self.cfg.get(key, default)
-        if value not in _ACTIVATIONS:
-            raise ConfigError(
-                f"{self.where(key)}={value!r} is not supported; allowed: {', '.join(_ACTIVATIONS)}"
-            )
-        return _ACTIVATIONS[value]
-
-    def windows(self, window: int | None, pattern: int | None, num_layers: int) -> dict[str, Any]:
-        """Our sliding_window and sliding_window_pattern: from `layer_types` (one 'sliding_attention' or
-        'full_attention' per layer) when the config lists them, else `window` on the layers that the
-        `pattern` k leaves local (every k-th is global; None: all local; 1: none local)."""
-        types = self.cfg.get("layer_types")
-        if types is not None:
-            pattern = self._pattern_of(types, num_layers)
-            if pattern == 0:
-                return {}
-            if window is None:
-                raise ConfigError(f"{self.where('layer_types')} has sliding layers but the config gives no "
-                                  "sliding_window; allowed: a sliding_window, or only 'full_attention' layers")
-        if window is None or pattern == 1:
-            return {}
-        return {"sliding_window": window, "sliding_window_pattern": pattern}
-
-    def _pattern_of(self, types: Any, num_layers: int) -> int | None:
-        """k when every k-th layer is full attention and the others sliding; None: all sliding; 0: none."""
-        if not isinstance(types, list) or len(types) != num_layers or not set(types) <= {SLIDING, FULL}:
-            raise ConfigError(f"{self.where('layer_types')} must list {SLIDING!r} or {FULL!r} for each of "
-                              f"the {num_layers} layers")
-        if SLIDING not in types:
-            return 0
-        if FULL not in types:
-            return None
-        k = types.index(FULL) + 1
-        if any((t == FULL) != ((i + 1) % k == 0) for i, t in enumerate(types)):
-            raise ConfigError(f"{self.where('layer_types')} does not make every k-th layer full attention, "
-                              "which our sliding_window_pattern needs; allowed: a repeating pattern of "
-                              f"k-1 {SLIDING!r} then one {FULL!r}")
-        return k
+# Multimodal model types whose text model sits in `text_config`: what the import leaves out.
+_TEXT_CONFIGS = {"gemma3": "the vision tower and its projector", "llama4": "the vision encoder and its projector"}
 
 
 def from_hf_config(cfg: dict[str, Any], name: str) -> dict[str, Any]:
@@ -146,30 +58,38 @@ def from_hf_config(cfg: dict[str, Any], name: str) -> dict[str, Any]:
             f"for another architecture write a madmax model file with the fields {OUR_FIELDS}"
         )
     source = f"Hugging Face config.json (model_type {model_type})"
-    c = _Config(cfg, model_type)
-    if model_type == "gemma3" and isinstance(cfg.get("text_config"), dict):
-        c = _Config(cfg["text_config"], model_type, prefix="text_config.")
-        source = ("text_config of a Hugging Face config.json (model_type gemma3): the text model only, "
-                  "the vision tower and its projector are not modelled")
+    c = HFConfig(cfg, model_type)
+    if model_type in _TEXT_CONFIGS and isinstance(cfg.get("text_config"), dict):
+        c = HFConfig(cfg["text_config"], model_type, prefix="text_config.")
+        source = (f"text_config of a Hugging Face config.json (model_type {model_type}): the text model only, "
+                  f"{_TEXT_CONFIGS[model_type]} are not modelled")
     builders = {"gpt2": _gpt2, "gpt_neox": _gpt_neox, "opt": _opt, "phi3": _phi3, "gptj": _gptj,
-                "gemma2": _gemma, "gemma3": _gemma, "gemma3_text": _gemma}
+                "gemma2": _gemma, "gemma3": _gemma, "gemma3_text": _gemma, "mixtral": _mixtral,
+                "qwen2_moe": _qwen_moe, "qwen3_moe": _qwen_moe, "deepseek_v2": hf_moe.deepseek,
+                "deepseek_v3": hf_moe.deepseek, "kimi_k2": hf_moe.deepseek, "gpt_oss": hf_moe.gpt_oss,
+                "llama4": hf_moe.llama4, "llama4_text": hf_moe.llama4}
     build = builders.get(model_type, _falcon if model_type in ("falcon", "RefinedWebModel", "RefinedWeb")
                          else _llama_like)
     return {"name": name, "source": source} | build(c)
 
 
-def _llama_like(c: _Config) -> dict[str, Any]:
-    """Llama, Mistral, Qwen2, Qwen3: pre-RMSNorm, RoPE, SwiGLU, grouped-query attention.
+def _llama_like(c: HFConfig, like: str | None = None) -> dict[str, Any]:
+    """Llama, Mistral, Qwen2, Qwen3 (and the attention and dense parts of Mixtral, Qwen2-MoE and Qwen3-MoE,
+    read `like` Mistral, Qwen2 and Qwen3): pre-RMSNorm, RoPE, SwiGLU, grouped-query attention.
 
-    Biases: Qwen2 always biases Q, K, V (not O, not the MLP); Llama biases Q, K, V, O with
-    `attention_bias` and the MLP with `mlp_bias`; Qwen3 biases Q, K, V, O with `attention_bias`;
-    Mistral has none. Qwen3 normalizes each query and key head (QK-norm) and defaults `head_dim` to 128.
-    Windows: Mistral's `sliding_window` on every layer; Qwen2/3 only with `use_sliding_window`.
+    Biases: Qwen2 always biases Q, K, V (not O, not the MLP; Qwen2-MoE unless `qkv_bias` is false); Llama
+    biases Q, K, V, O with `attention_bias` and the MLP with `mlp_bias`; Qwen3 biases Q, K, V, O with
+    `attention_bias`; Mistral has none. Qwen3 normalizes each query and key head (QK-norm) and defaults
+    `head_dim` to 128 (Qwen3-MoE to hidden_size / heads). Windows: Mistral's `sliding_window` on every
+    layer; Qwen2/3 only with `use_sliding_window`. A RoPE scaling's original context is the pre-training
+    length (8K for Llama 3.1).
     """
+    like = like or c.model_type
     heads = c.size("num_attention_heads")
     layers = c.size("num_hidden_layers")
-    attention_bias = c.flag("attention_bias", False) if c.model_type in ("llama", "qwen3") else False
-    mlp_bias = c.flag("mlp_bias", False) if c.model_type == "llama" else False
+    attention_bias = c.flag("attention_bias", False) if like in ("llama", "qwen3") else False
+    mlp_bias = c.flag("mlp_bias", False) if like == "llama" else False
+    qwen2_bias = like == "qwen2" and (c.model_type == "qwen2" or c.flag("qkv_bias", True))
     fields: dict[str, Any] = {
         "num_layers": layers, "hidden_size": c.size("hidden_size"),
         "num_heads": heads, "num_kv_heads": c.optional_size("num_key_value_heads") or heads,
@@ -177,26 +97,30 @@ def _llama_like(c: _Config) -> dict[str, Any]:
         "ffn_hidden_size": c.size("intermediate_size"),
         "is_gated_ffn": True, "activation": c.activation("hidden_act", "silu"), "norm": "rmsnorm",
         "has_bias": attention_bias and mlp_bias, "ffn_bias": mlp_bias and not attention_bias,
-        "qkv_bias": c.model_type == "qwen2" or (attention_bias and not mlp_bias),
-        "qk_norm": c.model_type == "qwen3",
+        "qkv_bias": qwen2_bias or (attention_bias and not mlp_bias), "qk_norm": like == "qwen3",
         "has_dropout": c.dropout("attention_dropout"), "position": "rope",
         "vocab_size": c.size("vocab_size"), "tied_embeddings": c.flag("tie_word_embeddings", False),
         "max_seq_len": c.size("max_position_embeddings"),
     }
-    if c.model_type == "mistral":
+    if like == "mistral":
         fields |= c.windows(c.optional_size("sliding_window"), None, layers)
-    elif c.model_type in ("qwen2", "qwen3"):
+    elif like in ("qwen2", "qwen3"):
         fields |= _qwen_windows(c, layers)
-    # Llama 3.x: the context before RoPE scaling is the pre-training length (8K for Llama 3.1).
-    scaling = c.cfg.get("rope_scaling")
-    if isinstance(scaling, dict) and isinstance(scaling.get("original_max_position_embeddings"), int):
-        original = scaling["original_max_position_embeddings"]
-        if 0 < original <= fields["max_seq_len"]:
-            fields["train_seq_len"] = original
-    return fields
+    return fields | c.pretraining_length(fields["max_seq_len"])
 
 
-def _qwen_windows(c: _Config, layers: int) -> dict[str, Any]:
+def _mixtral(c: HFConfig) -> dict[str, Any]:
+    """Mixtral: Mistral's attention, every layer's MLP replaced by routed experts."""
+    return _llama_like(c, like="mistral") | {"moe": hf_moe.mixtral_experts(c)}
+
+
+def _qwen_moe(c: HFConfig) -> dict[str, Any]:
+    """Qwen2-MoE and Qwen3-MoE: Qwen2's and Qwen3's attention, routed experts on the sparse layers."""
+    fields = _llama_like(c, like=c.model_type.removesuffix("_moe"))
+    return fields | {"moe": hf_moe.qwen_experts(c, fields["num_layers"])}
+
+
+def _qwen_windows(c: HFConfig, layers: int) -> dict[str, Any]:
     """Qwen2/3 `use_sliding_window`: the first `max_window_layers` layers attend fully, the rest use the
     window; representable when that is all layers (no window) or none (window everywhere)."""
     if c.cfg.get("layer_types") is not None:
@@ -213,7 +137,7 @@ def _qwen_windows(c: _Config, layers: int) -> dict[str, Any]:
                       f"allowed: 0, at least num_hidden_layers={layers}, or use_sliding_window=false")
 
 
-def _phi3(c: _Config) -> dict[str, Any]:
+def _phi3(c: HFConfig) -> dict[str, Any]:
     """Phi-3: Llama-like with fused qkv_proj and gate_up_proj (the same parameters and FLOPs as separate
     projections), no biases (qkv_proj and o_proj are built without them whatever `attention_bias`
     says), partial rotary (no parameters), `sliding_window` on every layer; `original_max_position_embeddings`
@@ -235,7 +159,7 @@ def _phi3(c: _Config) -> dict[str, Any]:
     return fields
 
 
-def _gemma(c: _Config) -> dict[str, Any]:
+def _gemma(c: HFConfig) -> dict[str, Any]:
     """Gemma 2 and 3: RMSNorm before and after attention and FFN (4 per layer), GeGLU (GELU-tanh gated
     FFN), explicit head_dim, tied embeddings, local sliding-window layers interleaved with global ones
     (Gemma 2: every 2nd layer global; Gemma 3: every `sliding_window_pattern`-th, default 6); Gemma 3
@@ -259,7 +183,7 @@ def _gemma(c: _Config) -> dict[str, Any]:
     } | c.windows(c.size_or("sliding_window", 4096), pattern, layers)
 
 
-def _gpt2(c: _Config) -> dict[str, Any]:
+def _gpt2(c: HFConfig) -> dict[str, Any]:
     """GPT-2: pre-LayerNorm, learned positions, biases everywhere, tied LM head, 4h MLP by default."""
     hidden = c.size("n_embd")
     return {
@@ -272,7 +196,7 @@ def _gpt2(c: _Config) -> dict[str, Any]:
     }
 
 
-def _gptj(c: _Config) -> dict[str, Any]:
+def _gptj(c: HFConfig) -> dict[str, Any]:
     """GPT-J: one LayerNorm feeds attention and MLP in parallel (outputs summed), no attention biases,
     biased MLP (4h when `n_inner` is null), biased and untied LM head, rotary on `rotary_dim` of each
     head (no parameters)."""
@@ -288,7 +212,7 @@ def _gptj(c: _Config) -> dict[str, Any]:
     }
 
 
-def _gpt_neox(c: _Config) -> dict[str, Any]:
+def _gpt_neox(c: HFConfig) -> dict[str, Any]:
     """GPT-NeoX / Pythia: LayerNorm, rotary on `rotary_pct` of each head (no parameters), biased MLP,
     attention biased unless `attention_bias` is false, untied LM head; `use_parallel_residual` (default)
     runs attention and MLP in parallel, each behind its own LayerNorm."""
@@ -304,7 +228,7 @@ def _gpt_neox(c: _Config) -> dict[str, Any]:
     }
 
 
-def _falcon(c: _Config) -> dict[str, Any]:
+def _falcon(c: HFConfig) -> dict[str, Any]:
     """Falcon (and its custom-code configs 'RefinedWebModel', 7B, and 'RefinedWeb', 40B, with the old key
     names n_layer, n_head, n_head_kv). Falcon-7B: multi-query attention (1 KV head), attention and MLP
     in parallel behind one LayerNorm. `new_decoder_architecture` (40B, 180B): `num_kv_heads` KV groups
@@ -334,7 +258,7 @@ def _falcon(c: _Config) -> dict[str, Any]:
     }
 
 
-def _opt(c: _Config) -> dict[str, Any]:
+def _opt(c: HFConfig) -> dict[str, Any]:
     """OPT: LayerNorm, learned positions (2 offset rows not represented), ReLU MLP, tied LM head."""
     hidden = c.size("hidden_size")
     projected = c.optional_size("word_embed_proj_dim")
