@@ -6,6 +6,8 @@ Expected values are copied by hand from the cited source, never read back from t
 
 from __future__ import annotations
 
+import math
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,11 +16,13 @@ from madmax.config.base import DType
 from madmax.config.hardware import GPU, FabricKind, System
 from madmax.config.loaders import catalog_entries, catalog_names, load_gpu, load_model, load_system
 from madmax.workload import param_counts
+from madmax.workload.transformer import active_params
 
 GPUS = catalog_names("gpus")
 SYSTEMS = catalog_names("systems")
 MODELS = catalog_names("models")
 CLOUD_PROVIDERS = {"AWS", "Azure", "GCP"}
+HF = Path(__file__).parent / "data" / "hf"
 
 
 def numeric_paths(data: Any, prefix: str = "") -> list[str]:
@@ -195,12 +199,132 @@ def test_llama_2_13b_total_by_hand() -> None:
     assert sum(param_counts(load_model("llama-2-13b")).values()) == 13_015_864_320
 
 
+# --- mixture of experts: total and active parameters as each publisher states them ---------------------------
+
+
+def published(count: int, figure: str, *, cut: bool = False) -> bool:
+    """Whether `count` gives the published `figure` ('46.7B', '1T') at the figure's precision: rounded, or cut
+    off (`cut`) where the publisher's figures are (DeepSeek's '37B' for 37.55 B)."""
+    value, scale = figure[:-1], {"B": 1e9, "T": 1e12}[figure[-1]]
+    decimals = len(value.partition(".")[2])
+    shifted = count / scale * 10**decimals
+    return (math.floor(shifted) if cut else round(shifted)) == round(float(value) * 10**decimals)
+
+
+def totals(name: str) -> tuple[int, int, dict[str, int]]:
+    model = load_model(name)
+    counts = param_counts(model)
+    return sum(counts.values()), active_params(model, counts), counts
+
+
+@pytest.mark.parametrize(("name", "total", "active", "cut"), [
+    # Mistral AI, "Mixtral of experts" (2023-12-11): 46.7B total, 12.9B per token. 46,702,792,704 and
+    # 12,879,925,248, derived in tests/config/test_hf_moe.py.
+    ("mixtral-8x7b", "46.7B", "12.9B", False),
+    # Mistral AI, "Cheaper, Better, Faster, Stronger" (2024-04-17): 141B total, 39B active. h = 6144, 56 layers:
+    # untied 2*32000*6144 = 393,216,000; layer: q and o 2*6144^2 = 75,497,472, k and v 2*6144*1024 =
+    # 12,582,912, router 6144*8 = 49,152, experts 8 * 3*6144*16384 = 8 * 301,989,888 = 2,415,919,104, norms
+    # 12,288 -> 2,504,060,928 * 56 = 140,227,411,968; + 6,144 -> 140,620,634,112. Active: 2 experts:
+    # (2,504,060,928 - 1,811,939,328) * 56 + 393,222,144 = 39,152,031,744.
+    ("mixtral-8x22b", "141B", "39B", False),
+    # Qwen3-30B-A3B model card: "30.5B in total and 3.3B activated" (3,353,032,704 cut to one decimal;
+    # derived in tests/config/test_hf_moe.py).
+    ("qwen3-30b-a3b", "30.5B", "3.3B", True),
+    # Qwen3-235B-A22B model card: 235B total, 22B activated. h = 4096, 94 layers: untied 2*151936*4096 =
+    # 1,244,659,712; layer: q 4096*8192 and o 8192*4096 = 67,108,864, k and v 2*4096*512 = 4,194,304, QK-norm
+    # 256, router 4096*128 = 524,288, experts 128 * 3*4096*1536 = 128 * 18,874,368 = 2,415,919,104, norms
+    # 8,192 -> 2,487,755,008 * 94 = 233,848,970,752; + 4,096 -> 235,093,634,560. Active: 8 experts:
+    # (2,487,755,008 - 2,264,924,160) * 94 + 1,244,663,808 = 22,190,763,520.
+    ("qwen3-235b-a22b", "235B", "22B", False),
+    # Moonshot's model card: 1 trillion total, 32 billion activated (1,026,408,232,448 and 32,861,500,928,
+    # derived in tests/config/test_hf_moe.py; the active count cut to billions).
+    ("kimi-k2", "1T", "32B", True),
+])
+def test_moe_totals_and_active_match_published(name: str, total: str, active: str, cut: bool) -> None:
+    count, active_count, _ = totals(name)
+    assert published(count, total)
+    assert published(active_count, active, cut=cut)
+
+
+def test_published_figures_by_hand() -> None:
+    # The helper above: 46,702,792,704 rounds to 46.7B; 37.55 B rounds to 38B but is cut to 37B.
+    assert published(46_702_792_704, "46.7B") and not published(46_802_792_704, "46.7B")
+    assert published(37_552_297_472, "37B", cut=True) and not published(37_552_297_472, "37B")
+    assert published(1_026_408_232_448, "1T")
+
+
+def test_deepseek_v3_main_model_and_mtp() -> None:
+    # DeepSeek-V3 report (arXiv 2412.19437): 671B total with 37B activated, the main model; the Hub's 685B
+    # adds 14B of MTP module weights. The MTP module here is 11,610,068,224 (eh_proj, norms, one MoE layer);
+    # the checkpoint also stores its own copies of the embedding and the LM head, 2 * 129280 * 7168 =
+    # 1,853,358,080, which the module shares with the main model: 13,463,426,304 stored, DeepSeek's "14B".
+    # (The Hub total, 684.49 B by this count, is not checked: it also counts the FP8 weights' scales.)
+    total, active, counts = totals("deepseek-v3")
+    assert (total - counts["mtp"], counts["mtp"], active) == (671_026_419_200, 11_610_068_224, 37_552_297_472)
+    assert published(total - counts["mtp"], "671B") and published(active, "37B", cut=True)
+
+
+@pytest.mark.parametrize(("name", "total", "active"), [
+    # OpenAI gpt-oss model card Table 1: total 20.91B and 116.83B; active 3.61B and 5.13B, which leave the
+    # input embedding out (its "Embed + Unembed" row, 1.16B, counts the LM head once in the active figure).
+    # gpt-oss-120b: layer (as gpt-oss-20b's in tests/config/test_hf_moe.py) attention 26,550,144 with sinks,
+    # router 2880*128 + 128 = 368,768, experts 128 * 24,891,840 = 3,186,155,520, norms 5,760 -> 3,213,080,192
+    # * 36 = 115,670,886,912 + 1,158,266,880 + 2,880 = 116,829,156,672. Active without the embedding:
+    # (3,213,080,192 - 124 * 24,891,840) * 36 + 579,133,440 + 2,880 = 5,132,849,472.
+    ("gpt-oss-20b", 20_914_757_184, 3_608_307_264),
+    ("gpt-oss-120b", 116_829_156_672, 5_132_849_472),
+])
+def test_gpt_oss_counts_leave_the_input_embedding_out_of_active(name: str, total: int, active: int) -> None:
+    count, active_count, counts = totals(name)
+    assert (count, active_count - counts["embedding"]) == (total, active)
+    figures = {"gpt-oss-20b": ("20.91B", "3.61B"), "gpt-oss-120b": ("116.83B", "5.13B")}[name]
+    assert published(count, figures[0]) and published(active_count - counts["embedding"], figures[1])
+
+
+def test_llama_4_scout_counts_the_text_model() -> None:
+    # Meta's card: 17B activated, 109B total with the vision encoder and projector (871,932,416, derived in
+    # tests/config/test_hf_moe.py), which are not modelled: 107,769,861,120 + 871,932,416 = 108.64 B.
+    total, active, _ = totals("llama-4-scout")
+    assert (total, active) == (107_769_861_120, 17_172_894_720)
+    assert published(total + 871_932_416, "109B") and published(active, "17B")
+
+
+def test_llama_4_maverick_counts_the_text_model() -> None:
+    # Meta's card: 17B activated, 400B total. h = 5120, 48 layers, MoE on every 2nd (24 layers):
+    #   attention 2*5120^2 + 2*5120*1024 = 62,914,560 and norms 10,240 per layer
+    #   dense layer: + MLP 3*5120*16384 = 251,658,240 -> 314,583,040
+    #   MoE layer: + router 5120*128 = 655,360, 128 experts and the shared one 129 * 3*5120*8192 =
+    #   129 * 125,829,120 = 16,231,956,480 -> 16,295,536,640
+    #   24 * (314,583,040 + 16,295,536,640) + embedding, LM head and final norm 2,068,976,640 = 400,711,848,960
+    # Active: 24 * (314,583,040 + 16,295,536,640 - 127 * 125,829,120) + 2,068,976,640 = 17,184,691,200.
+    # "400B" is given to two digits (with the 871,932,416 vision encoder, not modelled, 401.58 B).
+    total, active, _ = totals("llama-4-maverick")
+    assert (total, active) == (400_711_848_960, 17_184_691_200)
+    assert round((total + 871_932_416) / 1e10) == 40 and published(active, "17B")
+
+
+@pytest.mark.parametrize(("name", "fixture"), [
+    ("mixtral-8x7b", "mixtral-8x7b-v0.1"), ("qwen3-30b-a3b", "qwen3-30b-a3b"), ("deepseek-v3", "deepseek-v3"),
+    ("kimi-k2", "kimi-k2-instruct"), ("gpt-oss-20b", "gpt-oss-20b"),
+    ("llama-4-scout", "llama-4-scout-17b-16e-instruct"),
+])
+def test_moe_entries_are_their_hugging_face_import(name: str, fixture: str) -> None:
+    # The entry's fields are the import of its config.json, but for names, source and the pre-training
+    # length (which the catalog takes from the models' reports where their configs do not give it).
+    skip = {"name", "aliases", "source", "train_seq_len"}
+    imported = load_model(HF / fixture / "config.json")
+    assert load_model(name).model_dump(exclude=skip) == imported.model_dump(exclude=skip)
+
+
 @pytest.mark.parametrize(("name", "train_seq_len", "max_seq_len"), [
     ("gpt3-175b", 2048, 2048),  # Brown et al. 2020 Table 2.1, n_ctx 2048
     ("llama-2-70b", 4096, 4096),  # Llama 2 paper Table 1, 4k context
     ("llama-3-8b", 8192, 8192),  # Llama 3 paper, 8K pre-training sequences
     ("llama-3.1-70b", 8192, 131072),  # 8K pre-training, config max_position_embeddings 131072
     ("mistral-7b", 8192, 32768),  # Mistral 7B paper Table 1 context_len 8192; config 32768
+    ("mixtral-8x7b", 32768, 32768),  # Mixtral paper Sec. 2: pre-trained with a 32k context
+    ("deepseek-v3", 4096, 163840),  # DeepSeek-V3 report Sec. 4.2: 4K pre-training; config 163840
+    ("gpt-oss-120b", 4096, 131072),  # config initial_context_length 4096, YaRN to 131072
 ])
 def test_sequence_lengths(name: str, train_seq_len: int, max_seq_len: int) -> None:
     model = load_model(name)
