@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from madmax import api
 from madmax.cli import app
+from madmax.config.loaders import load_model
 
 runner = CliRunner()
 
@@ -121,3 +122,21 @@ def test_inspect_llama_405b_total_params() -> None:
     info = json.loads(result.stdout)
     assert info["total_params"] == 405_853_388_800
     assert info == api.inspect("meta-llama/Llama-3.1-405B")  # the Hugging Face id is an alias
+
+
+def test_inspect_reports_the_active_params_and_flops_of_experts() -> None:
+    # Mixtral 8x7B: 46,702,792,704 parameters, 12,879,925,248 used per token (2 of 8 experts; derived in
+    # tests/config/test_hf_moe.py). Forward FLOPs count each token's top_k experts: one more expert per token
+    # adds, per layer, its GEMMs 2 * 3*4096*14336 = 352,321,536, its activation 8*14336 = 114,688 and its
+    # share of the weighted sum 2*4096 = 8,192: 352,444,416 * 32 layers = 11,278,221,312.
+    info = api.inspect("mixtral-8x7b", seq_len=4096)
+    assert (info["total_params"], info["active_params"]) == (46_702_792_704, 12_879_925_248)
+    top1 = load_model("mixtral-8x7b")
+    assert top1.moe is not None
+    top1 = top1.model_copy(update={"moe": top1.moe.model_copy(update={"top_k": 1})})
+    difference = info["forward_flops_per_token"] - api.inspect(top1, seq_len=4096)["forward_flops_per_token"]
+    assert difference == 11_278_221_312
+    # Dense and recommendation models use every weight.
+    for name in ("llama-3.1-8b", "dlrm-a"):
+        dense = api.inspect(name)
+        assert dense["active_params"] == dense["total_params"]

@@ -137,21 +137,28 @@ def _emb_keys(strat: Strategy) -> str:
 
 
 def inspect(model: str | Path | dict | ModelSpec, seq_len: int | None = None) -> dict[str, Any]:
-    """The normalized model with parameter counts, FLOPs per token and bytes per parameter."""
-    from madmax.workload import build_workload, param_counts
+    """The normalized model with parameter counts, FLOPs per token and bytes per parameter.
+
+    total_params counts every weight (all experts, the multi-token-prediction modules); active_params those
+    one token's forward pass through the main model uses (for a mixture of experts: top_k of the routed
+    experts, `madmax.workload.transformer.active_params`; otherwise the total). forward_flops_per_token is
+    likewise per token: a routed expert's GEMMs count top_k times, not num_experts times; it is the
+    pre-training workload's, so it includes the multi-token-prediction modules where a model has them.
+    """
+    from madmax.workload import build_workload
 
     spec = load_model(model)
     seq = spec.default_seq_len if seq_len is None else seq_len
     if seq <= 0:
         raise ConfigError(f"seq_len={seq} must be a positive number of tokens")
-    counts = param_counts(spec)
-    total = sum(counts.values())
     workload = build_workload(spec, Task(kind=TaskKind.PRETRAIN))
+    counts = workload.params_by_component
+    total = workload.total_params
     fwd = workload.forward_flops_per_token(seq)
     return {
         "model": spec.model_dump(mode="json"),
         "total_params": total,
-        "active_params": total,
+        "active_params": workload.active,
         "params_by_component": counts,
         "seq_len": seq,
         "forward_flops_per_token": fwd,

@@ -137,16 +137,35 @@ def print_inspect(info: dict[str, Any], console: Console | None = None) -> None:
         table.add_row("tables", f"{sum(t['count'] for t in tables)} in {len(tables)} shapes")
     for key in shape:
         value = model.get(key)
+        if model.get("mla") and key in ("num_kv_heads", "head_dim"):
+            continue  # latent attention: its widths are the mla rows
         if value is None and key in ("num_kv_heads", "head_dim"):
             value = model["num_heads"] if key == "num_kv_heads" else model["hidden_size"] // model["num_heads"]
         table.add_row(key, str(value))
+    for key, value in _moe_and_mla_rows(model):
+        table.add_row(key, value)
     table.add_row("total params", f"{info['total_params'] / 1e9:,.3f} B")
     for comp, count in info["params_by_component"].items():
         table.add_row(f"  {comp}", f"{count / 1e9:,.3f} B")
+    if info["active_params"] != info["total_params"]:
+        table.add_row("active params/token", f"{info['active_params'] / 1e9:,.3f} B")
     unit = "sample" if model.get("family") == "dlrm" else f"token (s={info['seq_len']})"
     table.add_row(f"forward FLOPs/{unit}", f"{info['forward_flops_per_token'] / 1e9:,.4f} GFLOP")
     table.add_row("weights (bf16)", f"{info['weights_bytes']['bf16'] / GIB:,.1f} GiB")
     console.print(table)
+
+
+def _moe_and_mla_rows(model: dict[str, Any]) -> list[tuple[str, str]]:
+    """The shape of the experts (count, top-k, width, shared experts, leading dense layers, interleave) and
+    the latent-attention widths, for the models that have them."""
+    rows = []
+    if moe := model.get("moe"):
+        keys = ["num_experts", "top_k", "expert_ffn_hidden_size", "shared_experts", "first_dense_layers"]
+        keys += [k for k in ("shared_expert_ffn_hidden_size", "layer_freq") if moe[k] not in (None, 1)]
+        rows += [(f"moe.{key}", str(moe[key])) for key in keys]
+    if mla := model.get("mla"):
+        rows += [(f"mla.{key}", str(value)) for key, value in mla.items()]
+    return rows
 
 
 def print_catalog_list(kind: str, console: Console | None = None) -> None:
