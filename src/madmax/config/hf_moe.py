@@ -15,10 +15,12 @@ named here:
   `interleave_moe_layer_step`); ours are layer i >= moe.first_dense_layers with (i + 1) % moe.layer_freq
   == 0. Any other set of MoE layers (a `mlp_only_layers` list with a hole in it) is refused.
 - DeepSeek-V3 and Kimi K2 store the router's `e_score_correction_bias` (one value per expert, learnt by
-  their load-balancing rule, not by gradient): counted as a router bias. Their checkpoints also keep a
-  copy of the embedding and LM head inside the MTP layer (`model.layers.61.embed_tokens`, `shared_head`):
-  not counted, as the modules share the main model's (DeepSeek-V3 report, Sec. 2.2). `attention_bias`
-  with MLA is refused (no published checkpoint has it).
+  their load-balancing rule, not by gradient): counted as a router bias, as DeepSeek's modelling code
+  (an `nn.Parameter`) and the checkpoint do; transformers registers it as a buffer, so its
+  `num_parameters()` is 58 x 256 = 14,848 lower for DeepSeek-V3 (60 x 384 = 23,040 for Kimi K2).
+  Their checkpoints also keep a copy of the embedding and LM head inside the MTP layer
+  (`model.layers.61.embed_tokens`, `shared_head`): not counted, as the modules share the main model's
+  (DeepSeek-V3 report, Sec. 2.2). `attention_bias` with MLA is refused (no published checkpoint has it).
 - GPT-OSS: the clamped SwiGLU (`swiglu_limit`, `swiglu_alpha`) is costed as SwiGLU; the checkpoint's
   MXFP4 expert weights are a storage format our schema does not record (serve with --weight-dtype fp4).
 - Llama 4: chunked local attention (`attention_chunk_size` tokens, each chunk attended from its start)
