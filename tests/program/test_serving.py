@@ -174,3 +174,147 @@ def test_longer_contexts_are_never_faster(decode, keys, more):
     short = step_time(plan, rt, Step(decode=decode, decode_kv_tokens=decode * keys, sampled=decode))
     long = step_time(plan, rt, Step(decode=decode, decode_kv_tokens=decode * (keys + more), sampled=decode))
     assert long >= short
+
+
+# Mixture-of-experts serving. Shapes from the Hugging Face config.json files of mistralai/Mixtral-8x7B-v0.1
+# and deepseek-ai/DeepSeek-V3 (written inline until the catalog has them).
+MIXTRAL = {"name": "mixtral-like", "num_layers": 32, "hidden_size": 4096, "num_heads": 32, "num_kv_heads": 8,
+           "head_dim": 128, "ffn_hidden_size": 14336, "is_gated_ffn": True, "activation": "silu", "norm": "rmsnorm",
+           "vocab_size": 32000, "max_seq_len": 32768,
+           "moe": {"num_experts": 8, "top_k": 2, "expert_ffn_hidden_size": 14336}}
+DEEPSEEK = {"name": "deepseek-like", "num_layers": 61, "hidden_size": 7168, "num_heads": 128,
+            "ffn_hidden_size": 18432, "is_gated_ffn": True, "activation": "silu", "norm": "rmsnorm",
+            "vocab_size": 129280, "max_seq_len": 163840, "mtp_layers": 1,
+            "mla": {"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+                    "v_head_dim": 128},
+            "moe": {"num_experts": 256, "top_k": 8, "expert_ffn_hidden_size": 2048, "shared_experts": 1,
+                    "first_dense_layers": 3}}
+
+
+def moe_plan(model: dict, tp: int, ep: int, etp: int, num_gpus: int = 8, kv: DType = DType.BF16,
+             stored: float = 1.0, **options):
+    system = load_system("dgx-h100", num_gpus)
+    workload = build_workload(load_model(model), Task(kind="inference", batch=1))
+    strategy = Strategy(tp=tp, dp=num_gpus // tp, ep=ep, etp=etp, **options)
+    return build_serving_plan(workload, strategy, domain_size=system.scale_up_domain, act_dtype=DType.BF16,
+                              gemm_dtype=DType.FP8, weight_width=None, weight_bytes_per_param=stored, kv_dtype=kv)
+
+
+def moe_layer(plan, step):
+    """The work of the first MoE layer of stage 0 for `step`."""
+    return next(w for w in plan.work(0, step) if any(op.experts for op in w.unit.block.ops))
+
+
+def moe_unit(plan):
+    return next(u for u in plan.stages[0] if any(op.experts for op in u.block.ops))
+
+
+def test_mla_caches_the_latent_on_every_rank():
+    # DeepSeek-V3: 61 layers, a latent of kv_lora_rank 512 plus the 64-wide rotary key per token and layer,
+    # bf16: 61 * 576 * 2 = 70,272 B per token on each rank, whatever tp (one latent "head", replicated).
+    assert moe_plan(DEEPSEEK, 1, 8, 1).kv_bytes(0, 1) == 70_272
+    assert moe_plan(DEEPSEEK, 8, 8, 1).kv_bytes(0, 1) == 70_272
+    assert moe_plan(DEEPSEEK, 8, 8, 1, kv=DType.FP8).kv_bytes(0, 1) == 35_136
+
+
+def test_mla_decode_is_absorbed_and_prefill_expanded():
+    # tp=8: 16 query heads per rank. Decode: one latent head (MQA); query/key width 512 + 64 = 576, value
+    # width 512, costed at the mean 544: FLOPs 4 * 544 = 2 * (576 + 512) per query-key pair and head. The
+    # cache is read as 576 elements per key: kv_width * 2 * 544 = 576 * 2 B.
+    plan = moe_plan(DEEPSEEK, 8, 8, 1)
+    unit = plan.stages[0][1]
+    step = Step(prefill=((256, 256),), decode=4, decode_kv_tokens=4000, sampled=5)
+    prefill, decode = plan.attention_kernels(unit, step)
+    assert (decode.heads, decode.kv_heads, decode.head_dim, decode.batch, decode.kv_len) == (16, 1, 544, 4, 1000)
+    assert decode.kv_width * 2 * 544 == pytest.approx(576 * 2, rel=1e-12)
+    # 4 queries over 1000 keys each (causal: 999.5 pairs with the query last), 16 heads.
+    assert decode.flops == pytest.approx(4 * 16 * 999.5 * 2 * (576 + 512), rel=1e-12)
+    # Prefill: 16 heads of query/key width 128 + 64 = 192 and value width 128: mean 160, K and V too.
+    assert (prefill.heads, prefill.kv_heads, prefill.head_dim, prefill.segments) == (16, 16, 160, ((256, 256),))
+
+
+def test_decode_reads_the_weights_of_the_experts_its_tokens_touch():
+    # Mixtral, tp=1, one decode: 8 (1 - (1 - 2/8)^1) = 2 experts touched: a grouped GEMM of 2 groups of one
+    # row, reading 2 of the 8 experts' (4096 x 14336) up-projections.
+    plan = moe_plan(MIXTRAL, 1, 1, 1, num_gpus=1)
+    up = next(k for k in moe_layer(plan, Step(decode=1, decode_kv_tokens=100, sampled=1)).kernels
+              if k.grouped and k.n == 14336)
+    assert (up.batch, up.m, up.k, up.n) == (2, 1, 4096, 14336)
+    # DeepSeek-V3 with attention data parallelism over 8 GPUs (tp=1, ep=8), 4 decodes per replica: the
+    # group receives 8 * 4 = 32 tokens, which touch 256 (1 - (1 - 8/256)^32) = 163.31 experts, 20.41 per
+    # rank: 20 groups share the rank's 4 * 8 = 32 rows (2 each, rounded up); the up-projection reads
+    # 20 * 7168 * 2048 fp8 weights, 293,601,280 B, not the 32 local experts' 469,762,048 B.
+    plan = moe_plan(DEEPSEEK, 1, 8, 1)
+    up = next(k for k in moe_layer(plan, Step(decode=4, decode_kv_tokens=400, sampled=4)).kernels
+              if k.grouped and k.k == 7168)
+    assert (up.batch, up.m, up.k, up.n) == (20, 2, 7168, 2048)
+    assert up.batch * up.k * up.n * 1.0 == 293_601_280
+
+
+def test_expert_weights_split_over_ep_and_etp_dense_over_tp():
+    # DeepSeek-V3's MoE layer on one rank, fp8 (1 B): the 256 routed experts (3 * 7168 * 2048 each) over
+    # ep * etp = 8 GPUs; the router (7168 x 256), MLA's down projections (7168 x 1536, 7168 x 576) and the
+    # norms (2 * 7168 + 1536 + 512) whole; the shared expert (3 * 7168 * 2048), q_up (1536 x 128 * 192),
+    # kv_up (512 x 128 * 256) and the output (128 * 128 x 7168) over tp.
+    experts = 256 * 3 * 7168 * 2048 / 8
+    whole = 7168 * 256 + 7168 * 1536 + 7168 * 576 + 2 * 7168 + 1536 + 512
+    split = 3 * 7168 * 2048 + 1536 * 128 * 192 + 512 * 128 * 256 + 128 * 128 * 7168
+    for tp, ep, etp in ((8, 1, 8), (8, 8, 1), (1, 8, 1), (2, 4, 2)):
+        unit = moe_unit(moe_plan(DEEPSEEK, tp, ep, etp))
+        assert unit.params == pytest.approx(experts + whole + split / tp, rel=1e-12), (tp, ep, etp)
+
+
+def test_expert_exchange_of_a_decode_step_by_hand():
+    # DeepSeek-V3, tp=1, ep=8 (attention data parallelism over 8 GPUs), 64 decodes per replica: each rank
+    # dispatches its 64 tokens to 8 experts each, 64 * 8 * 7168 elements: 7,340,032 B in bf16, 3,670,016 B
+    # in fp8; the combine returns them in bf16. One NVLink domain: Span(8, 1). No TP all-reduce (tp = 1).
+    step = Step(decode=64, decode_kv_tokens=64_000, sampled=64)
+    comm = moe_layer(moe_plan(DEEPSEEK, 1, 8, 1), step).comm
+    assert [(c.label, c.kind, c.size_bytes, c.span) for c in comm] == [
+        ("ep.dispatch", Collective.ALL_TO_ALL, 7_340_032, Span(8, 1)),
+        ("ep.combine", Collective.ALL_TO_ALL, 7_340_032, Span(8, 1))]
+    fp8 = moe_layer(moe_plan(DEEPSEEK, 1, 8, 1, dispatch_fp8=True), step).comm
+    assert [c.size_bytes for c in fp8] == [3_670_016, 7_340_032]
+    # tp=2, ep=8: 4 replicas share the experts; each rank sends half its replica's tokens (32 * 8 * 7168 * 2 B),
+    # after the attention's all-reduce and the shared expert's, which sums the routed outputs too.
+    comm = moe_layer(moe_plan(DEEPSEEK, 2, 8, 1), step).comm
+    assert [(c.label, c.size_bytes) for c in comm if c.group == "ep"] == [("ep.dispatch", 3_670_016),
+                                                                          ("ep.combine", 3_670_016)]
+    assert [c.kind for c in comm if c.group == "tp"] == [Collective.ALL_REDUCE] * 2
+
+
+def test_experts_inside_a_replica_are_summed_by_an_all_reduce():
+    # Mixtral at tp=2 (experts split by width, or ep=2 whole experts): every rank holds the step's T tokens
+    # and computes its share of every token's experts; no all-to-all, and an all-reduce of T x h (no shared
+    # expert to join) after the attention's: 16 tokens * 4096 * 2 B = 131,072 B each.
+    step = Step(decode=16, decode_kv_tokens=16_000, sampled=16)
+    for ep, etp in ((1, 2), (2, 1)):
+        comm = moe_layer(moe_plan(MIXTRAL, 2, ep, etp, num_gpus=2), step).comm
+        assert [(c.kind, c.size_bytes) for c in comm] == [(Collective.ALL_REDUCE, 131_072)] * 2
+        assert comm[-1].label == "tp.experts_out"
+
+
+moe_layouts = st.sampled_from([(MIXTRAL, 2, 1, 2, 2, {}), (MIXTRAL, 1, 2, 1, 2, {}),
+                               (MIXTRAL, 1, 4, 1, 4, {"ep_overlap": True}), (DEEPSEEK, 1, 8, 1, 8, {}),
+                               (DEEPSEEK, 2, 8, 1, 8, {"ep_overlap": True, "dispatch_fp8": True}),
+                               (DEEPSEEK, 8, 8, 1, 8, {})])
+
+
+@settings(max_examples=30, deadline=None)
+@given(step=steps, layout=moe_layouts, stack=st.sampled_from(["trtllm", "vllm", "sglang"]))
+def test_moe_closed_form_equals_the_simulated_program(step, layout, stack):
+    model, tp, ep, etp, n, options = layout
+    plan, rt = moe_plan(model, tp, ep, etp, num_gpus=n, **options), runtime(stack)
+    built = build_step(plan, rt, step)
+    simulated = step_period(built, schedule(built.program), rt.stack.host_step_s, rt.stack.host_overlaps_gpu)
+    assert step_time(plan, rt, step) == pytest.approx(simulated, rel=1e-12)
+
+
+def test_overlapped_exchange_hides_behind_the_layer():
+    # Two-batch overlap: a layer takes max(kernels, all-to-all) instead of their sum.
+    step = Step(decode=64, decode_kv_tokens=64_000, sampled=64)
+    plain, overlapped = moe_plan(DEEPSEEK, 1, 8, 1), moe_plan(DEEPSEEK, 1, 8, 1, ep_overlap=True)
+    rt = runtime()
+    a, b = stage_times(plain, rt, 0, step), stage_times(overlapped, rt, 0, step)
+    assert a.compute_s == b.compute_s and a.comm_s == b.comm_s and a.hidden_s == 0
+    assert b.total_s == pytest.approx(a.total_s - b.hidden_s, rel=1e-12) and b.hidden_s > 0

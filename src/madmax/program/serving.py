@@ -31,8 +31,8 @@ from madmax.config.hardware import FabricKind, System
 from madmax.config.stack import CudaGraphs, ServingStack
 from madmax.hardware.collectives import NetworkModel
 from madmax.hardware.compute import ComputeModel, compute_model
-from madmax.parallel.kernels import CommOp
-from madmax.parallel.serving import ServingPlan, Step
+from madmax.parallel.kernels import CommOp, Where
+from madmax.parallel.serving import ServingPlan, ServingUnit, Step
 from madmax.program.costs import kernel_s
 from madmax.sim import Program, Schedule
 
@@ -95,35 +95,56 @@ def make_runtime(stack: ServingStack, system: System, network: NetworkModel, pro
 @dataclass(frozen=True)
 class StageTimes:
     """Seconds of one stage for one micro-batch's step: its kernels by category, its collectives by
-    kind, and the model FLOPs it runs."""
+    kind, the model FLOPs it runs, and the collective seconds hidden behind its kernels (an expert
+    all-to-all overlapped with the other half-batch's compute)."""
 
     compute_s: float
     comm_s: float
     compute_by_kind: dict[str, float]
     comm_by_kind: dict[str, float]
     flops: float
+    hidden_s: float = 0.0
 
     @property
     def total_s(self) -> float:
-        return self.compute_s + self.comm_s
+        return self.compute_s + self.comm_s - self.hidden_s
+
+
+@dataclass(frozen=True)
+class _UnitTimes:
+    """One unit's part of a stage that depends on the step's token counts only: its instances, the seconds
+    of one instance's kernels (attention cores aside), of its collectives after them and of those beside
+    them (overlapped)."""
+
+    unit: ServingUnit
+    count: int
+    kernels_s: float
+    after_s: float
+    beside_s: float
 
 
 def stage_times(plan: ServingPlan, runtime: Runtime, stage: int, step: Step) -> StageTimes:
     """Kernels and collectives of every layer of `stage` for `step`, run in order: the part that depends
-    on the step's token counts only (cached), plus its attention cores."""
+    on the step's token counts only (cached), plus its attention cores. A unit instance takes
+    max(kernels, overlapped collectives) + the collectives after them."""
     compute = runtime.compute_for(step)
-    dense = _dense_times(plan, runtime, compute, stage, step.tokens, step.sampled)
+    dense, units = _dense_times(plan, runtime, compute, stage, step.tokens, step.sampled)
     by_kind = dict(dense.compute_by_kind)
     flops = dense.flops
-    for unit in plan.stages[stage]:
-        for k in plan.attention_kernels(unit, step):
-            by_kind[k.category] = by_kind.get(k.category, 0.0) + unit.count * kernel_s(compute, k, plan.act_dtype)
-            flops += unit.count * k.flops
-    return StageTimes(sum(by_kind.values()), dense.comm_s, by_kind, dense.comm_by_kind, flops)
+    hidden = 0.0
+    for u in units:
+        attention = 0.0
+        for k in plan.attention_kernels(u.unit, step):
+            seconds = kernel_s(compute, k, plan.act_dtype)
+            by_kind[k.category] = by_kind.get(k.category, 0.0) + u.count * seconds
+            attention += seconds
+            flops += u.count * k.flops
+        hidden += u.count * min(u.kernels_s + attention, u.beside_s)
+    return StageTimes(sum(by_kind.values()), dense.comm_s, by_kind, dense.comm_by_kind, flops, hidden)
 
 
 def _dense_times(plan: ServingPlan, runtime: Runtime, compute: ComputeModel, stage: int, tokens: int,
-                 sampled: int) -> StageTimes:
+                 sampled: int) -> tuple[StageTimes, tuple[_UnitTimes, ...]]:
     # Keyed by identity; the entry holds the plan, so no other plan can take its id while it is cached
     # (a search builds many plans against one runtime). The compute models belong to the runtime.
     key = (id(plan), id(compute), stage, tokens, sampled)
@@ -133,14 +154,25 @@ def _dense_times(plan: ServingPlan, runtime: Runtime, compute: ComputeModel, sta
     by_kind: dict[str, float] = defaultdict(float)
     comm_by: dict[str, float] = defaultdict(float)
     flops = 0.0
+    units = []
     for work in plan.dense_work(stage, tokens, sampled):
         count = work.unit.count
+        kernels = after = beside = 0.0
         for k in work.kernels:
-            by_kind[k.category] += count * kernel_s(compute, k, plan.act_dtype)
+            seconds = kernel_s(compute, k, plan.act_dtype)
+            by_kind[k.category] += count * seconds
+            kernels += seconds
             flops += count * k.flops
         for op in work.comm:
-            comm_by[f"{op.group}.{op.kind.value}"] += count * runtime.comm_s(op)
-    out = StageTimes(sum(by_kind.values()), sum(comm_by.values()), dict(by_kind), dict(comm_by), flops)
+            seconds = runtime.comm_s(op)
+            comm_by[f"{op.group}.{op.kind.value}"] += count * seconds
+            if op.where is Where.OVERLAPPED:
+                beside += seconds
+            else:
+                after += seconds
+        units.append(_UnitTimes(work.unit, count, kernels, after, beside))
+    out = (StageTimes(sum(by_kind.values()), sum(comm_by.values()), dict(by_kind), dict(comm_by), flops),
+           tuple(units))
     if len(runtime._cache) > CACHE_SIZE:
         runtime._cache.clear()
     runtime._cache[key] = (plan, out)
@@ -220,11 +252,7 @@ def build_step(plan: ServingPlan, runtime: Runtime, step: Step, label: str = "st
                     deps = (prev,) if prev is not None else ()
                     seg = prog.add(cs, seconds, deps, category="forward", label=f"{label}: {w.unit.block.name}")
                     first = seg if first is None else first
-                    for op, sec in comm:
-                        seg = prog.add(prog.stream(rank, op.group), sec, (seg,), category=f"{op.group}.{op.kind.value}",
-                                       label=f"{label}: {op.label}")
-                    if comm:
-                        seg = prog.add(cs, 0.0, (seg,), category="sync", label="wait for collectives")
+                    seg = _collectives(prog, rank, label, seg, deps, comm)
                     prev = last = seg
             out.spans[(mb, s)] = (first, last)
             if s < plan.num_stages - 1 or plan.pp > 1:
@@ -235,6 +263,29 @@ def build_step(plan: ServingPlan, runtime: Runtime, step: Step, label: str = "st
             else:
                 prev = None
     return out
+
+
+def _collectives(prog: Program, rank: str, label: str, kernels: int, deps: tuple[int, ...],
+                 comm: list[tuple[CommOp, float]]) -> int:
+    """A unit instance's collectives, each on its group's stream: the overlapped ones (the expert
+    all-to-all under two-batch overlap) beside its kernels, from the same start; the others after both,
+    in order; the compute stream waits for them all. Returns the segment the next unit waits for."""
+    seg = kernels
+    beside = [(op, sec) for op, sec in comm if op.where is Where.OVERLAPPED]
+    if beside:
+        over = deps
+        for op, sec in beside:
+            over = (prog.add(prog.stream(rank, op.group), sec, over, category=f"{op.group}.{op.kind.value}",
+                             label=f"{label}: {op.label}"),)
+        seg = prog.add(prog.stream(rank, COMPUTE), 0.0, (kernels, *over), category="sync",
+                       label="wait for collectives")
+    after = [(op, sec) for op, sec in comm if op.where is not Where.OVERLAPPED]
+    for op, sec in after:
+        seg = prog.add(prog.stream(rank, op.group), sec, (seg,), category=f"{op.group}.{op.kind.value}",
+                       label=f"{label}: {op.label}")
+    if after:
+        seg = prog.add(prog.stream(rank, COMPUTE), 0.0, (seg,), category="sync", label="wait for collectives")
+    return seg
 
 
 def step_period(built: StepProgram, schedule: Schedule, host_s: float, host_overlaps: bool) -> float:

@@ -53,7 +53,7 @@ def simulate_serving(request: Request, requested: Strategy, stack: str | Path | 
     _check_budget(engine_stack, int(np.max(prompt)))
     if t.mode is ServingMode.DISAGGREGATED:
         return _disaggregated(request, requested, engine_stack, fmt, runtime, p_mean, o_mean, keep_schedule)
-    strategy = serving_strategy(request, requested, requested.tp, requested.pp)
+    strategy = serving_strategy(request, requested, requested.tp, requested.pp, ep=requested.ep, etp=_etp(requested))
     static = t.mode is ServingMode.STATIC
     batch = t.batch or engine_stack.max_batch
     prompts = min(math.ceil(batch / strategy.pp), engine_stack.prompts_per_step(int(p_mean)))
@@ -79,7 +79,7 @@ def simulate_serving(request: Request, requested: Strategy, stack: str | Path | 
         batch = 0
     notes += outcome.notes
     return _result(request, dep, fmt, engine_stack, outcome, batch, p_mean, o_mean, notes, keep_schedule,
-                   _describe(strategy))
+                   _describe(strategy, request.spec.has_experts))
 
 
 def _lengths(request: Request) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -145,8 +145,20 @@ def _static_prefill_s(dep: modes.Deployment, batch: int, prompt: int, notes: lis
     return sum(dep.step_s(modes.prefill_step(size, prompt)) for size in sizes[:-1]) + last
 
 
-def _describe(s: Strategy) -> str:
-    return f"tp={s.tp},pp={s.pp},dp={s.dp}"
+def _etp(requested: Strategy) -> int | None:
+    """The etp the user gave, else None (the default of `expert_degrees`)."""
+    return requested.etp if "etp" in requested.model_fields_set else None
+
+
+def _describe(s: Strategy, has_experts: bool = False) -> str:
+    text = f"tp={s.tp},pp={s.pp},dp={s.dp}"
+    return text + (f",ep={s.ep},etp={s.etp}" + _overlap(s) if has_experts else "")
+
+
+def _overlap(s: Strategy) -> str:
+    """The expert exchange's options that differ from the defaults, in the strategy grammar."""
+    return (",ep_overlap=1" * s.ep_overlap + ",dispatch_fp8=1" * s.dispatch_fp8
+            + (f",dispatcher={s.dispatcher}" if s.dispatcher != "alltoall" else ""))
 
 
 def _result(request: Request, dep: modes.Deployment, fmt: Formats, stack: ServingStack, outcome: modes.Outcome,
@@ -269,17 +281,22 @@ def _disaggregated(request: Request, requested: Strategy, stack: ServingStack, f
         raise ConfigError("mode disaggregated needs strategy.prefill_workers and strategy.decode_workers (with "
                           "prefill_tp, prefill_pp, decode_tp, decode_pp, default 1); e.g. "
                           "prefill_workers=4,prefill_tp=1,decode_workers=1,decode_tp=4")
-    ps = serving_strategy(request, requested, requested.prefill_tp, requested.prefill_pp, "prefill_")
-    ds = serving_strategy(request, requested, requested.decode_tp, requested.decode_pp, "decode_")
-    used = pw * ps.tp * ps.pp + dw * ds.tp * ds.pp
+    ps = serving_strategy(request, requested, requested.prefill_tp, requested.prefill_pp, "prefill_",
+                          ep=requested.prefill_ep)
+    ds = serving_strategy(request, requested, requested.decode_tp, requested.decode_pp, "decode_",
+                          ep=requested.decode_ep)
+    # A worker is dp attention replicas of tp x pp GPUs (dp > 1: attention data parallelism).
+    used = pw * ps.tp * ps.pp * ps.dp + dw * ds.tp * ds.pp * ds.dp
     if used != n:
         raise ConfigError(f"prefill_workers*prefill_tp*prefill_pp + decode_workers*decode_tp*decode_pp = {used} GPUs "
-                          f"but num_gpus={n}; allowed: workers that use all {n} GPUs")
+                          f"(times the attention-data-parallel replicas of a worker, prefill_ep / prefill_tp and "
+                          f"decode_ep / decode_tp when larger) but num_gpus={n}; allowed: workers that use all {n} "
+                          "GPUs")
     context = prompt + output
     pre_rep = replica(request, ps, stack, fmt, stack.max_num_tokens, stack.max_num_tokens, prompt)
     dec_rep = replica(request, ds, stack, fmt, stack.max_batch, stack.max_batch, context)
-    pre = modes.Deployment(pre_rep, runtime, pw, prompt, unbounded_kv=not pre_rep.holds(prompt))
-    dec = modes.Deployment(dec_rep, runtime, dw, context, unbounded_kv=not dec_rep.holds(context))
+    pre = modes.Deployment(pre_rep, runtime, pw * ps.dp, prompt, unbounded_kv=not pre_rep.holds(prompt))
+    dec = modes.Deployment(dec_rep, runtime, dw * ds.dp, context, unbounded_kv=not dec_rep.holds(context))
     domain = request.system.scale_up_domain
     per_gpu = max(pre_rep.plan.kv_bytes(s, prompt) for s in range(pre_rep.plan.num_stages))
     span = Span(2, 1) if n <= domain else Span(1, 2)
@@ -291,6 +308,8 @@ def _disaggregated(request: Request, requested: Strategy, stack: ServingStack, f
                                   int(output), total)
     text = (f"prefill_workers={pw},prefill_tp={ps.tp},prefill_pp={ps.pp},decode_workers={dw},decode_tp={ds.tp},"
             f"decode_pp={ds.pp}")
+    if request.spec.has_experts:
+        text += f",prefill_ep={ps.ep},decode_ep={ds.ep}" + _overlap(ps)
     notes = [f"KV cache of a prompt sent from prefill to decode worker in {transfer * 1e3:.3f} ms "
              f"({per_gpu / 2**20:.1f} MiB per GPU over the {'scale-up' if span.inter == 1 else 'scale-out'} fabric)"]
     return _result(request, dec, fmt, stack, outcome, concurrency, prompt, output, notes, keep_schedule, text,

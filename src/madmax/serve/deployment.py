@@ -1,9 +1,14 @@
 """A serving deployment, resolved: the replica's plan, the engine's runtime, memory and the KV pool.
 
 `check_request`, `check_keys` and `serving_strategy` check what a user can get wrong about an inference
-request (lengths, the strategy keys that apply, tensor-parallel divisibility); `replica` builds the plan of
-a replica (`parallel.serving`) and its memory, `runtime_of` the runtime of the serving stack
+request (lengths, the strategy keys that apply, tensor- and expert-parallel divisibility); `replica` builds
+the plan of a replica (`parallel.serving`) and its memory, `runtime_of` the runtime of the serving stack
 (`program.serving`).
+
+The strategy of a mixture-of-experts model: `tp` and `pp` of a replica (its attention), `dp` replicas
+(derived), and the experts over ep x etp GPUs of a stage, etp = tp / ep by default when ep divides tp (else
+1). ep x etp = tp splits the experts inside each replica; ep x etp = a x tp (a > 1) makes a replicas one
+engine with attention data parallelism (`parallel.serving`); anything else is refused.
 
 Memory per GPU of the worst stage: weights, the activations of the largest step, the software's
 reserve (`catalog/runtime.yaml`) and the KV cache. The KV pool is what the engine gives the cache: a
@@ -22,13 +27,14 @@ from madmax.config.strategy import Strategy
 from madmax.config.task import ServingMode
 from madmax.errors import ConfigError, StrategyError
 from madmax.hardware.collectives import network_model
-from madmax.parallel.serving import ServingPlan, build_serving_plan
+from madmax.parallel.serving import ServingPlan, attention_dp, build_serving_plan
 from madmax.program.serving import Runtime, make_runtime
 from madmax.request import Request, reserved_memory_bytes
 
 # Strategy keys of a serving run; the rest are training's.
-SERVING_KEYS = ("tp", "pp", "dp", "order")
-DISAGGREGATED_KEYS = ("prefill_workers", "prefill_tp", "prefill_pp", "decode_workers", "decode_tp", "decode_pp")
+SERVING_KEYS = ("tp", "pp", "dp", "order", "ep", "etp", "ep_overlap", "dispatch_fp8", "dispatcher")
+DISAGGREGATED_KEYS = ("prefill_workers", "prefill_tp", "prefill_pp", "prefill_ep", "decode_workers", "decode_tp",
+                      "decode_pp", "decode_ep")
 
 
 @dataclass(frozen=True)
@@ -97,34 +103,92 @@ def check_request(request: Request) -> None:
 
 
 def tp_splits(spec, tp: int) -> bool:
-    """Whether `tp` splits the model: it divides the heads and the FFN, and divides the KV heads or is a
-    multiple of them (each KV head then replicated on tp / kv_heads ranks)."""
-    kv = spec.kv_heads
-    return spec.num_heads % tp == 0 and spec.ffn_hidden_size % tp == 0 and (kv % tp == 0 or tp % kv == 0)
+    """Whether `tp` splits the model: it divides the heads and the dense FFNs (of the dense layers and the
+    shared experts), and divides the KV heads or is a multiple of them (each KV head then replicated on
+    tp / kv_heads ranks)."""
+    for name, size in spec.parallel_constraints()["tp"]:
+        if size % tp and not (name == "num_kv_heads" and tp % size == 0):
+            return False
+    return True
 
 
-def serving_strategy(request: Request, requested: Strategy, tp: int, pp: int, field: str = "") -> Strategy:
-    """A replica's strategy (tp, pp, and dp replicas over the cluster when `field` is empty), checked."""
+def serving_strategy(request: Request, requested: Strategy, tp: int, pp: int, field: str = "", ep: int = 1,
+                     etp: int | None = None) -> Strategy:
+    """A replica's strategy, checked: tp, pp, and dp replicas over the cluster (when `field` is empty; a
+    disaggregated worker's replicas are its attention-data-parallel ones), the experts over ep x etp."""
     spec, n = request.spec, request.num_gpus
-    heads, kv, ffn = spec.num_heads, spec.kv_heads, spec.ffn_hidden_size
     where = f"strategy.{field}tp" if field else "strategy.tp"
     if not tp_splits(spec, tp):
-        allowed = [d for d in range(1, heads + 1) if tp_splits(spec, d)]
-        raise StrategyError(f"{where}={tp} must divide num_heads={heads} and ffn_hidden_size={ffn} of {spec.name}, "
-                            f"and divide or be a multiple of num_kv_heads={kv}; allowed: "
-                            f"{', '.join(map(str, allowed[:12]))}")
+        allowed = [d for d in range(1, spec.num_heads + 1) if tp_splits(spec, d)]
+        sizes = ", ".join(f"{name}={size}" for name, size in spec.parallel_constraints()["tp"])
+        raise StrategyError(f"{where}={tp} must divide {sizes} of {spec.name} (or be a multiple of its KV heads); "
+                            f"allowed: {', '.join(map(str, allowed[:12]))}")
     if pp > spec.num_layers:
         raise StrategyError(f"strategy.{field}pp={pp} exceeds the {spec.num_layers} layers of {spec.name}; "
                             f"allowed: 1..{spec.num_layers}")
+    ep, etp = expert_degrees(request, requested, tp, ep, etp, field)
+    a = attention_dp(Strategy(tp=tp, ep=ep, etp=etp))
     if field:
-        return Strategy(tp=tp, pp=pp, dp=1, order=requested.order)
+        return Strategy(tp=tp, pp=pp, dp=a, ep=ep, etp=etp, **_exchange(requested))
     if n % (tp * pp):
         raise StrategyError(f"tp*pp={tp}*{pp}={tp * pp} does not divide num_gpus={n}; allowed: a tp*pp dividing {n}")
     dp = n // (tp * pp)
     if requested.dp is not None and requested.dp != dp:
         raise StrategyError(f"strategy.dp={requested.dp} but num_gpus={n} / (tp*pp={tp * pp}) = {dp} replicas; "
                             f"omit dp or set dp={dp}")
-    return Strategy(tp=tp, pp=pp, dp=dp, order=requested.order)
+    if dp % a:
+        raise StrategyError(f"strategy.ep*etp={ep}*{etp}={ep * etp} spans {a} replicas of tp={tp}, which do not "
+                            f"divide the dp={dp} replicas on {n} GPUs; allowed ep*etp: "
+                            f"{', '.join(str(tp * d) for d in range(1, dp + 1) if dp % d == 0)}")
+    return Strategy(tp=tp, pp=pp, dp=dp, ep=ep, etp=etp, **_exchange(requested))
+
+
+def _exchange(requested: Strategy) -> dict:
+    """The options a replica keeps from the request: placement order and how experts exchange tokens."""
+    return {"order": requested.order, "ep_overlap": requested.ep_overlap, "dispatch_fp8": requested.dispatch_fp8,
+            "dispatcher": requested.dispatcher}
+
+
+def expert_degrees(request: Request, requested: Strategy, tp: int, ep: int, etp: int | None,
+                   field: str = "") -> tuple[int, int]:
+    """(ep, etp) of a replica: etp defaults to tp / ep when ep divides tp, else 1; ep divides the experts,
+    etp each expert's width, and ep x etp is tp or a multiple of it. A dense model takes ep = etp = 1."""
+    spec = request.spec
+    key = f"strategy.{field}ep"
+    if not spec.has_experts:
+        if ep > 1 or (etp or 1) > 1:
+            name, value = (key, ep) if ep > 1 else ("strategy.etp", etp)
+            raise StrategyError(f"{name}={value} places routed experts; {spec.name} has none; allowed: 1")
+        if _exchanges(requested):
+            raise StrategyError(f"strategy.ep_overlap, dispatch_fp8 and dispatcher apply to mixture-of-experts "
+                                f"models; {spec.name} has no experts; allowed: ep_overlap=0, dispatch_fp8=0, "
+                                "dispatcher=alltoall")
+        return 1, 1
+    experts_, width = spec.moe.num_experts, spec.moe.expert_ffn_hidden_size
+    if experts_ % ep:
+        raise StrategyError(f"{key}={ep} does not divide moe.num_experts={experts_} of {spec.name}; allowed: "
+                            f"{', '.join(str(d) for d in range(1, experts_ + 1) if experts_ % d == 0)}")
+    if etp is None:
+        etp = tp // ep if tp % ep == 0 else 1
+    if width % etp:
+        raise StrategyError(f"strategy.etp={etp} does not divide moe.expert_ffn_hidden_size={width} of {spec.name}; "
+                            f"allowed: {', '.join(str(d) for d in range(1, tp + 1) if width % d == 0 and tp % d == 0)}")
+    if (ep * etp) % tp:
+        allowed = f"etp={tp // ep}" if tp % ep == 0 else f"ep*etp a multiple of {tp}"
+        raise StrategyError(f"{key}*etp={ep}*{etp}={ep * etp} is neither {field}tp={tp} (the experts split inside a "
+                            f"replica) nor a multiple of it (attention data parallelism); allowed: {allowed}")
+    a = ep * etp // tp
+    if a == 1 and _exchanges(requested):
+        raise StrategyError(f"strategy.ep_overlap, dispatch_fp8 and dispatcher act on the expert all-to-all, which "
+                            f"a replica whose experts split inside it ({key}*etp = tp = {tp}) does not have; allowed: "
+                            "ep_overlap=0, dispatch_fp8=0, dispatcher=alltoall, or ep*etp a multiple of tp beyond it "
+                            "(attention data parallelism)")
+    return ep, etp
+
+
+def _exchanges(requested: Strategy) -> bool:
+    """Whether the request sets an option of the expert all-to-all."""
+    return requested.ep_overlap or requested.dispatch_fp8 or requested.dispatcher != "alltoall"
 
 
 def check_keys(requested: Strategy, mode: ServingMode) -> None:
@@ -142,7 +206,8 @@ def replica(request: Request, strategy: Strategy, stack: ServingStack, fmt: Form
     `step_sequences` sampled sequences, reserve, and the KV pool for sequences of `context` tokens."""
     plan = build_serving_plan(request.workload, strategy, domain_size=request.system.scale_up_domain,
                               act_dtype=fmt.act, gemm_dtype=fmt.gemm, weight_width=fmt.weight_width,
-                              weight_bytes_per_param=fmt.weight_bytes_per_param, kv_dtype=fmt.kv)
+                              weight_bytes_per_param=fmt.weight_bytes_per_param, kv_dtype=fmt.kv,
+                              routing=request.task.routing)
     hbm, reserved = request.system.gpu.hbm_bytes, reserved_memory_bytes()
     weights = [plan.weights_bytes(s) for s in range(plan.num_stages)]
     workspace = [plan.workspace_bytes(s, step_tokens, step_sequences) for s in range(plan.num_stages)]
