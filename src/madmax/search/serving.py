@@ -3,11 +3,14 @@ per GPU within time-to-first-token and time-per-output-token limits.
 
 A candidate is tp and pp of a replica (dp = GPUs / (tp pp) replicas), the weights' format (bf16 or fp16,
 fp8, fp4 where the GPU has them; int4 weight-only when asked), the KV cache's format (16 bits, fp8) and
-the batch per replica (1, 2, 4, ... up to what the KV pool holds). Rules, each counted under the first it
-breaks: `tp` divides the heads and the FFN and divides or is a multiple of the KV heads, and stays in one
-scale-up domain; `pp` <= layers; `memory`: the weights, a step's activations and the reserve leave the
-pool room for one request. Batches are tried from the smallest; the first over a limit ends the layout's
-batches, since a larger batch only lengthens the prefill and the decode steps.
+the batch per replica (1, 2, 4, ... up to what the KV pool holds). A mixture-of-experts model adds where its
+experts go (`expert_layouts`): split by width over the replica's tp ranks (ep = 1, etp = tp), one expert
+group per rank (ep = tp), or over a x tp GPUs with attention data parallelism (ep = a tp, a dividing dp),
+each ep dividing the experts. Rules, each counted under the first it breaks: `tp` divides the heads and the
+FFN and divides or is a multiple of the KV heads, and stays in one scale-up domain; `pp` <= layers;
+`memory`: the weights, a step's activations and the reserve leave the pool room for one request. Batches
+are tried from the smallest; the first over a limit ends the layout's batches, since a larger batch only
+lengthens the prefill and the decode steps.
 
 Every candidate that fits is scored by the serving builder's fast estimate (`program.serving.step_time`,
 its declared capability) in static batching: TTFT = the batch's prefill (its micro-batches through the
@@ -47,10 +50,13 @@ class Candidate:
     tpot_s: float
     output_tokens_per_s_per_gpu: float
     max_batch_by_memory: int
+    ep: int = 1
+    etp: int = 1
 
     @property
     def strategy(self) -> str:
-        return f"tp={self.tp},pp={self.pp},dp={self.dp}"
+        experts = f",ep={self.ep},etp={self.etp}" if self.ep * self.etp > 1 else ""
+        return f"tp={self.tp},pp={self.pp},dp={self.dp}{experts}"
 
 
 @dataclass
@@ -153,8 +159,10 @@ def _formats(base, dtypes: list[str] | None, kv_dtypes: list[str] | None) -> lis
     return [(d, k) for d in dict.fromkeys(chosen) for k in dict.fromkeys(kvs)]
 
 
-def _layouts(base, max_tp: int | None, max_pp: int | None, rejected: dict[str, int]) -> list[tuple[int, int]]:
-    """(tp, pp) pairs whose product divides the GPU count, counting the rule each rejected pair breaks."""
+def _layouts(base, max_tp: int | None, max_pp: int | None,
+             rejected: dict[str, int]) -> list[tuple[int, int, int, int]]:
+    """(tp, pp, ep, etp) whose tp * pp divides the GPU count (`expert_layouts` for the experts), counting
+    the rule each rejected (tp, pp) pair breaks."""
     from madmax.serve.deployment import tp_splits
 
     spec, n, domain = base.spec, base.num_gpus, base.system.scale_up_domain
@@ -168,8 +176,20 @@ def _layouts(base, max_tp: int | None, max_pp: int | None, rejected: dict[str, i
             elif pp > spec.num_layers:
                 rejected["pp_layers"] += 1
             else:
-                out.append((tp, pp))
+                out += [(tp, pp, ep, etp) for ep, etp in expert_layouts(spec, tp, n // (tp * pp))]
     return out
+
+
+def expert_layouts(spec, tp: int, dp: int) -> list[tuple[int, int]]:
+    """(ep, etp) of the experts of a replica of tp ranks among dp replicas: (1, 1) for a dense model; else
+    the experts split by width over tp (1, tp), one group per rank (tp, 1), and attention data parallelism
+    over a replicas (a tp, 1) for each a > 1 dividing dp; those whose ep divides the experts and whose etp
+    divides an expert's width."""
+    if not spec.has_experts:
+        return [(1, 1)]
+    experts, width = spec.moe.num_experts, spec.moe.expert_ffn_hidden_size
+    layouts = [(1, tp), (tp, 1)] + [(a * tp, 1) for a in range(2, dp + 1) if dp % a == 0]
+    return [(ep, etp) for ep, etp in dict.fromkeys(layouts) if experts % ep == 0 and width % etp == 0]
 
 
 def _evaluate(base, stack, formats, limits, max_tp, max_pp, max_batch) -> tuple[list[Candidate], int, dict]:
@@ -192,8 +212,8 @@ def _evaluate(base, stack, formats, limits, max_tp, max_pp, max_batch) -> tuple[
         request = resolve_request(base.spec, base.system, base.num_gpus, "inference", calibration=base.calibration,
                                   batch=1, prompt_len=p, output_len=o, dtype=dtype, kv_dtype=kv)
         fmt = formats_of(request)
-        for tp, pp in layouts:
-            strategy = Strategy(tp=tp, pp=pp, dp=base.num_gpus // (tp * pp))
+        for tp, pp, ep, etp in layouts:
+            strategy = Strategy(tp=tp, pp=pp, dp=base.num_gpus // (tp * pp), ep=ep, etp=etp)
             fit = stack.prompts_per_step(p)
             rep = replica(request, strategy, stack, fmt, fit * p, fit, p + o)
             if rep.max_sequences < 1:
@@ -206,7 +226,8 @@ def _evaluate(base, stack, formats, limits, max_tp, max_pp, max_batch) -> tuple[
                 if not _meets(ttft, tpot, limits):
                     break  # a larger batch only lengthens the prefill and the decode step
                 rate = strategy.dp * batch * o / (ttft + (o - 1) * tpot) / base.num_gpus
-                out.append(Candidate(tp, pp, strategy.dp, dtype, kv, batch, ttft, tpot, rate, rep.max_sequences))
+                out.append(Candidate(tp, pp, strategy.dp, dtype, kv, batch, ttft, tpot, rate, rep.max_sequences,
+                                     ep, etp))
     return out, enumerated, rejected
 
 
@@ -238,7 +259,7 @@ def _simulate(base, stack, candidates: list[Candidate], calibration) -> list[tup
         try:
             r = simulate(base.spec, base.system, base.num_gpus, task="inference", batch=c.batch,
                          prompt_len=t.prompt_len, output_len=t.output_len, mode=t.mode.value, dtype=c.dtype,
-                         kv_dtype=c.kv_dtype, strategy=f"tp={c.tp},pp={c.pp}", stack=stack,
+                         kv_dtype=c.kv_dtype, strategy=c.strategy, stack=stack,
                          max_ttft=t.max_ttft_s, max_tpot=t.max_tpot_s, calibration=calibration)
         except MadmaxError as exc:  # a candidate the estimate kept but simulate refuses is a search bug
             raise AssertionError(f"the serving search kept a layout simulate refuses: {exc}") from exc
