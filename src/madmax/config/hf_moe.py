@@ -70,7 +70,8 @@ def deepseek(c: HFConfig) -> dict[str, Any]:
     `num_experts_per_tok`, beside `n_shared_experts` shared ones, on layers i >= `first_k_dense_replace`
     with i % `moe_layer_freq` == 0 (DeepSeek's modelling code); the first layers keep a dense MLP of
     `intermediate_size`. V3 and Kimi K2 route with a bias (`e_score_correction_bias`); V2 without.
-    `num_nextn_predict_layers` multi-token-prediction modules (DeepSeek-V3: 1; absent: none).
+    `num_nextn_predict_layers` multi-token-prediction modules (DeepSeek-V3: 1; absent: none). Group-limited
+    routing: `n_group` groups, the experts of a token from its best `topk_group` (V3: 4 of 8; 1: none).
     """
     fields = _base(c)
     layers = fields["num_layers"]
@@ -86,6 +87,9 @@ def deepseek(c: HFConfig) -> dict[str, Any]:
     moe |= _layout(c, [i for i in range(first, layers) if i % freq == 0], layers,
                    "first_k_dense_replace", "moe_layer_freq")
     moe |= {"shared_experts": c.count("n_shared_experts"), "router_bias": c.model_type != "deepseek_v2"}
+    groups = c.size_or("n_group", 1)
+    if groups > 1:
+        moe |= {"route_groups": groups, "route_group_topk": c.size_or("topk_group", groups)}
     mla = {"q_lora_rank": c.optional_size("q_lora_rank"), "kv_lora_rank": c.size("kv_lora_rank"),
            "qk_nope_head_dim": c.size("qk_nope_head_dim"), "qk_rope_head_dim": c.size("qk_rope_head_dim"),
            "v_head_dim": c.size("v_head_dim")}

@@ -225,7 +225,7 @@ def moe_ops(layer: str, hidden: int, *, num_experts: int, top_k: int, expert_ffn
         ops += [dataclasses.replace(op, name=op.name.replace(".shared.", ".shared_"), lora_target=None)
                 for op in shared]
         if shared_gate:
-            ops.append(Op(name=f"{layer}.shared_gate", kind=OpKind.GEMM, tp=TPSplit.SEQUENCE, k=hidden, n=1,
+            ops.append(Op(name=f"{layer}.shared_expert_gate", kind=OpKind.GEMM, tp=TPSplit.SEQUENCE, k=hidden, n=1,
                           params=hidden))
     bias = expert_bias
     ops.append(Op(name=f"{layer}.expert_up", kind=OpKind.GEMM, tp=TPSplit.EXPERT_COLUMN, k=hidden, n=expert_ffn,
