@@ -18,10 +18,10 @@ builder's fast estimate, equal to the simulation; `tests/program/test_serving.py
 with H the host's time per step (pp * H with pp micro-batches) and t_p2p one activation send between stages.
 A layer's collectives run on their group's stream ("tp", and "ep" for the expert all-to-all of attention
 data parallelism) after its kernels; an overlapped one (`Where.OVERLAPPED`: two-batch overlap) runs beside
-them, so the layer takes max(kernels, overlapped) + the others. Kernels take the runtime's floor: a CUDA-
-graph replay's for the steps the engine captures, the eager floor otherwise. Small all-reduces inside an
-NVLink domain use the engine's custom kernels (one-shot: t = a + (n-1) S / B; two-shot: 2a + 2 (n-1)/n S /
-B), larger ones NCCL.
+them, so the layer takes max(kernels, overlapped) + the others. Kernels take the runtime's floor: a
+CUDA-graph replay's for the steps the engine captures, the eager floor otherwise. Small all-reduces inside
+an NVLink domain use the engine's custom kernels (one-shot: t = a + (n-1) S / B; two-shot:
+2a + 2 (n-1)/n S / B), larger ones NCCL.
 """
 
 from __future__ import annotations
