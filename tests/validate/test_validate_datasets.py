@@ -5,8 +5,10 @@ import pytest
 from madmax.config.strategy import parse_strategy
 from madmax.validate.conventions import METRICS, published_flops_per_token
 from madmax.validate.datasets import (
+    load_automodel_moe,
     load_datasets,
     load_korthikanti2022,
+    load_megatron_bridge_moe,
     load_narayanan2021,
     load_nemo,
     load_vtrain_multi,
@@ -101,11 +103,31 @@ def test_nemo_rows():
     assert nemotron.kwargs["model"]["activation"] == "squared_relu"
 
 
-def test_moe_rows_are_unmapped():
+def test_a_moe_row_of_any_source_maps_to_its_catalog_model():
     row = dict(next(r for _, r in read_rows("published_dev.csv") if r["model"] == "Llama-2-7B"))
-    row.update(model="Mixtral-8x7B", source="NVIDIA/NeMo docs (test row)")
+    row.update(model="Mixtral-8x7B", source="NVIDIA/NeMo docs (test row)", ep="2", dp="4", layers="32",
+               hidden="4096", heads="32")
     ds = load_nemo([("mine.csv:2", row)])
-    assert not ds.cases and ds.unmapped[0].reason == "MoE not supported yet"
+    (case,) = ds.cases
+    assert case.kwargs["model"]["moe"]["num_experts"] == 8
+    assert parse_strategy(case.kwargs["strategy"]).ep == 2
+    row.update(model="Switch-Base-128")
+    assert "not in the catalog" in load_nemo([("mine.csv:3", row)]).unmapped[0].reason
+
+
+def test_moe_training_datasets_map_every_row():
+    bridge = load_megatron_bridge_moe()
+    assert len(bridge.cases) == 19 and not bridge.unmapped
+    deepseek = next(c for c in bridge.cases if c.kwargs["model"]["name"] == "deepseek-v3")
+    strategy = parse_strategy(deepseek.kwargs["strategy"])
+    assert (strategy.tp, strategy.pp, strategy.vp, strategy.ep, strategy.dispatcher) == (2, 8, 4, 64, "deepep")
+    assert any("DeepEP assumed" in a for a in deepseek.assumptions)
+    automodel = load_automodel_moe()
+    assert len(automodel.cases) == 2 and not automodel.unmapped
+    assert all(parse_strategy(c.kwargs["strategy"]).zero == 3 for c in automodel.cases)
+    gpt_oss = next(c for c in automodel.cases if c.kwargs["model"]["name"] == "gpt-oss-20b")
+    assert parse_strategy(gpt_oss.kwargs["strategy"]).ep == 8
+    assert any("ep not stated" in a for a in gpt_oss.assumptions)
 
 
 def test_vtrain_single_first_row():

@@ -196,7 +196,11 @@ def _published_case(dataset: str, row_id: str, row: dict[str, str], *, defaults:
         raise NotMappable(f"task {row['task']!r} is not training")
     name = row["model"]
     if "moe" in name.lower() or model_family(name) == "mixtral" or (row_int(row, "ep") or 1) > 1:
-        raise NotMappable("MoE not supported yet")
+        from madmax.validate.moe import moe_case  # MoE rows: the catalog model, expert parallelism
+
+        zero = _ZERO.get(row["zero_or_fsdp"].split(" (")[0])
+        zero = 3 if "FSDP" in row["zero_or_fsdp"] else defaults["zero"] if zero is None else zero
+        return moe_case(dataset, row_id, row, zero=zero, notes=list(notes))
     layers, hidden, heads, ffn, seq = row_ints(row, "layers", "hidden", "heads", "ffn_hidden", "seq_len")
     num_gpus, tp, pp, dp = row_ints(row, "num_gpus", "tp", "pp", "dp")
     gb, per_node = row_ints(row, "global_batch", "gpus_per_node")

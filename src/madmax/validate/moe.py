@@ -42,13 +42,14 @@ ASSUMED = ("recompute not stated; none assumed", "all-to-all overlap not stated;
 
 def _model(row: dict[str, str]) -> dict[str, Any]:
     """The catalog model of the row, checked against the sizes the row states."""
-    name = CATALOG.get(row["model"])
-    if name is None:
-        raise NotMappable(f"MoE model {row['model']!r} has no catalog entry; mapped: {', '.join(CATALOG)}")
+    name = CATALOG.get(row["model"], row["model"].lower())
     try:
         spec = load_model(name)
-    except MadmaxError as exc:
-        raise NotMappable(f"catalog model {name!r} is missing ({exc})") from None
+    except MadmaxError:
+        raise NotMappable(f"MoE model {row['model']!r} is not in the catalog; named in the tables: "
+                          f"{', '.join(CATALOG)}") from None
+    if not spec.has_experts:
+        raise NotMappable(f"row has ep > 1 but catalog model {name!r} has no experts")
     for column, value in (("layers", spec.num_layers), ("hidden", spec.hidden_size), ("heads", spec.num_heads)):
         stated = row_int(row, column)
         if stated is not None and stated != value:
@@ -63,8 +64,10 @@ def _dtype(text: str) -> str:
     return _DTYPES[key]
 
 
-def _moe_case(dataset: str, row_id: str, row: dict[str, str], *, zero: int, notes: list[str],
-              dispatcher: str = "alltoall") -> Case:
+def moe_case(dataset: str, row_id: str, row: dict[str, str], *, zero: int, notes: list[str],
+             dispatcher: str = "alltoall") -> Case:
+    """One MoE training row of the published format: its catalog model, the row's degrees (ep included)
+    and `zero`; what the row leaves out is assumed and listed (`ASSUMED`, `notes`)."""
     model = _model(row)
     num_gpus, tp, pp, seq, gb, per_node = row_ints(row, "num_gpus", "tp", "pp", "seq_len", "global_batch",
                                                    "gpus_per_node")
@@ -103,7 +106,7 @@ def load_megatron_bridge_moe(rows: Rows | None = None) -> Dataset:
             # Megatron-Bridge's DeepSeek-V3 H100 recipe uses the flex dispatcher with DeepEP.
             dispatcher = "deepep"
             notes.append("dispatcher not stated; DeepEP assumed (the DeepSeek-V3 recipe's flex dispatcher)")
-        return _moe_case("megatron_bridge_moe", row_id, row, zero=1, notes=notes, dispatcher=dispatcher)
+        return moe_case("megatron_bridge_moe", row_id, row, zero=1, notes=notes, dispatcher=dispatcher)
 
     return build_dataset("megatron_bridge_moe", "NVIDIA Megatron-Bridge MoE pre-training, DGX H100",
                          _rows("NVIDIA-NeMo/Megatron-Bridge", rows), mapper)
@@ -118,7 +121,7 @@ def load_automodel_moe(rows: Rows | None = None) -> Dataset:
         if not row["ep"]:
             row = dict(row, ep=str(row_int(row, "num_gpus")))
             notes.append("ep not stated; DeepEP over all the node's GPUs (ep=8) assumed")
-        return _moe_case("automodel_moe", row_id, row, zero=3, notes=notes)
+        return moe_case("automodel_moe", row_id, row, zero=3, notes=notes)
 
     return build_dataset("automodel_moe", "NVIDIA NeMo AutoModel MoE pre-training, DGX H100, bf16",
                          _rows("NVIDIA-NeMo/Automodel", rows), mapper)

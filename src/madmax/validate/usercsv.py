@@ -26,7 +26,9 @@ from madmax.validate.datasets import (
     _rows_of,
     _vtrain_case,
     build_dataset,
+    load_automodel_moe,
     load_korthikanti2022,
+    load_megatron_bridge_moe,
     load_narayanan2021,
     load_nemo,
     row_int,
@@ -43,7 +45,8 @@ PUBLISHED_COLUMNS = ("source", "source_detail", "task", "model", "layers", "hidd
 PUBLISHED_NUMBERS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len", "num_gpus",
                      "gpus_per_node", "intra_bw_GBps", "inter_bw_GBps", "tp", "pp", "dp", "cp", "ep", "vp",
                      "global_batch", "micro_batch", "value")
-SOURCES = {"Narayanan": load_narayanan2021, "Korthikanti": load_korthikanti2022, "NVIDIA/NeMo": load_nemo}
+SOURCES = {"Narayanan": load_narayanan2021, "Korthikanti": load_korthikanti2022, "NVIDIA/NeMo": load_nemo,
+           "NVIDIA-NeMo/Megatron-Bridge": load_megatron_bridge_moe, "NVIDIA-NeMo/Automodel": load_automodel_moe}
 GENERIC_NOTE = "source not one of Narayanan, Korthikanti, NVIDIA/NeMo: Megatron-Core (NeMo) defaults assumed"
 
 
