@@ -220,3 +220,10 @@ def test_deepep_sends_one_copy_per_remote_node():
     deepep = api.simulate(qwen3_30b_like(), "dgx-h100", 16, strategy="tp=1,ep=16,zero=1,dispatcher=deepep",
                           global_batch=64)
     assert deepep.iteration_time_s < plain.iteration_time_s
+
+
+def test_expert_order_moves_the_ep_group_across_domains():
+    s = parse_strategy("tp=1,ep=8,expert_order=etp-edp-ep").model_copy(update={"dp": 16})
+    assert expert_span(s, ("ep",), 8) == Span(4, 2)  # 2 copies inside each node, the EP group over both
+    assert expert_span(s, ("edp",), 8) == Span(2, 1)
+    assert "expert_order=etp-edp-ep" in s.describe()

@@ -62,6 +62,10 @@ class Strategy(Schema):
         "(two-micro-batch overlap of Megatron-Core / DualPipe); false: the layer waits for it.")
     dispatch_fp8: bool = Field(False, description="Send dispatched tokens in fp8 (DeepEP); the combine stays "
                                                   "in 16 bits.")
+    expert_order: Literal["etp-ep-edp", "etp-edp-ep", "ep-etp-edp"] = Field(
+        "etp-ep-edp", description="Placement of the expert axes over a stage's ranks, innermost first "
+        "(Megatron-Core's etp-ep-edp keeps an EP group inside a scale-up domain when etp*ep fits in it; "
+        "etp-edp-ep puts the expert copies there and spreads the EP group across domains).")
     dispatcher: Literal["alltoall", "deepep"] = Field(
         "alltoall", description="Token dispatcher of expert parallelism: alltoall (one copy per chosen expert "
         "over the network) or deepep (one copy per destination node over the scale-out fabric, forwarded "
@@ -136,6 +140,8 @@ class Strategy(Schema):
             parts.append("dispatch_fp8=1")
         if self.dispatcher != "alltoall":
             parts.append(f"dispatcher={self.dispatcher}")
+        if self.expert_order != "etp-ep-edp":
+            parts.append(f"expert_order={self.expert_order}")
         parts += [f"recompute={self.recompute}", f"sp={int(self.sequence_parallel)}"]
         return ",".join(parts)
 

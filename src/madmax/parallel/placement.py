@@ -25,11 +25,12 @@ def span(strategy: Strategy, axes: tuple[Axis, ...], domain_size: int) -> Span:
 
 def expert_span(strategy: Strategy, axes: tuple[str, ...], domain_size: int) -> Span:
     """Ranks of an expert group over `axes` ("etp", "ep", "edp"): the experts fold over the tp*cp*dp ranks
-    of a stage numbered etp-ep-edp from innermost (Megatron-Core's expert rank order), pipeline outermost.
-    An EP group of ep ranks sits inside one scale-up domain when etp*ep divides it."""
+    of a stage numbered in `strategy.expert_order` from innermost (default etp-ep-edp, Megatron-Core's
+    expert rank order), pipeline outermost. With the default an EP group of ep ranks sits inside one
+    scale-up domain when etp*ep divides it."""
     ranks = strategy.tp * strategy.cp * (strategy.dp or 1)
-    edp = ranks // (strategy.ep * strategy.etp)
-    layout = [("etp", strategy.etp), ("ep", strategy.ep), ("edp", edp), ("pp", strategy.pp)]
+    degree = {"etp": strategy.etp, "ep": strategy.ep, "edp": ranks // (strategy.ep * strategy.etp)}
+    layout = [(name, degree[name]) for name in strategy.expert_order.split("-")] + [("pp", strategy.pp)]
     return _span(layout, set(axes), domain_size)
 
 
