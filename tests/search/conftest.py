@@ -1,7 +1,9 @@
 """A small search problem shared by the search tests: a 4-layer model on 8 H100s with 3.5 GiB each.
 
 The GPU memory is cut so that some candidates do not fit (3 GiB of it is the runtime reserve), which
-exercises the memory rule; everything else is the catalog dgx-h100.
+exercises the memory rule; everything else is the catalog dgx-h100. MOE_CASE is its mixture-of-experts
+sibling: one dense layer, three MoE layers of 16 experts of 1,024 (top 2, one shared expert), 16
+sequences, whose experts' weights do not fit unless expert parallelism spreads them.
 """
 
 from __future__ import annotations
@@ -30,9 +32,49 @@ CASE = {"model": TINY, "system": small_node(), "num_gpus": 8, "global_batch": 8,
         "recompute": ["none", "full"], "zero": [0, 2, 3]}
 
 
+MOE = {**TINY, "name": "tiny-moe", "moe": {"num_experts": 16, "top_k": 2, "expert_ffn_hidden_size": 1024,
+                                           "shared_experts": 1, "first_dense_layers": 1}}
+MOE_CASE = {**CASE, "model": MOE, "global_batch": 16}
+
+
 @pytest.fixture
 def case() -> dict:
     return dict(CASE)
+
+
+@pytest.fixture
+def moe_case() -> dict:
+    return dict(MOE_CASE)
+
+
+@pytest.fixture(scope="session")
+def moe():
+    """The search of MOE_CASE with a small replay pool (30) and 5 simulations."""
+    from madmax.search.api import find
+
+    return find(**MOE_CASE, top=3, exact=5, refine=30)
+
+
+def replay_one(outcome, i: int) -> float:
+    """The step replay of candidate i on its own (the search replays only its pool)."""
+    from madmax.search.costs import combos_of, unit_costs
+    from madmax.search.space import unique_rows
+    from madmax.search.timing import optimizer_s, refine
+    from madmax.search.units import MEMORY, memory_table, stage_layout
+
+    ctx = outcome.ctx
+    cols = {k: v[i:i + 1] for k, v in outcome.columns.items()}
+    values, _ = unique_rows(cols, MEMORY)
+    memory = memory_table(ctx, values)
+    table, combo = combos_of(ctx, cols)
+    costs = unit_costs(ctx, cols, table, combo, memory, outcome.space.orders)
+    layout = stage_layout(ctx, int(cols["pp"][0]), int(cols["vp"][0]), memory.keys)
+    return float(refine(layout, int(cols["m"][0]), costs, cols["zero"], optimizer_s(ctx.compute, layout, costs))[0])
+
+
+@pytest.fixture(scope="session")
+def replay():
+    return replay_one
 
 
 @pytest.fixture(scope="session")

@@ -17,13 +17,12 @@ from madmax.search import maxplus as mp
 from madmax.search.api import find
 from madmax.search.objective import Scorer, power_w, scorer
 from madmax.search.pipeline import inflight
-from madmax.search.timing import refine
 
 REPLAY_TOL, MEMORY_TOL, SCREEN_TOL = 1e-9, 1e-9, 0.30
 
 
 @pytest.mark.parametrize("zero", [None, [1]])
-def test_replay_and_memory_match_simulate_on_a_sample(outcome, case, zero):
+def test_replay_and_memory_match_simulate_on_a_sample(outcome, case, zero, replay):
     # 20 candidates of every kind (1F1B and interleaved, ZeRO 0/2/3 and then ZeRO-1, hybrid shards,
     # recompute, cp, sp), each replayed on its own (the search replays only its pool).
     if zero is not None:
@@ -34,30 +33,12 @@ def test_replay_and_memory_match_simulate_on_a_sample(outcome, case, zero):
     assert len(set(cols["vp"][sample].tolist())) > 1 and len(set(cols["shard"][sample].tolist())) > 1
     for i in sample:
         result = api.simulate(**outcome.ctx.simulate_kwargs, strategy=outcome.strategy(int(i)))
-        replay = _replay(outcome, int(i))
-        assert replay == pytest.approx(result.iteration_time_s, rel=REPLAY_TOL)
+        assert replay(outcome, int(i)) == pytest.approx(result.iteration_time_s, rel=REPLAY_TOL)
         assert outcome.peak_memory_bytes[i] == pytest.approx(result.peak_memory_bytes, rel=MEMORY_TOL)
         assert outcome.estimate_s[i] == pytest.approx(result.iteration_time_s, rel=SCREEN_TOL)
         # MFU of the unsimulated rows: model FLOPs of the iteration / time / peak of all GPUs.
         peak = outcome.ctx.system.gpu.flops_per_s[outcome.ctx.dtype] * outcome.ctx.num_gpus
         assert outcome.model_flops[i] / result.iteration_time_s / peak == pytest.approx(result.mfu, rel=1e-12)
-
-
-def _replay(outcome, i: int) -> float:
-    """The step replay of candidate i on its own (the search replays only its pool)."""
-    from madmax.search.costs import combos_of, unit_costs
-    from madmax.search.space import unique_rows
-    from madmax.search.timing import optimizer_s
-    from madmax.search.units import MEMORY, memory_table, stage_layout
-
-    ctx = outcome.ctx
-    cols = {k: v[i:i + 1] for k, v in outcome.columns.items()}
-    values, _ = unique_rows(cols, MEMORY)
-    memory = memory_table(ctx, values)
-    table, combo = combos_of(ctx, cols)
-    costs = unit_costs(ctx, cols, table, combo, memory, outcome.space.orders)
-    layout = stage_layout(ctx, int(cols["pp"][0]), int(cols["vp"][0]), memory.keys)
-    return float(refine(layout, int(cols["m"][0]), costs, cols["zero"], optimizer_s(ctx.compute, layout, costs))[0])
 
 
 def test_replayed_candidates_match_simulate(outcome):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ def find(model: Any, system: Any, num_gpus: int | None = None, task: Any = "pret
          max_cp: int | None = None, max_vp: int | None = None, max_mbs: int | None = None,
          zero: list[int] | None = None, recompute: list[str] | None = None, sp: list[bool] | None = None,
          hybrid: bool = True, orders: list[str] | str | None = None, emb: list[str] | None = None,
+         max_ep: int | None = None, max_etp: int | None = None, ep_overlap: list[bool] | None = None,
          calibration: str | Path | None = None, workers: int = 1, **task_fields: Any) -> Outcome:
     """Search every valid strategy; see `search` for the arguments. Returns the full `Outcome`."""
     ctx = prepare(model, system, num_gpus, task, global_batch, seq_len, dtype, calibration=calibration,
@@ -45,6 +47,10 @@ def find(model: Any, system: Any, num_gpus: int | None = None, task: Any = "pret
         if value is not None and value < 1:
             raise ConfigError(f"{name}={value} must be a positive integer")
     score = scorer(objective, ctx.system, ctx.tokens, tokens)
+    experts = {"max_ep": max_ep, "max_etp": max_etp, "ep_overlap": ep_overlap}
+    if not ctx.has_experts and (given := [name for name, value in experts.items() if value is not None]):
+        raise ConfigError(f"{given[0]} applies to mixture-of-experts models; {ctx.spec.name} has no routed experts; "
+                          "allowed: omit it")
     if not builder_for(ctx.task.kind, ctx.workload).fast_estimate(ctx.workload):
         # No closed form for this workload: every candidate of its space is simulated. Today that is a
         # model with embedding tables, searched over its sharding plan (`search.tables`).
@@ -61,6 +67,7 @@ def find(model: Any, system: Any, num_gpus: int | None = None, task: Any = "pret
         raise ConfigError(f"emb={list(emb)} applies to models with embedding tables; {ctx.spec.name} has none; "
                           "allowed: omit it")
     limits = _limits(max_tp, max_pp, max_cp, max_vp, max_mbs, zero, recompute, sp, hybrid, orders)
+    limits = replace(limits, **_expert_limits(max_ep, max_etp, ep_overlap))
     start = time.perf_counter()
     space = enumerate_space(ctx.problem(), limits)
     timings = {"enumerate": time.perf_counter() - start}
@@ -87,6 +94,17 @@ def _limits(max_tp, max_pp, max_cp, max_vp, max_mbs, zero, recompute, sp, hybrid
         raise ConfigError("sp must list at least one setting; allowed: 1, 0")
     return Limits(max_tp=max_tp, max_cp=max_cp, max_pp=max_pp, max_vp=max_vp, max_mbs=max_mbs, zero=zeros,
                   recompute=tuple(dict.fromkeys(recs)), sp=sps, hybrid=hybrid, orders=_orders(orders))
+
+
+def _expert_limits(max_ep: int | None, max_etp: int | None, ep_overlap: list[bool] | None) -> dict[str, Any]:
+    """The expert filters: largest ep and etp, and the all-to-all overlap settings to try (default both)."""
+    for name, value in (("max_ep", max_ep), ("max_etp", max_etp)):
+        if value is not None and value < 1:
+            raise ConfigError(f"{name}={value} must be a positive integer")
+    overlaps = (False, True) if ep_overlap is None else tuple(sorted({bool(o) for o in ep_overlap}))
+    if not overlaps:
+        raise ConfigError("ep_overlap must list at least one setting; allowed: 0, 1")
+    return {"max_ep": max_ep, "max_etp": max_etp, "ep_overlap": overlaps}
 
 
 def _zeros(zero: list[int] | None) -> tuple[int, ...]:
@@ -136,10 +154,14 @@ def search(model: Any, system: Any, num_gpus: int | None = None, task: Any = "pr
     of the best by the closed form are replayed step by step, default 2000), filters max_tp, max_pp,
     max_cp, max_vp, max_mbs, zero=[...], recompute=[...], sp=[...], hybrid (enumerate hybrid sharding
     groups), orders ([...] or 'all'), workers (processes for the simulations), calibration, and the
-    fine-tuning fields of `simulate` (finetune, lora_rank, frozen_layers, lora_targets).
+    fine-tuning fields of `simulate` (finetune, lora_rank, frozen_layers, lora_targets). A
+    mixture-of-experts model is also searched over ep, etp and ep_overlap (filters max_ep, max_etp,
+    ep_overlap=[...]; default both settings), with the routing of `simulate` (expert_load,
+    capacity_factor).
 
     One row per evaluated candidate (it passes the divisibility rules and fits in memory). Columns: the
-    strategy and its degrees (`shard` 0: the whole data-parallel group); `estimated_iteration_time_s`
+    strategy and its degrees (`shard` 0: the whole data-parallel group; an MoE model adds `ep`, `etp`
+    and `ep_overlap`); `estimated_iteration_time_s`
     (the step replay where run, else the closed form); `simulated`; `iteration_time_s`,
     `tokens_per_s_per_gpu`, `mfu`, `peak_memory_bytes`, `objective` (simulated where `simulated`, else
     estimated); `exposed_communication_s` (simulated rows only).
@@ -186,6 +208,11 @@ def to_frame(outcome: Outcome):
         "peak_memory_bytes": peak, "exposed_communication_s": exposed,
         "objective": outcome.scorer.value(t),
     })
+    if outcome.ctx.has_experts:  # a mixture-of-experts model: its expert degrees after cp
+        at = frame.columns.get_loc("cp") + 1
+        for offset, (name, values) in enumerate((("ep", cols["ep"]), ("etp", cols["etp"]),
+                                                 ("ep_overlap", cols["epo"].astype(bool)))):
+            frame.insert(at + offset, name, values)
     if "emb" in cols:  # a model with tables: its sharding plan (emb_group 0: all ranks, as shard 0)
         frame.insert(frame.columns.get_loc("order") + 1, "emb",
                      pd.Categorical.from_codes(cols["emb"], list(EMB_SHARDINGS)))

@@ -59,13 +59,22 @@ class Context:
     def problem(self) -> Problem:
         """The sizes the divisibility rules need, from the model's own constraints (as `simulate` uses)."""
         constraints = self.spec.parallel_constraints()
-        unknown = sorted(set(constraints) - {"tp"})
+        unknown = sorted(set(constraints) - {"tp", "ep", "etp"})
         assert not unknown, f"search has no rule for constraints on {unknown}"
         limits = {str(axis): limit for axis, (limit, _) in self.spec.degree_limits().items()}
+
+        def sizes(axis: str) -> tuple[int, ...]:
+            return tuple(size for _, size in constraints.get(axis, []))
+
         return Problem(num_gpus=self.num_gpus, global_batch=self.global_batch, seq_len=self.seq_len,
-                       num_layers=self.spec.num_pipeline_units,
-                       tp_sizes=tuple(size for _, size in constraints.get("tp", [])),
-                       max_degree=tuple(sorted(limits.items())))
+                       num_layers=self.spec.num_pipeline_units, tp_sizes=sizes("tp"),
+                       max_degree=tuple(sorted(limits.items())), has_experts=self.has_experts,
+                       ep_sizes=sizes("ep"), etp_sizes=sizes("etp"))
+
+    @property
+    def has_experts(self) -> bool:
+        """Whether the model has routed experts (ep, etp and ep_overlap are searched)."""
+        return bool(getattr(self.spec, "has_experts", False))
 
 
 def prepare(model: Any, system: Any, num_gpus: int | None = None, task: Any = "pretrain",

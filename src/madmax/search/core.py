@@ -21,7 +21,7 @@ import numpy as np
 from madmax.config.base import DType
 from madmax.results import Result
 from madmax.search.context import Context
-from madmax.search.costs import combos_of, state_bytes, unit_costs
+from madmax.search.costs import combos_of, expert_state_bytes, state_bytes, unit_costs
 from madmax.search.memory import memory_shape, peak_memory
 from madmax.search.objective import Scorer
 from madmax.search.pipeline import inflight_cap
@@ -153,6 +153,7 @@ def _peak_memory(ctx: Context, space: Space, memory, layouts: _Layouts) -> np.nd
     cols = space.columns
     _, mem_row = unique_rows(cols, MEMORY)
     state = state_bytes(ctx, cols, space.orders)[0]
+    experts = expert_state_bytes(ctx, cols)[0] if memory.has_experts else None
     weight_bytes = DType.BF16.num_bytes if ctx.dtype is DType.FP8 else ctx.dtype.num_bytes
     scale = cols["mbs"] / cols["cp"]  # activations scale with the tokens of a rank's micro-batch
     # Memory depends on m only through the micro-batches in flight, which stop changing beyond a cap.
@@ -162,10 +163,11 @@ def _peak_memory(ctx: Context, space: Space, memory, layouts: _Layouts) -> np.nd
     peak = np.empty(len(space))
     for (pp, vp, m), idx in groups(flight, ("pp", "vp", "m")):
         r = mem_row[idx]
-        units = {"params": memory.params[r], "trainable": memory.trainable[r],
-                 "saved": memory.saved[r] * scale[idx, None], "working": memory.working[r] * scale[idx, None]}
+        units = {"params": memory.params[r], "trainable": memory.trainable[r], "expert_params": memory.expert_params[r],
+                 "expert_trainable": memory.expert_trainable[r], "saved": memory.saved[r] * scale[idx, None],
+                 "working": memory.working[r] * scale[idx, None]}
         peak[idx] = peak_memory(memory_shape(layouts[(pp, vp)], m), units, state[idx], cols["zero"][idx],
-                                weight_bytes, ctx.reserved_bytes)
+                                weight_bytes, ctx.reserved_bytes, None if experts is None else experts[idx])
     return peak
 
 

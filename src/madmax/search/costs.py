@@ -5,15 +5,23 @@ For candidates i and unit keys k (embedding, layer, head, ...), [n, K] arrays:
     f, b     forward / backward seconds of one micro-batch on the compute stream, as `engine` places
              them: f = (fwd - attn) + max(attn, ring_cp) + sum(tp collectives), and b likewise with the
              recompute first (TP and CP collectives wait for the compute around them; the K/V ring runs
-             beside the attention)
+             beside the attention); without the all-to-all overlap, the expert token exchange is added
+             to them (it waits for the unit's kernels and the next unit waits for it)
+    xf, xb   [n, X, K] with the overlap: the exchange on each of its X streams (ep, etp), after the
+             unit's kernels, beside the compute that follows; the pass ends when they have
+
+and, per state group (the dense parameters over their dp x cp ranks; the routed experts over their
+expert-data-parallel ranks, on a stream of their own):
+
     g1       ZeRO-1/2 all-gather of the updated weights, once per unit at the start of the iteration
     g3       ZeRO-3 all-gather of the weights before each forward and backward of the unit
     r_mid    gradient collectives after a backward that is not the last micro-batch's (ZeRO-2/3)
     r_last   after the last micro-batch's backward: DDP all-reduce, or reduce-scatter (+ all-reduce
              across replicas under hybrid sharding)
 
-plus per candidate: p2p (one pipeline send), tied (all-reduce of tied embeddings) and the state bytes
-per trainable parameter (weights, gradients, optimizer), with its parameters per unit.
+with its parameters and trainable parameters per rank and its state bytes per trainable parameter
+(weights, gradients, optimizer); plus per candidate: p2p (one pipeline send) and tied (all-reduce of
+tied embeddings).
 """
 
 from __future__ import annotations
@@ -30,43 +38,64 @@ from madmax.search.units import (
     COMBO,
     COMM,
     DATA,
+    EXPERT_DATA,
     LAYOUT,
     Layouts,
     MemoryTable,
     UnitTable,
     comm_s,
     data_plans,
+    expert_data_plans,
     layouts,
     unit_table,
 )
 
+STATE_ARRAYS = ("params", "trainable", "state", "g1", "g3", "r_mid", "r_last")
+
 
 @dataclass
-class Costs:
-    """Per-candidate arrays (see the module docstring); `combo` indexes `table` rows."""
+class StateCosts:
+    """One state group's arrays [n, K] (see the module docstring); state [n, 3]."""
 
-    table: UnitTable
-    combo: np.ndarray
-    params: np.ndarray  # [n, K] parameters per rank
-    trainable: np.ndarray  # [n, K]
-    f: np.ndarray
-    b: np.ndarray
+    params: np.ndarray
+    trainable: np.ndarray
+    state: np.ndarray
     g1: np.ndarray
     g3: np.ndarray
     r_mid: np.ndarray
     r_last: np.ndarray
+
+    def take(self, index: np.ndarray) -> StateCosts:
+        return StateCosts(**{name: getattr(self, name)[index] for name in STATE_ARRAYS})
+
+
+@dataclass
+class Costs:
+    """Per-candidate arrays (see the module docstring); `combo` indexes `table` rows; `groups` the state
+    groups, the dense one first (the routed experts' second, in an MoE model)."""
+
+    table: UnitTable
+    combo: np.ndarray
+    f: np.ndarray
+    b: np.ndarray
+    xf: np.ndarray
+    xb: np.ndarray
     p2p: np.ndarray
     tied: np.ndarray
-    state: np.ndarray  # [n, 3] bytes per trainable parameter: weights, gradients, optimizer
+    groups: tuple[StateCosts, ...]
+
+    @property
+    def trainable(self) -> np.ndarray:
+        """Trainable parameters per rank of each unit [n, K], all groups."""
+        return sum(g.trainable for g in self.groups)
 
     def take(self, index: np.ndarray) -> Costs:
-        return Costs(table=self.table, combo=self.combo[index], **{
-            name: getattr(self, name)[index] for name in ("params", "trainable", "f", "b", "g1", "g3", "r_mid",
-                                                          "r_last", "p2p", "tied", "state")})
+        return Costs(table=self.table, combo=self.combo[index], groups=tuple(g.take(index) for g in self.groups),
+                     **{name: getattr(self, name)[index] for name in ("f", "b", "xf", "xb", "p2p", "tied")})
 
 
 def combos_of(ctx: Context, cols: dict[str, np.ndarray]) -> tuple[UnitTable, np.ndarray]:
-    """The unit table of every (tp, cp, mbs, sp, rec) among `cols` and each candidate's row in it."""
+    """The unit table of every (tp, cp, mbs, sp, rec, ep, etp) among `cols` and each candidate's row in it."""
     values, combo = unique_rows(cols, COMBO)
     return unit_table(ctx, values), combo
 
@@ -82,16 +111,29 @@ def state_bytes(ctx: Context, cols: dict[str, np.ndarray],
     return per_plan[idx], plans, values, idx
 
 
+def expert_state_bytes(ctx: Context, cols: dict[str, np.ndarray]) -> tuple[np.ndarray, list, np.ndarray, np.ndarray]:
+    """`state_bytes` of the routed experts: by their data plan of each distinct (tp, cp, dp, ep, etp, zero)."""
+    values, idx = unique_rows(cols, EXPERT_DATA)
+    plans = expert_data_plans(ctx, values)
+    per_plan = np.array([p.state_bytes_per_param() for p in plans], dtype=float).reshape(-1, 3)
+    return per_plan[idx], plans, values, idx
+
+
 def unit_costs(ctx: Context, cols: dict[str, np.ndarray], table: UnitTable, combo: np.ndarray,
                memory: MemoryTable, orders: tuple[str, ...]) -> Costs:
     """Seconds of every unit of every candidate in `cols` (see the module docstring)."""
-    rows = memory.rows_of(cols["tp"])
     lay_values, lay_idx = unique_rows(cols, LAYOUT)
     lay = layouts(ctx, lay_values, orders)
     f, b = _compute_and_inner_comm(ctx, table, combo, lay_idx, lay)
-    state, plans, values, data_idx = state_bytes(ctx, cols, orders)
-    per_plan = _data_comm(ctx, memory, plans, memory.rows_of(values[:, DATA.index("tp")]))
-    g1, g3, r_mid, r_last = (x[data_idx] for x in per_plan)
+    epo = cols["epo"].astype(bool)[:, None, None]
+    xf, xb = (x[combo] if x is not None else np.zeros((len(combo), 0, f.shape[1])) for x in (table.x_fwd, table.x_bwd))
+    if xf.shape[1]:  # without the overlap the exchange waits after the unit's kernels
+        f = f + np.where(epo, 0.0, xf).sum(axis=1)
+        b = b + np.where(epo, 0.0, xb).sum(axis=1)
+        xf, xb = np.where(epo, xf, 0.0), np.where(epo, xb, 0.0)
+    groups = [_dense_costs(ctx, cols, memory, orders)]
+    if memory.has_experts:
+        groups.append(_expert_costs(ctx, cols, memory))
     pairs, pair_idx = unique_rows({"combo": combo, "layout": lay_idx}, ("combo", "layout"))
     # Plain floats into the network model: its cache is shared with `simulate`.
     p2p = np.array([ctx.network.collective_s(Collective.SEND_RECV, float(table.p2p_bytes[j]), lay.p2p_span[k])
@@ -104,8 +146,38 @@ def unit_costs(ctx: Context, cols: dict[str, np.ndarray], table: UnitTable, comb
         per_tp = np.array([ctx.network.collective_s(Collective.ALL_REDUCE, float(ctx.workload.tied_params / int(t)
                                                                                  * act), Span(1, 2)) for t in tps])
         tied = np.where(cols["pp"] > 1, per_tp[tp_idx.ravel()], 0.0)
-    return Costs(table=table, combo=combo, params=memory.params[rows], trainable=memory.trainable[rows], f=f, b=b,
-                 g1=g1, g3=g3, r_mid=r_mid, r_last=r_last, p2p=p2p, tied=tied, state=state)
+    return Costs(table=table, combo=combo, f=f, b=b, xf=xf, xb=xb, p2p=p2p, tied=tied, groups=tuple(groups))
+
+
+def _dense_costs(ctx: Context, cols: dict[str, np.ndarray], memory: MemoryTable,
+                 orders: tuple[str, ...]) -> StateCosts:
+    """The dense parameters' state group: everything but the routed experts, over dp x cp."""
+    rows = memory.rows_of(cols["tp"], cols["ep"], cols["etp"])
+    params, trainable = memory.params - memory.expert_params, memory.trainable - memory.expert_trainable
+    state, plans, values, data_idx = state_bytes(ctx, cols, orders)
+    plan_rows = rows[_first(data_idx, len(values))]  # the dense parameters depend on tp alone, which DATA holds
+    per_plan = _data_comm(ctx, params[plan_rows], trainable[plan_rows], plans)
+    g1, g3, r_mid, r_last = (x[data_idx] for x in per_plan)
+    return StateCosts(params=params[rows], trainable=trainable[rows], state=state, g1=g1, g3=g3, r_mid=r_mid,
+                      r_last=r_last)
+
+
+def _expert_costs(ctx: Context, cols: dict[str, np.ndarray], memory: MemoryTable) -> StateCosts:
+    """The routed experts' state group, over their expert-data-parallel ranks."""
+    rows = memory.rows_of(cols["tp"], cols["ep"], cols["etp"])
+    state, plans, values, data_idx = expert_state_bytes(ctx, cols)
+    plan_rows = rows[_first(data_idx, len(values))]  # the experts' parameters depend on ep, etp, which it holds
+    per_plan = _data_comm(ctx, memory.expert_params[plan_rows], memory.expert_trainable[plan_rows], plans)
+    g1, g3, r_mid, r_last = (x[data_idx] for x in per_plan)
+    return StateCosts(params=memory.expert_params[rows], trainable=memory.expert_trainable[rows], state=state,
+                      g1=g1, g3=g3, r_mid=r_mid, r_last=r_last)
+
+
+def _first(index: np.ndarray, count: int) -> np.ndarray:
+    """The first candidate of each of `count` distinct rows, from each candidate's row `index`."""
+    first = np.empty(count, dtype=np.int64)
+    first[index[::-1]] = np.arange(len(index))[::-1]
+    return first
 
 
 def _compute_and_inner_comm(ctx: Context, table: UnitTable, combo: np.ndarray, lay_idx: np.ndarray,
@@ -129,19 +201,20 @@ def _compute_and_inner_comm(ctx: Context, table: UnitTable, combo: np.ndarray, l
     return f, np.where(table.has_bwd[combo], b, 0.0)
 
 
-def _data_comm(ctx: Context, memory: MemoryTable, plans: list, rows: np.ndarray) -> tuple[np.ndarray, ...]:
-    """g1, g3, r_mid, r_last [plan, K] (see the module docstring); rows: the memory row of each plan's tp."""
+def _data_comm(ctx: Context, params: np.ndarray, trainable: np.ndarray, plans: list) -> tuple[np.ndarray, ...]:
+    """g1, g3, r_mid, r_last [plan, K] (see the module docstring) of one state group; params, trainable
+    [plan, K]: the group's parameters per rank under each plan's degrees."""
     net = ctx.network
-    out = np.zeros((len(plans), 4, len(memory.keys)))
+    out = np.zeros((len(plans), 4, params.shape[1]))
     for i, plan in enumerate(plans):
-        for k in range(len(memory.keys)):
-            params, trainable = float(memory.params[rows[i], k]), float(memory.trainable[rows[i], k])
-            size = trainable * plan.grad_bytes
-            if plan.zero in (1, 2) and plan.shard > 1 and trainable:
-                out[i, 0, k] = net.collective_s(Collective.ALL_GATHER, trainable * plan.weight_bytes, plan.shard_span)
+        for k in range(params.shape[1]):
+            p, t = float(params[i, k]), float(trainable[i, k])
+            size = t * plan.grad_bytes
+            if plan.zero in (1, 2) and plan.shard > 1 and t:
+                out[i, 0, k] = net.collective_s(Collective.ALL_GATHER, t * plan.weight_bytes, plan.shard_span)
             if plan.zero >= 3:
-                out[i, 1, k] = net.collective_s(Collective.ALL_GATHER, params * plan.weight_bytes, plan.shard_span)
-            if not trainable or (plan.shard == 1 and plan.replicas == 1):
+                out[i, 1, k] = net.collective_s(Collective.ALL_GATHER, p * plan.weight_bytes, plan.shard_span)
+            if not t or (plan.shard == 1 and plan.replicas == 1):
                 continue
             if plan.zero == 0:
                 out[i, 3, k] = net.collective_s(Collective.ALL_REDUCE, size, plan.grad_span)

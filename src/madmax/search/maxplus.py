@@ -1,8 +1,10 @@
-"""Max-plus (tropical) 3x3 matrices, vectorized over candidates: the step maps of `search.pipeline`.
+"""Max-plus (tropical) matrices, vectorized over candidates: the step maps of `search.pipeline`.
 
-A clock state is x = (c, d, 0): the compute stream's and the data-parallel stream's free times and a
-constant. A unit of work is x' = U (x) x with (A (x) B)_ij = max_k (A_ik + B_kj); a step is the product
-of its units' maps. -inf marks "no dependency".
+A clock state is x = (c, d_1 .. d_j, 0): the compute stream's and the data-parallel streams' free
+times (one per state group: the dense parameters, and the routed experts of an MoE model) and a
+constant; within a step the expert exchange streams add clocks of their own. A unit of work is
+x' = U (x) x with (A (x) B)_ij = max_k (A_ik + B_kj); a step is the product of its units' maps.
+-inf marks "no dependency". Without experts the state is (c, d, 0): 3 x 3 matrices.
 """
 
 from __future__ import annotations
@@ -12,9 +14,9 @@ import numpy as np
 NONE = -np.inf
 
 
-def identity(n: int) -> np.ndarray:
-    eye = np.full((n, 3, 3), NONE)
-    eye[:, [0, 1, 2], [0, 1, 2]] = 0.0
+def identity(n: int, dim: int = 3) -> np.ndarray:
+    eye = np.full((n, dim, dim), NONE)
+    eye[:, np.arange(dim), np.arange(dim)] = 0.0
     return eye
 
 
@@ -28,7 +30,7 @@ def matrix(n: int, cc=NONE, cd=NONE, c1=NONE, dc=NONE, dd=0.0, d1=NONE) -> np.nd
 
 
 def mul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """(a (x) b)_ij = max_k a_ik + b_kj over [n, 3, 3] stacks: apply b, then a."""
+    """(a (x) b)_ij = max_k a_ik + b_kj over [n, D, D] stacks: apply b, then a."""
     return (a[:, :, :, None] + b[:, None, :, :]).max(axis=2)
 
 
@@ -42,4 +44,4 @@ def power(u: np.ndarray, count: int) -> np.ndarray:
         count >>= 1
         if count:
             base = mul(base, base)
-    return identity(u.shape[0]) if result is None else result
+    return identity(u.shape[0], u.shape[1]) if result is None else result

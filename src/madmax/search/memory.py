@@ -8,6 +8,8 @@ For stage s of a candidate with N_sk units of key k (params P_k, trainable T_k p
     total       = weights + gradients + optimizer + activations + reserved
 
 w, g, o: bytes per trainable parameter after ZeRO sharding (`DataParallelPlan.state_bytes_per_param`);
+in an MoE model the routed experts' parameters (P/(ep*etp) per rank) have their own w, g, o, sharded
+over their expert-data-parallel ranks, and the weights, gradients and optimizer terms add over both;
 w_0: bytes of an unsharded weight; A_sc = sum_k (units of k in chunk c) x saved_k, the activations one
 micro-batch leaves on chunk c (saved_k in proportion to the rank's tokens, mbs*seq/cp); V: the
 per-chunk micro-batch counts in flight at the steps that can be a peak (`search.pipeline.inflight`).
@@ -60,15 +62,22 @@ def memory_shape(layout: StageLayout, m: int) -> MemoryShape:
 
 
 def peak_memory(shape: MemoryShape, units: dict[str, np.ndarray], state: np.ndarray, zero: np.ndarray,
-                weight_bytes: float, reserved_bytes: float) -> np.ndarray:
+                weight_bytes: float, reserved_bytes: float, expert_state: np.ndarray | None = None) -> np.ndarray:
     """Peak bytes per GPU [n] of candidates of one shape; units: params, trainable, saved, working [n, K]
-    per rank."""
+    per rank (and expert_params, expert_trainable, their routed experts' share, with `expert_state`, the
+    experts' bytes per trainable parameter [n, 3])."""
     per_stage = shape.per_stage  # [R, K]
     present = per_stage > 0
     params, trainable = units["params"], units["trainable"]
-    p_s, t_s = params @ per_stage.T, trainable @ per_stage.T  # [n, R]
-    w, g, o = state[:, 0:1], state[:, 1:2], state[:, 2:3]
-    total = (p_s - t_s) * weight_bytes + t_s * (w + g + o) + reserved_bytes
+    groups = [(params, trainable, state)]
+    if expert_state is not None:
+        groups = [(params - units["expert_params"], trainable - units["expert_trainable"], state),
+                  (units["expert_params"], units["expert_trainable"], expert_state)]
+    total = reserved_bytes
+    for p, t, group_state in groups:
+        p_s, t_s = p @ per_stage.T, t @ per_stage.T  # [n, R]
+        w, g, o = group_state[:, 0:1], group_state[:, 1:2], group_state[:, 2:3]
+        total = (p_s - t_s) * weight_bytes + t_s * (w + g + o) + total
     largest = np.where(present[None], params[:, None, :], 0.0).max(axis=2)  # [n, R]
     total += np.where(zero[:, None] >= 3, ZERO3_GATHERED_UNITS * largest * weight_bytes, 0.0)
     type_act = np.einsum("nk,stk->nst", units["saved"], shape.type_units)

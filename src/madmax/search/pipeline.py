@@ -4,11 +4,13 @@ A *shape* is (pp, vp, m): the split of the units into stages and chunks, the mic
 on each stage (activation memory) and the order of the forward (F) and backward (B) steps of every
 stage (`parallel.pipeline.schedule`, the same program `madmax.engine` simulates).
 
-The replay times steps, not kernels. A step of a stage is a max-plus linear map of two clocks, the
-compute stream's c and the data-parallel stream's d (plus the constant 0 for absolute gates):
+The replay times steps, not kernels. A step of a stage is a max-plus linear map of the compute
+stream's clock c and the data-parallel stream's d (plus the constant 0 for absolute gates):
 
     c' = max(s + a0, d + a1, a2)        s = max(c, arrival of the neighbour's send)
     d' = max(s + b0, d + b1, b2)
+
+(an MoE model has a second data-parallel clock, its routed experts' gradient stream: 3 x 4 coefficients)
 
 composed from the units of the step (`madmax.search.timing`). A send to the next virtual stage runs on
 the pipeline stream after the step: e = max(p_free, c') + t_p2p. The replay is vectorized over the
@@ -153,27 +155,35 @@ def _slotted(pp: int, vp: int, m: int, nodes: list) -> Rounds:
 
 
 def replay(r: Rounds, maps: np.ndarray, d0: np.ndarray, p2p_s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Final compute and data-parallel clocks [n, pp] of each stage after its last step.
+    """Final compute and data-parallel clocks of each stage after its last step: c [n, pp], d [n, pp, j].
 
-    maps: [n, pp*vp*4, 6] the coefficients (a0, a1, a2, b0, b1, b2) of each step map; d0: [n, pp] the
-    data-parallel clock at the start (ZeRO-1/2 parameter gathers); p2p_s: [n] one send's seconds.
+    maps: [n, pp*vp*4, 1 + j, 2 + j] the coefficients of each step map, rows (c', d_1', ..), columns
+    (s, d_1, .., 0) with s the step's start; d0: [n, pp, j] the data-parallel clocks at the start
+    (ZeRO-1/2 parameter gathers); p2p_s: [n] one send's seconds.
     """
-    n = maps.shape[0]
+    n, j = maps.shape[0], maps.shape[2] - 1
     c = np.zeros((n, r.pp))
-    d = d0.copy()
+    d = [d0[:, :, i].copy() for i in range(j)]
     pipe = np.zeros((n, r.pp))
     slots = np.zeros((n, r.num_slots + 1))
-    cols = [np.ascontiguousarray(maps[:, :, i]) for i in range(6)]
+    cols = [[np.ascontiguousarray(maps[:, :, row, col]) for col in range(j + 2)] for row in range(j + 1)]
     p = p2p_s[:, None]
     for stages, qs, deps, send, send_stage, send_slot in r.rounds:
         start = np.maximum(c[:, stages], slots[:, deps])
-        dk = d[:, stages]
-        a0, a1, a2, b0, b1, b2 = (x[:, qs] for x in cols)
-        end = np.maximum(np.maximum(start + a0, dk + a1), a2)
-        d[:, stages] = np.maximum(np.maximum(start + b0, dk + b1), b2)
+        dk = [x[:, stages] for x in d]
+        clocks = []
+        for row in range(j + 1):
+            coef = cols[row]
+            value = start + coef[0][:, qs]
+            for i in range(j):
+                value = np.maximum(value, dk[i] + coef[i + 1][:, qs])
+            clocks.append(np.maximum(value, coef[j + 1][:, qs]))
+        end = clocks[0]
         c[:, stages] = end
+        for i in range(j):
+            d[i][:, stages] = clocks[i + 1]
         if len(send):
             sent = np.maximum(pipe[:, send_stage], end[:, send]) + p
             pipe[:, send_stage] = sent
             slots[:, send_slot] = sent
-    return c, d
+    return c, np.stack(d, axis=2)

@@ -3,20 +3,28 @@
 A candidate is a full strategy: degrees tp, cp, pp (dp = GPUs / (tp*cp*pp), derived, so the degrees
 always multiply to the GPU count), virtual stages vp, micro-batch size mbs, ZeRO stage 0-3 with its
 sharding group (`shard`, hybrid sharding; 0 here means the whole data-parallel group), recompute
-none/selective/full, sequence parallelism (both settings when tp > 1) and the placement order.
+none/selective/full, sequence parallelism (both settings when tp > 1) and the placement order. A
+mixture-of-experts model adds the expert degrees ep and etp, folded over the tp*cp*dp ranks of a stage,
+and the two-micro-batch overlap of their all-to-all (`epo`, column of `ep_overlap`).
 
 The space is the product of each axis' natural range: tp, cp, pp over the ordered factorizations of
-the GPU count, vp in 1..layers, mbs over the divisors of the global batch, then the options (ZeRO x
-shard in divisors(dp), recompute, sp, order). The rules of `resolve_strategy` then reject candidates,
-each rejection counted under the first rule it breaks, in `resolve_strategy`'s own order:
+the GPU count; with experts, (ep, etp) over the pairs whose product divides tp*cp*dp (etp > 1 only
+with ep > 1: it splits the experts ep places), and epo both ways when ep > 1; vp in 1..layers, mbs over
+the divisors of the global batch, then the options (ZeRO x shard in divisors(dp), recompute, sp,
+order). The rules of `resolve_strategy` then reject candidates, each rejection counted under the first
+rule it breaks, in `resolve_strategy`'s own order:
 
-    tp_divides_model   tp divides num_heads, num_kv_heads and ffn_hidden_size
-    degree_limit       no degree above the largest the model family is modelled for
-    pp_vp_layers       pp*vp <= num_layers
-    vp_needs_pp        vp > 1 only with pp > 1
-    cp_divides_seq     cp divides seq_len
-    batch_divisible    dp*mbs divides the global batch
-    interleaved_m      vp > 1 needs the micro-batches per replica to be a multiple of pp
+    tp_divides_model     tp divides num_heads, num_kv_heads and ffn_hidden_size
+    ep_divides_experts   ep divides moe.num_experts                              (experts only)
+    etp_divides_experts  etp divides moe.expert_ffn_hidden_size                  (experts only)
+    experts_need_sp      tp > 1 needs sequence parallelism before the dispatch   (experts only)
+    degree_limit         no degree above the largest the model family is modelled for
+    pp_vp_layers         pp*vp <= num_layers
+    vp_needs_pp          vp > 1 only with pp > 1
+    cp_divides_seq       cp divides seq_len
+    batch_divisible      dp*mbs divides the global batch
+    ep_overlap_m         ep_overlap needs two micro-batches per replica           (experts only)
+    interleaved_m        vp > 1 needs the micro-batches per replica to be a multiple of pp
 
 so that enumerated = sum of the rejections + the candidates that pass. `tests/search` checks that
 these vectorized rules accept exactly what `resolve_strategy` accepts.
@@ -35,7 +43,9 @@ from madmax.errors import ConfigError
 RECOMPUTES = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
 RULES = ("tp_divides_model", "degree_limit", "pp_vp_layers", "vp_needs_pp", "cp_divides_seq", "batch_divisible",
          "interleaved_m")
-COLUMNS = ("tp", "cp", "pp", "dp", "vp", "mbs", "m", "zero", "shard", "rec", "sp", "order")
+EXPERT_RULES = ("tp_divides_model", "ep_divides_experts", "etp_divides_experts", "experts_need_sp", "degree_limit",
+                "pp_vp_layers", "vp_needs_pp", "cp_divides_seq", "batch_divisible", "ep_overlap_m", "interleaved_m")
+COLUMNS = ("tp", "cp", "pp", "dp", "vp", "mbs", "m", "zero", "shard", "rec", "sp", "order", "ep", "etp", "epo")
 MAX_CANDIDATES = 10_000_000  # a search peaks near 350 bytes per candidate (0.7 GB for 2 million)
 
 
@@ -63,11 +73,14 @@ class Limits:
     sp: tuple[bool, ...] = (True, False)
     hybrid: bool = True  # enumerate every sharding group (else only the whole dp group)
     orders: tuple[str, ...] = (DEFAULT_ORDER,)
+    max_ep: int | None = None
+    max_etp: int | None = None
+    ep_overlap: tuple[bool, ...] = (False, True)  # two-micro-batch overlap of the expert all-to-all
 
 
 @dataclass(frozen=True)
 class Problem:
-    """The sizes the rules need: GPUs, global batch, sequence, layers and the tp constraints."""
+    """The sizes the rules need: GPUs, global batch, sequence, layers and the tp, ep, etp constraints."""
 
     num_gpus: int
     global_batch: int
@@ -75,6 +88,13 @@ class Problem:
     num_layers: int
     tp_sizes: tuple[int, ...]  # model sizes tp must divide (heads, kv heads, ffn width)
     max_degree: tuple[tuple[str, int], ...] = ()  # (axis, largest degree the model family is modelled for)
+    has_experts: bool = False  # a mixture-of-experts model: ep, etp and ep_overlap are searched
+    ep_sizes: tuple[int, ...] = ()  # model sizes ep must divide (routed experts)
+    etp_sizes: tuple[int, ...] = ()  # model sizes etp must divide (an expert's width)
+
+    @property
+    def rules(self) -> tuple[str, ...]:
+        return EXPERT_RULES if self.has_experts else RULES
 
 
 @dataclass
@@ -121,14 +141,29 @@ def _capped(values: list[int], cap: int | None) -> list[int]:
 
 
 def _degrees(problem: Problem, limits: Limits) -> np.ndarray:
-    """Ordered factorizations tp*cp*pp*dp = GPUs within the limits: rows (tp, cp, pp, dp)."""
+    """Ordered factorizations tp*cp*pp*dp = GPUs within the limits, each with the expert choices of its
+    tp*cp*dp ranks (`_experts`): rows (tp, cp, pp, dp, ep, etp, epo)."""
     n = problem.num_gpus
     rows = []
     for tp in _capped(divisors(n), limits.max_tp):
         for cp in _capped(divisors(n // tp), limits.max_cp):
             for pp in _capped(divisors(n // (tp * cp)), limits.max_pp):
-                rows.append((tp, cp, pp, n // (tp * cp * pp)))
-    return np.array(rows, dtype=np.int32).reshape(-1, 4)
+                dp = n // (tp * cp * pp)
+                rows += [(tp, cp, pp, dp, *e) for e in _experts(problem, limits, tp * cp * dp)]
+    return np.array(rows, dtype=np.int32).reshape(-1, 7)
+
+
+def _experts(problem: Problem, limits: Limits, ranks: int) -> list[tuple[int, int, int]]:
+    """(ep, etp, epo) over a stage's `ranks`: ep*etp divides them, etp > 1 only with ep > 1, and the
+    all-to-all overlap (epo) only where there is an all-to-all (ep > 1); (1, 1, 0) without experts."""
+    if not problem.has_experts:
+        return [(1, 1, 0)]
+    overlaps = sorted({int(o) for o in limits.ep_overlap})
+    out = []
+    for ep in _capped(divisors(ranks), limits.max_ep):
+        etps = _capped(divisors(ranks // ep), limits.max_etp) if ep > 1 else [1]
+        out += [(ep, etp, epo) for etp in etps for epo in (overlaps if ep > 1 else [0])]
+    return out
 
 
 def _option_count(dp: np.ndarray, tp: np.ndarray, limits: Limits) -> np.ndarray:
@@ -140,31 +175,51 @@ def _option_count(dp: np.ndarray, tp: np.ndarray, limits: Limits) -> np.ndarray:
     return zero_shard.astype(np.int64) * len(limits.recompute) * sp * len(limits.orders)
 
 
-def _rule_failures(problem: Problem, tp, cp, pp, dp, vp, mbs) -> list[np.ndarray]:
-    """One boolean column per rule of RULES: True where the candidate breaks that rule."""
+def _rule_failures(problem: Problem, tp, cp, pp, dp, vp, mbs, ep, etp, epo, sp=None) -> list[np.ndarray]:
+    """One boolean column per rule of `problem.rules`: True where the candidate breaks that rule.
+
+    sp: sequence parallelism of each candidate; None for rows that stand for both settings, where
+    `experts_need_sp` marks the rows whose sp=0 options break it.
+    """
     b = problem.global_batch
     tp_bad = np.zeros(len(tp), dtype=bool)
     for size in problem.tp_sizes:
         tp_bad |= size % tp != 0
-    degree = {"tp": tp, "cp": cp, "pp": pp, "dp": dp, "ep": np.ones_like(tp)}
+    degree = {"tp": tp, "cp": cp, "pp": pp, "dp": dp, "ep": ep}
     limit_bad = np.zeros(len(tp), dtype=bool)
     for axis, limit in problem.max_degree:
         limit_bad |= degree[axis] > limit
     batch_bad = b % (dp * mbs) != 0
     m = np.where(batch_bad, 1, b // (dp * mbs))
-    return [tp_bad, limit_bad, pp * vp > problem.num_layers, (vp > 1) & (pp == 1), problem.seq_len % cp != 0,
-            batch_bad, (vp > 1) & (m % pp != 0)]
+    failures = {"tp_divides_model": tp_bad, "degree_limit": limit_bad, "pp_vp_layers": pp * vp > problem.num_layers,
+                "vp_needs_pp": (vp > 1) & (pp == 1), "cp_divides_seq": problem.seq_len % cp != 0,
+                "batch_divisible": batch_bad, "interleaved_m": (vp > 1) & (m % pp != 0)}
+    if problem.has_experts:
+        failures["ep_divides_experts"] = np.zeros(len(tp), dtype=bool)
+        for size in problem.ep_sizes:
+            failures["ep_divides_experts"] |= size % ep != 0
+        failures["etp_divides_experts"] = np.zeros(len(tp), dtype=bool)
+        for size in problem.etp_sizes:
+            failures["etp_divides_experts"] |= size % etp != 0
+        failures["experts_need_sp"] = (tp > 1) & (True if sp is None else ~np.asarray(sp, dtype=bool))
+        failures["ep_overlap_m"] = (epo > 0) & (m < 2)
+    return [failures[rule] for rule in problem.rules]
 
 
-def first_broken_rule(problem: Problem, tp, cp, pp, vp, mbs) -> np.ndarray:
-    """Index into RULES of the first rule each candidate breaks, -1 where it breaks none.
+def first_broken_rule(problem: Problem, tp, cp, pp, vp, mbs, ep=None, etp=None, epo=None, sp=None) -> np.ndarray:
+    """Index into `problem.rules` of the first rule each candidate breaks, -1 where it breaks none.
 
-    Arrays of degrees whose product tp*cp*pp divides the GPU count (dp is derived from it).
+    Arrays of degrees whose product tp*cp*pp divides the GPU count (dp is derived from it); the expert
+    degrees (default 1, no overlap) with ep*etp dividing tp*cp*dp; sp (default on).
     """
     tp, cp, pp, vp, mbs = (np.asarray(a, dtype=np.int64) for a in (tp, cp, pp, vp, mbs))
+    ep, etp, epo = (np.full(len(tp), d, dtype=np.int64) if a is None else np.asarray(a, dtype=np.int64)
+                    for a, d in ((ep, 1), (etp, 1), (epo, 0)))
+    sp = np.ones(len(tp), dtype=bool) if sp is None else np.asarray(sp, dtype=bool)
     dp = problem.num_gpus // (tp * cp * pp)
     out = np.full(len(tp), -1)
-    for index, bad in reversed(list(enumerate(_rule_failures(problem, tp, cp, pp, dp, vp, mbs)))):
+    failures = _rule_failures(problem, tp, cp, pp, dp, vp, mbs, ep, etp, epo, sp)
+    for index, bad in reversed(list(enumerate(failures))):
         out[bad] = index
     return out
 
@@ -177,24 +232,35 @@ def enumerate_space(problem: Problem, limits: Limits) -> Space:
     # Rows: degrees x vp x mbs; each stands for `weight` candidates (the options).
     i, j, k = (a.ravel() for a in np.meshgrid(np.arange(len(deg)), np.arange(len(vps)), np.arange(len(mbss)),
                                               indexing="ij"))
-    tp, cp, pp, dp = (deg[i, c] for c in range(4))
+    tp, cp, pp, dp, ep, etp, epo = (deg[i, c] for c in range(7))
     vp, mbs = vps[j], mbss[k]
     weight = _option_count(dp, tp, limits)
+    enumerated = int(weight.sum())
     alive = np.ones(len(tp), dtype=bool)
     rejected = {}
-    for rule, bad in zip(RULES, _rule_failures(problem, tp, cp, pp, dp, vp, mbs), strict=True):
+    sp_off = sum(not s for s in limits.sp)
+    for rule, bad in zip(problem.rules, _rule_failures(problem, tp, cp, pp, dp, vp, mbs, ep, etp, epo),
+                         strict=True):
         hit = alive & bad
+        if rule == "experts_need_sp":  # only the sp=0 options of these rows break it
+            lost = weight[hit] // len(limits.sp) * sp_off
+            rejected[rule] = int(lost.sum())
+            weight[hit] -= lost
+            alive &= weight > 0
+            continue
         rejected[rule] = int(weight[hit].sum())
         alive &= ~bad
     valid = int(weight[alive].sum())
     if valid > MAX_CANDIDATES:
         raise ConfigError(f"the strategy space has {valid:,} valid candidates, more than the {MAX_CANDIDATES:,} "
-                          "a search holds in memory; allowed: narrow it with max_cp, max_vp, max_pp, zero or orders")
-    columns = _expand(problem, limits, *(a[alive] for a in (tp, cp, pp, dp, vp, mbs)))
-    return Space(columns=columns, enumerated=int(weight.sum()), rejected=rejected, orders=limits.orders)
+                          "a search holds in memory; allowed: narrow it with max_cp, max_vp, max_pp, zero or orders"
+                          + (", max_ep, max_etp or ep_overlap" if problem.has_experts else ""))
+    columns = _expand(problem, limits, *(a[alive] for a in (tp, cp, pp, dp, vp, mbs, ep, etp, epo)))
+    assert len(columns["tp"]) == valid
+    return Space(columns=columns, enumerated=enumerated, rejected=rejected, orders=limits.orders)
 
 
-def _expand(problem: Problem, limits: Limits, tp, cp, pp, dp, vp, mbs) -> dict[str, np.ndarray]:
+def _expand(problem: Problem, limits: Limits, tp, cp, pp, dp, vp, mbs, ep, etp, epo) -> dict[str, np.ndarray]:
     """Rows that pass x their options, as columns."""
     # ZeRO x shard per distinct dp: shard 0 = the whole group (the default), else a proper divisor.
     zs_of: dict[int, np.ndarray] = {}
@@ -205,18 +271,21 @@ def _expand(problem: Problem, limits: Limits, tp, cp, pp, dp, vp, mbs) -> dict[s
         zs_of[int(d)] = np.array(opts, dtype=np.int32).reshape(-1, 2)
     recs = np.array([RECOMPUTES.index(r) for r in limits.recompute], dtype=np.int32)
     sps = np.array(sorted({int(s) for s in limits.sp}), dtype=np.int32)
+    if problem.has_experts:  # tensor parallelism of an MoE model needs sp (experts_need_sp)
+        sps = sps[sps == 1]
     pieces: dict[str, list[np.ndarray]] = {c: [] for c in COLUMNS}
     for d, zs in zs_of.items():
         for multi_tp in (False, True):
             rows = np.flatnonzero((dp == d) & ((tp > 1) == multi_tp))
-            if not len(rows) or not len(zs):
-                continue
             sp_opts = sps if multi_tp else np.array([0], dtype=np.int32)
+            if not len(rows) or not len(zs) or not len(sp_opts):
+                continue
             grid = np.array(np.meshgrid(np.arange(len(zs)), recs, sp_opts, np.arange(len(limits.orders)),
                                         indexing="ij")).reshape(4, -1)
             r = np.repeat(rows, grid.shape[1])
             g = np.tile(grid, len(rows))
-            for name, col in (("tp", tp), ("cp", cp), ("pp", pp), ("dp", dp), ("vp", vp), ("mbs", mbs)):
+            for name, col in (("tp", tp), ("cp", cp), ("pp", pp), ("dp", dp), ("vp", vp), ("mbs", mbs), ("ep", ep),
+                              ("etp", etp), ("epo", epo)):
                 pieces[name].append(col[r])
             pieces["zero"].append(zs[g[0], 0])
             pieces["shard"].append(zs[g[0], 1])
@@ -234,7 +303,8 @@ def strategy_of(row: dict[str, int], orders: tuple[str, ...]) -> Strategy:
               if "emb" in row else {})
     return Strategy(tp=row["tp"], pp=row["pp"], dp=row["dp"], cp=row["cp"], vp=row["vp"], mbs=row["mbs"],
                     zero=row["zero"], shard=row["shard"] or None, recompute=RECOMPUTES[row["rec"]],
-                    sp=bool(row["sp"]), order=orders[row["order"]], **tables)
+                    sp=bool(row["sp"]), order=orders[row["order"]], ep=row.get("ep", 1), etp=row.get("etp", 1),
+                    ep_overlap=bool(row.get("epo", 0)), **tables)
 
 
 def _emb_text(emb: int, group: int) -> str:
@@ -253,12 +323,16 @@ def describe(row: dict[str, int], orders: tuple[str, ...]) -> str:
 
 def strategy_strings(cols: dict[str, np.ndarray], orders: tuple[str, ...]) -> np.ndarray:
     """`describe` of every candidate (an object array), built from the distinct parts of the strings."""
+    n = len(cols["tp"])
+    cols = {"ep": np.ones(n, dtype=np.int32), "etp": np.ones(n, dtype=np.int32), "epo": np.zeros(n, dtype=np.int32),
+            **cols}
     parts = []
     for names, text in (
-        (("tp", "pp", "dp", "cp"), lambda tp, pp, dp, cp: f"tp={tp},pp={pp},dp={dp},cp={cp},ep=1"),
+        (("tp", "pp", "dp", "cp", "ep"), lambda tp, pp, dp, cp, ep: f"tp={tp},pp={pp},dp={dp},cp={cp},ep={ep}"),
         (("vp", "mbs"), lambda vp, mbs: f",vp={vp},mbs={mbs}"),
-        (("zero", "shard", "rec", "sp", "order"), lambda zero, shard, rec, sp, order: (
-            f",zero={zero}" + (f",shard={shard}" if shard else "") + f",recompute={RECOMPUTES[rec].value},sp={sp}"
+        (("zero", "shard", "etp", "epo", "rec", "sp", "order"), lambda zero, shard, etp, epo, rec, sp, order: (
+            f",zero={zero}" + (f",shard={shard}" if shard else "") + (f",etp={etp}" if etp > 1 else "")
+            + (",ep_overlap=1" if epo else "") + f",recompute={RECOMPUTES[rec].value},sp={sp}"
             + ("" if orders[order] == DEFAULT_ORDER else f",order={orders[order]}"))),
     ):
         values, index = unique_rows(cols, names)
@@ -267,4 +341,3 @@ def strategy_strings(cols: dict[str, np.ndarray], orders: tuple[str, ...]) -> np
         values, index = unique_rows(cols, ("emb", "emb_group"))
         parts.append(np.array([_emb_text(int(e), int(g)) for e, g in values], dtype=object)[index])
     return sum(parts[1:], parts[0])
-

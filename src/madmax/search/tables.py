@@ -81,7 +81,8 @@ def enumerate_tables(ctx: Context, limits: TableLimits) -> dict[str, np.ndarray]
     rows = np.array([(t, e, g, z, s) for t in tps for e, g in plans for z, s in dense
                      if s == 0 or (n // t) % s == 0],
                     dtype=np.int32).reshape(-1, 5)
-    fixed = {"cp": 1, "pp": 1, "vp": 1, "m": 1, "rec": RECOMPUTES.index(Recompute.NONE), "order": 0}
+    fixed = {"cp": 1, "pp": 1, "vp": 1, "m": 1, "rec": RECOMPUTES.index(Recompute.NONE), "order": 0, "ep": 1, "etp": 1,
+             "epo": 0}
     cols = {name: np.full(len(rows), value, dtype=np.int32) for name, value in fixed.items()}
     tp = rows[:, 0]
     cols.update(tp=tp, dp=n // tp, mbs=ctx.global_batch // (n // tp), sp=(tp > 1).astype(np.int32),

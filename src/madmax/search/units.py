@@ -8,10 +8,19 @@ Communication seconds depend on the group's span as well, which comes from the p
 axes (`parallel.placement.span`) and the data-parallel plan (`parallel.data.data_parallel_plan`);
 both are called once per distinct layout, and each collective once per (kind, size, span) through
 the network model's cache.
+
+A mixture-of-experts model adds ep and etp to those keys: they set the routed experts' parameters per
+rank (P/(ep*etp)), their grouped GEMMs (rows T*k*etp/tp on E/ep local experts, busiest-rank load) and
+the token exchange. The exchange's groups are placed by ep and etp alone (expert ranks are numbered
+etp-ep-edp from innermost, `parallel.placement.expert_span`), so the plan of (tp, cp, mbs, sp, ep, etp)
+times it exactly, whatever dp and the order. Its plan is built with the overlap on: its exchange is
+then the unit's OVERLAPPED collectives, which a candidate without the overlap waits for after the
+unit's kernels instead (`Where.AFTER`, the same collectives).
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass, replace
 from functools import cached_property
@@ -24,10 +33,11 @@ from madmax.parallel.kernels import Phase, Where
 from madmax.search.context import Context
 from madmax.search.space import RECOMPUTES
 
-MEMORY = ("tp", "sp", "rec")
-COMBO = ("tp", "cp", "mbs", "sp", "rec")
+MEMORY = ("tp", "sp", "rec", "ep", "etp")
+COMBO = ("tp", "cp", "mbs", "sp", "rec", "ep", "etp")
 LAYOUT = ("order", "tp", "cp", "pp", "dp")
 DATA = ("order", "tp", "cp", "pp", "dp", "zero", "shard")
+EXPERT_DATA = ("tp", "cp", "dp", "ep", "etp", "zero")  # the routed experts' data plan (order-independent)
 # A unit's collectives this search times, by name: (pass, place) of `parallel.kernels`.
 COMM = {"tp_fwd": (Phase.FORWARD, Where.AFTER), "tp_bwd": (Phase.BACKWARD, Where.AFTER),
         "cp_fwd": (Phase.FORWARD, Where.BESIDE_ATTENTION), "cp_bwd": (Phase.BACKWARD, Where.BESIDE_ATTENTION)}
@@ -36,18 +46,21 @@ Collectives = tuple[tuple[tuple[Collective, float], int], ...]  # ((kind, size_b
 
 
 def strategy(row: dict[str, int], orders: tuple[str, ...] = (DEFAULT_ORDER,)) -> Strategy:
-    """A Strategy of trusted values (not validated: the rows come from the enumeration)."""
+    """A Strategy of trusted values (not validated: the rows come from the enumeration). Without a dp, the
+    smallest that the expert degrees fold over (ep*etp divides tp*cp*dp)."""
+    ep, etp = row.get("ep", 1), row.get("etp", 1)
     return Strategy.model_construct(
-        tp=row.get("tp", 1), cp=row.get("cp", 1), pp=row.get("pp", 1), dp=row.get("dp", 1), vp=row.get("vp", 1),
+        tp=row.get("tp", 1), cp=row.get("cp", 1), pp=row.get("pp", 1), dp=row.get("dp", ep * etp), vp=row.get("vp", 1),
         mbs=row.get("mbs", 1), sp=bool(row.get("sp", 0)), recompute=RECOMPUTES[row.get("rec", 0)],
-        zero=row.get("zero", 0), shard=row.get("shard", 0) or None, order=orders[row.get("order", 0)])
+        zero=row.get("zero", 0), shard=row.get("shard", 0) or None, order=orders[row.get("order", 0)], ep=ep, etp=etp,
+        ep_overlap=bool(row.get("epo", 0)))
 
 
 def _plan(ctx: Context, row: dict[str, int]):
     from madmax.parallel.plan import build_plan
 
     plan = build_plan(ctx.workload, strategy(row), domain_size=ctx.domain, seq_len=ctx.seq_len,
-                      global_batch=ctx.global_batch, dtype=ctx.dtype)
+                      global_batch=ctx.global_batch, dtype=ctx.dtype, routing=ctx.task.routing)
     for unit in plan.units.values():
         # Exchanges between units and embedding tables (other families) have no closed form here.
         assert not unit.has_exchanges and not unit.state_bytes, f"unit {unit.name} has parts the search does not model"
@@ -56,22 +69,31 @@ def _plan(ctx: Context, row: dict[str, int]):
 
 @dataclass
 class MemoryTable:
-    """Arrays [row of (tp, sp, rec) `values`, unit key]: parameters per rank, and the activation bytes of
-    a micro-batch of one sequence without context parallelism. Saved and working bytes are proportional
-    to the tokens of a rank's micro-batch, mbs*seq/cp (`parallel.tensor.saved_bytes`), so one plan per
-    row serves every (mbs, cp)."""
+    """Arrays [row of (tp, sp, rec, ep, etp) `values`, unit key]: parameters per rank (with the routed
+    experts' share of them), and the activation bytes of a micro-batch of one sequence without context
+    parallelism. Saved and working bytes are proportional to the tokens of a rank's micro-batch,
+    mbs*seq/cp (`parallel.tensor.saved_bytes`), so one plan per row serves every (mbs, cp)."""
 
     keys: tuple[str, ...]
     values: np.ndarray
     params: np.ndarray
     trainable: np.ndarray
+    expert_params: np.ndarray
+    expert_trainable: np.ndarray
     saved: np.ndarray
     working: np.ndarray
 
-    def rows_of(self, tp: np.ndarray) -> np.ndarray:
-        """A row with each tensor-parallel degree (parameters depend on tp only)."""
-        first = {int(v[0]): i for i, v in reversed(list(enumerate(self.values)))}
-        return np.array([first[int(t)] for t in tp], dtype=np.int64)
+    @property
+    def has_experts(self) -> bool:
+        return bool(self.expert_params.any())
+
+    def rows_of(self, tp: np.ndarray, ep: np.ndarray, etp: np.ndarray) -> np.ndarray:
+        """A row with each (tp, ep, etp) (parameters depend on these only)."""
+        at = MEMORY.index
+        first = {(int(v[at("tp")]), int(v[at("ep")]), int(v[at("etp")])): i
+                 for i, v in reversed(list(enumerate(self.values)))}
+        keys, index = np.unique(np.stack([tp, ep, etp], axis=1), axis=0, return_inverse=True)
+        return np.array([first[tuple(int(x) for x in k)] for k in keys], dtype=np.int64)[index.ravel()]
 
 
 def memory_table(ctx: Context, values: np.ndarray) -> MemoryTable:
@@ -82,10 +104,11 @@ def memory_table(ctx: Context, values: np.ndarray) -> MemoryTable:
         keys = keys or tuple(plan.units)
         units = [plan.units[k] for k in keys]
         rows.append([[u.params for u in units], [u.trainable_params for u in units],
+                     [u.expert_params for u in units], [u.expert_trainable_params for u in units],
                      [u.saved_bytes for u in units], [u.working_bytes for u in units]])
-    arr = np.array(rows, dtype=float).reshape(len(values), 4, len(keys))
-    return MemoryTable(keys=keys, values=values, params=arr[:, 0], trainable=arr[:, 1], saved=arr[:, 2],
-                       working=arr[:, 3])
+    arr = np.array(rows, dtype=float).reshape(len(values), 6, len(keys))
+    return MemoryTable(keys=keys, values=values, params=arr[:, 0], trainable=arr[:, 1], expert_params=arr[:, 2],
+                       expert_trainable=arr[:, 3], saved=arr[:, 4], working=arr[:, 5])
 
 
 @dataclass
@@ -95,7 +118,9 @@ class UnitTable:
     fwd/bwd/rec: forward, backward and recompute kernels; attn_f/attn_b: the attention kernel's share
     of fwd/bwd (the K/V ring of context parallelism runs beside it); flops_model: model FLOPs of one
     forward and backward; has_bwd: the unit has a backward pass; p2p_bytes [combo]: one pipeline send;
-    comm: per combo, per name of COMM, per key: the unit's collectives.
+    comm: per combo, per name of COMM, per key: the unit's tensor- and context-parallel collectives
+    (timed per span by the caller); x_fwd/x_bwd [combo, group, key]: seconds of the expert token exchange
+    after the forward / backward kernels on each of `exchange_groups`' streams (ep, etp).
     """
 
     keys: tuple[str, ...]
@@ -109,61 +134,123 @@ class UnitTable:
     has_bwd: np.ndarray
     p2p_bytes: np.ndarray
     comm: list[dict[str, tuple[Collectives, ...]]]
+    exchange_groups: tuple[str, ...] = ()
+    x_fwd: np.ndarray | None = None
+    x_bwd: np.ndarray | None = None
 
 
 def _collectives(ops) -> Collectives:
     return tuple(Counter((op.kind, op.size_bytes) for op in ops).items())
 
 
-def _base(ctx: Context, tp: int, cp: int, mbs: int, sp: int) -> tuple[tuple[str, ...], list, float]:
-    """Plan without recompute of one (tp, cp, mbs, sp): its units with their kernel times and collectives."""
+def _exchange_s(ctx: Context, ops) -> dict[str, float]:
+    """Seconds of the exchange collectives `ops` per group, in their order (each keeps its own span)."""
+    out: dict[str, float] = {}
+    for op in ops:
+        out[op.group] = out.get(op.group, 0.0) + ctx.network.collective_s(op.kind, op.size_bytes, op.span)
+    return out
+
+
+def _base(ctx: Context, tp: int, cp: int, mbs: int, sp: int, ep: int, etp: int) -> tuple[tuple[str, ...], list, float]:
+    """Plan without recompute of one (tp, cp, mbs, sp, ep, etp): its units with their kernel times, their
+    tensor- and context-parallel collectives, and their expert exchange (OVERLAPPED: see the module
+    docstring)."""
     from madmax.program.costs import unit_times
 
-    plan = _plan(ctx, {"tp": tp, "cp": cp, "mbs": mbs, "sp": sp})
+    exchanged = ep > 1 or etp > 1
+    plan = _plan(ctx, {"tp": tp, "cp": cp, "mbs": mbs, "sp": sp, "ep": ep, "etp": etp, "epo": int(exchanged)})
     units = []
     for unit in plan.units.values():
         # The kernels alone: collectives are timed per span by the caller.
         t = unit_times(replace(unit, comm=()), ctx.compute, ctx.network, ctx.dtype)
-        units.append((unit, t, {name: _collectives(unit.collectives(*place)) for name, place in COMM.items()}))
+        comm = {name: unit.collectives(*place) for name, place in COMM.items()}
+        for name, ops in comm.items():
+            assert all(op.group == name[:2] for op in ops), f"unit {unit.name} has {name} collectives off its group"
+        exchange = {phase: unit.collectives(phase, Where.OVERLAPPED) for phase in (Phase.FORWARD, Phase.BACKWARD)}
+        units.append((unit, t, comm, exchange))
     return tuple(plan.units), units, plan.p2p_bytes
 
 
-def unit_table(ctx: Context, combos: np.ndarray) -> UnitTable:
-    """Compute times, FLOPs and collectives of each (tp, cp, mbs, sp, rec) row of `combos`.
+def unit_table(ctx: Context, combos: np.ndarray, cache: dict | None = None) -> UnitTable:
+    """Compute times, FLOPs and collectives of each (tp, cp, mbs, sp, rec, ep, etp) row of `combos`.
 
-    One plan per (tp, cp, mbs, sp) without recompute; recompute adds, to each layer that has a backward
-    pass, its attention forward (selective) or its whole forward with the TP collectives of that forward
-    (full), as `parallel.plan` does (Korthikanti et al. 2022, Sec. 5).
+    One plan per (tp, cp, mbs, sp, ep, etp) without recompute (`_units`); recompute adds, to each layer
+    that has a backward pass, its attention forward (selective) or its whole forward with the TP
+    collectives and the expert exchange of that forward (full), as `parallel.plan` does (Korthikanti et
+    al. 2022, Sec. 5). cache: plans already built, kept by the caller across calls.
     """
+    cache = {} if cache is None else cache
     keys: tuple[str, ...] = ()
-    base: dict[tuple[int, ...], tuple] = {}
     names = ("fwd", "bwd", "rec", "attn_f", "attn_b", "flops_model", "has_bwd")
     rows: list[dict] = []
     for combo in combos:
-        tp, cp, mbs, sp, rec = (int(x) for x in combo)
-        if (tp, cp, mbs, sp) not in base:
-            base[(tp, cp, mbs, sp)] = _base(ctx, tp, cp, mbs, sp)
-        keys, units, p2p_bytes = base[(tp, cp, mbs, sp)]
-        row: dict = {name: [] for name in names} | {"comm": {name: [] for name in COMM}, "p2p_bytes": p2p_bytes}
-        for unit, t, comm in units:
+        tp, cp, mbs, sp, rec, ep, etp = (int(x) for x in combo)
+        keys, units, p2p_bytes = _units(ctx, cache, tp, cp, mbs, sp, ep, etp)
+        row: dict = {name: [] for name in names} | {"comm": {name: [] for name in COMM}, "p2p_bytes": p2p_bytes,
+                                                     "x_fwd": [], "x_bwd": []}
+        for unit, t, comm, exchange in units:
             redo = unit.is_layer and unit.has_backward
-            rec_s, tp_bwd = 0.0, comm["tp_bwd"]
+            rec_s, tp_bwd, x_bwd = 0.0, _collectives(comm["tp_bwd"]), exchange[Phase.BACKWARD]
             if redo and RECOMPUTES[rec] is Recompute.SELECTIVE:
                 rec_s = t.attention_fwd_s
             elif redo and RECOMPUTES[rec] is Recompute.FULL:
-                redone = unit.collectives(*COMM["tp_fwd"]) + unit.collectives(*COMM["tp_bwd"])
-                rec_s, tp_bwd = t.fwd_s, _collectives(redone)
+                rec_s, tp_bwd = t.fwd_s, _collectives(comm["tp_fwd"] + comm["tp_bwd"])
+                x_bwd = exchange[Phase.FORWARD] + x_bwd
             for name, value in zip(names, (t.fwd_s, t.bwd_s, rec_s, t.attention_fwd_s, t.attention_bwd_s,
                                            t.flops_fwd + t.flops_bwd, unit.has_backward), strict=True):
                 row[name].append(value)
             for name in COMM:
-                row["comm"][name].append(tp_bwd if name == "tp_bwd" else comm[name])
+                row["comm"][name].append(tp_bwd if name == "tp_bwd" else _collectives(comm[name]))
+            row["x_fwd"].append(_exchange_s(ctx, exchange[Phase.FORWARD]))
+            row["x_bwd"].append(_exchange_s(ctx, x_bwd if unit.has_backward else ()))
         rows.append(row)
     arrays = {name: np.array([r[name] for r in rows], dtype=float).reshape(len(rows), -1)
               for name in names if name != "has_bwd"}
+    groups = tuple(sorted({g for r in rows for x in r["x_fwd"] + r["x_bwd"] for g in x}))
+    x = {name: np.array([[[per_key.get(g, 0.0) for per_key in r[name]] for g in groups] for r in rows],
+                        dtype=float).reshape(len(rows), len(groups), len(keys)) for name in ("x_fwd", "x_bwd")}
     return UnitTable(keys=keys, combos=combos, has_bwd=np.array([r["has_bwd"] for r in rows], dtype=bool),
                      p2p_bytes=np.array([r["p2p_bytes"] for r in rows], dtype=float),
-                     comm=[{k: tuple(v) for k, v in r["comm"].items()} for r in rows], **arrays)
+                     comm=[{k: tuple(v) for k, v in r["comm"].items()} for r in rows], exchange_groups=groups,
+                     **x, **arrays)
+
+
+def _units(ctx: Context, cache: dict, tp: int, cp: int, mbs: int, sp: int, ep: int, etp: int) -> tuple:
+    """The units of (tp, cp, mbs, sp, ep, etp) without recompute, as `_base` gives them.
+
+    With experts spread (ep or etp > 1), from two plans shared by many: the routed experts' kernels and
+    exchange depend on tp, cp and mbs only through the tokens each tensor-parallel rank routes,
+    x = mbs*seq/(cp*tp) (`parallel.tensor.Shape.expert_tokens`; the exchange sends T/tp tokens under
+    the sequence parallelism an MoE model needs), and no other kernel depends on ep or etp. So
+
+        unit(tp, cp, mbs, ep, etp) = unit(tp, cp, mbs, 1, 1) + unit(r, ep, etp) - unit(r, 1, 1)
+
+    in its kernel seconds and FLOPs, with r the first (tp, cp, mbs) seen with the same x, and the
+    exchange of unit(r, ep, etp): one plan per (tp, cp, mbs) and one per (x, ep, etp), not one per
+    combination.
+    """
+    def base(*key: int) -> tuple:
+        if key not in cache:
+            cache[key] = _base(ctx, *key)
+        return cache[key]
+
+    dense = base(tp, cp, mbs, sp, 1, 1)
+    if ep == 1 and etp == 1:
+        return dense
+    tokens, ranks = mbs * ctx.seq_len, cp * tp
+    share = (tokens // math.gcd(tokens, ranks), ranks // math.gcd(tokens, ranks))
+    rep = cache.setdefault(("rep", share), (tp, cp, mbs, sp))
+    spread = base(*rep, ep, etp)
+    if rep == (tp, cp, mbs, sp):
+        return spread
+    keys, units, p2p_bytes = dense
+    out = []
+    for (unit, t, comm, _), (_, t_spread, _, exchange), (_, t_rep, _, _) in zip(
+            units, spread[1], base(*rep, 1, 1)[1], strict=True):
+        extra = {name: getattr(t, name) + (getattr(t_spread, name) - getattr(t_rep, name))
+                 for name in ("fwd_s", "bwd_s", "flops_fwd", "flops_bwd")}
+        out.append((unit, replace(t, **extra), comm, exchange))
+    return keys, out, p2p_bytes
 
 
 def comm_s(ctx: Context, ops: Collectives, span: Span) -> float:
@@ -199,6 +286,19 @@ def data_plans(ctx: Context, values: np.ndarray, orders: tuple[str, ...]) -> lis
 
     return [data_parallel_plan(strategy(dict(zip(DATA, (int(x) for x in v), strict=True)), orders),
                                ctx.domain, ctx.dtype) for v in values]
+
+
+def expert_data_plans(ctx: Context, values: np.ndarray) -> list:
+    """The routed experts' `DataParallelPlan` of each distinct (tp, cp, dp, ep, etp, zero) row: their
+    state sharded over the whole expert-data-parallel group with ZeRO >= 1 (`parallel.data`)."""
+    from madmax.parallel.data import data_parallel_plan
+    from madmax.parallel.experts import spans
+
+    plans = []
+    for v in values:
+        s = strategy(dict(zip(EXPERT_DATA, (int(x) for x in v), strict=True)))
+        plans.append(data_parallel_plan(s, ctx.domain, ctx.dtype, grad_span=spans(s, ctx.domain).edp))
+    return plans
 
 
 @dataclass(frozen=True)
