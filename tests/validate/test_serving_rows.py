@@ -11,7 +11,7 @@ from madmax.validate.conventions import LOWER_IS_BETTER, METRICS, SERVING_METRIC
 from madmax.validate.datasets import LOADERS, Case, Dataset, read_rows
 from madmax.validate.markdown import describe_inputs
 from madmax.validate.runner import run_case, run_validation
-from madmax.validate.serving import MOE, load_serving_h100, load_trtllm_static
+from madmax.validate.serving import MOE_NOT_IN_CATALOG, load_serving_h100, load_trtllm_static
 
 
 @pytest.fixture(scope="module")
@@ -33,11 +33,16 @@ def test_both_datasets_are_registered():
 
 
 def test_trtllm_counts(trtllm):
-    # 72 TensorRT-LLM v0.9 rows: 6 models x 2 GPUs x (4 throughput + 2 TTFT) rows. Mixtral-8x7B is MoE:
-    # 2 GPUs x 6 = 12 unmapped; the 5 dense models give 60 cases, 40 throughputs and 20 TTFTs.
-    assert len(trtllm.cases) == 60 and len(trtllm.unmapped) == 12
-    assert {u.reason for u in trtllm.unmapped} == {MOE} and {u.label for u in trtllm.unmapped} == {"Mixtral-8x7B"}
-    assert Counter(c.metric for c in trtllm.cases) == {"output_tokens_per_s_per_gpu": 40, "ttft_ms": 20}
+    # 72 TensorRT-LLM v0.9 rows: 6 models (Mixtral-8x7B among them) x 2 GPUs x (4 throughput + 2 TTFT) rows.
+    assert len(trtllm.cases) == 72 and not trtllm.unmapped
+    assert Counter(c.metric for c in trtllm.cases) == {"output_tokens_per_s_per_gpu": 48, "ttft_ms": 24}
+
+
+def test_trtllm_mixtral_row(trtllm):
+    # published_dev.csv: Mixtral-8x7B, 2 x H100, TP 2, fp8, static batch 512, ISL 128 / OSL 128: 5255 tokens/s/GPU.
+    case = next(c for c in trtllm.cases if c.kwargs["model"] == "mixtral-8x7b" and c.measured == 5255)
+    assert case.kwargs["strategy"] == "tp=2,pp=1" and case.kwargs["batch"] == 512
+    assert any("experts split by width over tp=2" in a for a in case.assumptions)
 
 
 def test_trtllm_llama70b_throughput_row(trtllm):
@@ -75,15 +80,27 @@ def test_trtllm_shape_differences_and_longer_context(trtllm):
 
 
 def test_serving_counts(serving):
-    # 917 rows: dense 177 Llama-3.1-8B + 45 Llama-3.1-70B + 362 Qwen3-32B = 584 rows, two cases each;
-    # MoE 129 Qwen3-235B + 8 DeepSeek-V3 + 92 DeepSeek-R1 + 74 gpt-oss + 30 MiniMax = 333 unmapped.
-    assert len(serving.cases) == 2 * 584 and len(serving.unmapped) == 333
-    assert {u.reason for u in serving.unmapped} == {MOE}
-    rows = Counter(c.kwargs["model"] for c in serving.cases if c.metric == "ttft_ms")
-    assert rows == {"llama-3.1-8b": 177, "llama-3.1-70b": 45, "qwen3-32b": 362}
-    assert Counter(c.metric for c in serving.cases) == {"ttft_ms": 584, "tpot_ms": 584}
+    # 917 rows: dense 177 Llama-3.1-8B + 45 Llama-3.1-70B + 362 Qwen3-32B = 584 rows; MoE 129 Qwen3-235B +
+    # 8 DeepSeek-V3 + 92 DeepSeek-R1 + 74 gpt-oss + 30 MiniMax. Unmapped: MiniMax (not in the catalog) and 2
+    # Qwen3-235B vLLM disaggregated rows (attention DP without expert parallelism in a worker).
+    assert len(serving.cases) == 2 * 885 and len(serving.unmapped) == 32
+    assert Counter(u.reason.split(" (")[0][:40] for u in serving.unmapped)[MOE_NOT_IN_CATALOG] == 30
+    rows = Counter(c.kwargs["model"] if isinstance(c.kwargs["model"], str) else c.kwargs["model"]["name"]
+                   for c in serving.cases if c.metric == "ttft_ms")
+    assert rows == {"llama-3.1-8b": 177, "llama-3.1-70b": 45, "qwen3-32b": 362, "qwen3-235b-a22b": 127,
+                    "deepseek-v3": 100, "gpt-oss-120b": 74}
+    assert Counter(c.metric for c in serving.cases) == {"ttft_ms": 885, "tpot_ms": 885}
     assert len({c.row_id for c in serving.cases}) == len(serving.cases)
-    assert Counter(c.parallelism for c in serving.cases)["disagg"] == 2 * 5
+
+
+def test_serving_moe_layouts(serving):
+    strategies = {c.kwargs["strategy"] for c in serving.cases if c.metric == "tpot_ms"}
+    assert "tp=8,pp=1,ep=8,etp=1" in strategies  # Qwen3-235B on TensorRT-LLM: experts by EP inside the engine
+    trtllm_r1 = next(c for c in serving.cases if c.metric == "tpot_ms" and "decode_ep=16" in c.kwargs["strategy"]
+                     and "prefill_tp=16" in c.kwargs["strategy"])
+    assert any("one worker each" in a for a in trtllm_r1.assumptions)
+    gpt_oss = next(c for c in serving.cases if c.kwargs["dtype"] == "int4")
+    assert any("no fp4 tensor cores" in a for a in gpt_oss.assumptions)
 
 
 def test_serving_llama70b_agg_row(serving):
@@ -121,14 +138,16 @@ def _serving_row(line):
 
 
 def test_serving_rows_that_cannot_be_mapped():
-    moe = _serving_row(680) | {"model_path": "someone/NewModel", "decode_attention_dp_size": "8"}
+    unknown = _serving_row(680) | {"model_path": "someone/NewModel", "decode_attention_dp_size": "8"}
     odd = _serving_row(680) | {"prefill_num_workers": "4"}  # 4 x 1 + 2 x 4 = 12 GPUs: not whole DGX nodes
-    fp4 = _serving_row(400) | {"precision": "fp4", "gemm_quant_mode": "nvfp4"}
-    rows = [("x.csv:2", moe), ("x.csv:3", odd), ("x.csv:4", fp4)]
+    int8 = _serving_row(400) | {"precision": "int8", "gemm_quant_mode": "int8"}
+    dense_dp = _serving_row(680) | {"decode_attention_dp_size": "2"}
+    rows = [("x.csv:2", unknown), ("x.csv:3", odd), ("x.csv:4", int8), ("x.csv:5", dense_dp)]
     reasons = [u.reason for u in load_serving_h100(rows).unmapped]
-    assert reasons[0] == MOE
+    assert reasons[0].startswith("model 'someone/NewModel' is not mapped")
     assert "num_gpus=12" in reasons[1] and "multiple of 8" in reasons[1]
-    assert reasons[2].startswith("precision fp4/nvfp4 is not mapped")
+    assert reasons[2].startswith("precision int8 is not mapped")
+    assert "dense model" in reasons[3]
 
 
 def test_serving_metric_conversions():

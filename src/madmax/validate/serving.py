@@ -8,8 +8,11 @@
   `data/serving/silicon_h100.csv` (ai-dynamo/aiconfigurator, Apache-2.0). Each row gives two cases,
   `<row id>:ttft_ms` and `<row id>:tpot_ms`.
 
-Dense models only: MoE rows are `Unmapped("MoE not supported yet")`. Every assumption made for a row is in
-its `Case.assumptions`; sources and licenses in `data/README.md`.
+MoE rows map to their catalog models with the engine's expert layout in madmax's grammar
+(`docs/serving.md`): aiconfigurator's tp_size, moe_tp_size, moe_ep_size and attention_dp_size a become
+`tp=tp_size,etp=moe_tp_size,ep=moe_ep_size` on tp_size x a GPUs (a > 1: attention data parallelism), the
+disaggregated workers' `prefill_ep`/`decode_ep` likewise. Every assumption made for a row is in its
+`Case.assumptions`; sources and licenses in `data/README.md`.
 """
 
 from __future__ import annotations
@@ -26,16 +29,18 @@ from madmax.validate.inputs import NotMappable, catalog_gpu, model_family, syste
 
 TRTLLM_SOURCE = "NVIDIA/TensorRT-LLM docs/source/performance/perf-overview.md"
 SERVING_CSV = "serving/silicon_h100.csv"
-MOE = "MoE not supported yet"
+MOE_NOT_IN_CATALOG = "MoE model not in the catalog"
 DGX_GPUS = 8  # GPUs per DGX H100 / DGX A100 node
 
-# Model names of the TensorRT-LLM tables and of silicon_h100.csv -> catalog models (dense only).
+# Model names of the TensorRT-LLM tables and of silicon_h100.csv -> catalog models.
 TRTLLM_MODELS = {"GPT-J-6B": "gpt-j-6b", "Mistral-7B": "mistral-7b", "Llama-2-7B": "llama-2-7b",
-                 "Llama-2-70B": "llama-2-70b", "Falcon-180B": "falcon-180b"}
+                 "Llama-2-70B": "llama-2-70b", "Falcon-180B": "falcon-180b", "Mixtral-8x7B": "mixtral-8x7b"}
 SERVING_MODELS = {"meta-llama/Llama-3.1-8B-Instruct": "llama-3.1-8b", "meta-llama/Llama-3.1-70B": "llama-3.1-70b",
-                  "Qwen/Qwen3-32B": "qwen3-32b"}
-SERVING_MOE_MODELS = ("Qwen/Qwen3-235B-A22B", "deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-R1", "openai/gpt-oss",
-                      "MiniMaxAI/MiniMax")
+                  "Qwen/Qwen3-32B": "qwen3-32b", "Qwen/Qwen3-235B-A22B-FP8": "qwen3-235b-a22b",
+                  "deepseek-ai/DeepSeek-V3": "deepseek-v3", "deepseek-ai/DeepSeek-R1": "deepseek-v3",
+                  "openai/gpt-oss-120b": "gpt-oss-120b"}
+# MoE models of silicon_h100.csv without a catalog entry.
+SERVING_UNKNOWN_MOE = ("MiniMaxAI/MiniMax",)
 # Row columns of the model's shape -> catalog keys (published_dev.csv).
 SHAPE_COLUMNS = (("layers", "num_layers"), ("hidden", "hidden_size"), ("heads", "num_heads"),
                  ("kv_heads", "num_kv_heads"), ("ffn_hidden", "ffn_hidden_size"), ("vocab", "vocab_size"))
@@ -100,8 +105,6 @@ def _trtllm_lengths(row: Mapping[str, str]) -> tuple[int, int]:
 
 def _trtllm_case(row_id: str, row: dict[str, str]) -> Case:
     name = row["model"]
-    if "MoE" in row["notes"] or model_family(name) == "mixtral" or (row_int(row, "ep") or 1) > 1:
-        raise NotMappable(MOE)
     if name not in TRTLLM_MODELS:
         raise NotMappable(f"model {name!r} is not mapped; allowed: {', '.join(TRTLLM_MODELS)}")
     if row["metric"] not in ("output_tokens_per_s_per_gpu", "ttft_ms"):
@@ -133,6 +136,8 @@ def _trtllm_case(row_id: str, row: dict[str, str]) -> Case:
     else:
         notes.append(f"KV cache in the engine's dtype ({row['dtype']})")
     kwargs.update(strategy=f"tp={tp},pp={pp}", stack="trtllm-0.9")
+    if find_in_catalog("models", catalog).get("moe"):
+        notes.append(f"experts split by width over tp={tp} (TensorRT-LLM's default MoE tensor parallelism)")
     gpu = catalog_gpu(row["gpu"])["name"]
     label = _label(catalog, num_gpus, gpu, _tp_pp(tp, pp), row["dtype"], f"b{batch}", f"{prompt}/{output}",
                    "trtllm 0.9")
@@ -162,10 +167,15 @@ def _system_error(num_gpus: int) -> str | None:
 
 
 def _serving_dtype(row: Mapping[str, str]) -> tuple[str, list[str]]:
-    """bf16 for the BF16 checkpoint (empty precision), fp8 for fp8 or block-scaled fp8 GEMMs."""
+    """bf16 for the BF16 checkpoint (empty precision), fp8 for fp8 or block-scaled fp8 GEMMs; 4-bit weights
+    (fp4, nvfp4: GPT-OSS's MXFP4 checkpoint) on H100, which has no fp4 tensor cores, as int4 weight-only
+    GEMMs (4-bit weights read, 16-bit math: what vLLM's Marlin MXFP4 kernels do on Hopper)."""
     stated = {row["precision"], row["gemm_quant_mode"]} - {""}
     if not stated:
         return "bf16", []
+    if stated <= {"fp4", "nvfp4", "mxfp4"}:
+        return "int4", ["4-bit weights on H100 (no fp4 tensor cores): simulated as int4 weight-only GEMMs in 16 "
+                        "bits"]
     if all(s.startswith("fp8") for s in stated):
         blocked = "fp8_block" in stated
         return "fp8", ["fp8_block (block-scaled fp8 GEMMs) simulated as fp8"] if blocked else []
@@ -189,47 +199,87 @@ def _moe_fields(row: Mapping[str, str], prefix: str = "") -> bool:
     return any((row_int(row, f"{prefix}{k}") or 1) > 1 for k in ("attention_dp_size", "moe_ep_size"))
 
 
-def _serving_inputs(row: Mapping[str, str]) -> tuple[dict[str, Any], str, str, list[str]]:
+def _expert_keys(row: Mapping[str, str], prefix: str, tp: int, moe: bool) -> tuple[str, int, list[str]]:
+    """The expert layout of one engine (aiconfigurator's columns, `prefix` 'prefill_'/'decode_' or ''): the
+    strategy keys, the attention data-parallel degree a (GPUs = tp x pp x a), and notes. Attention DP
+    without expert parallelism (moe_ep_size 0 or 1) splits the experts by width over all a x tp GPUs."""
+    adp = row_int(row, f"{prefix}attention_dp_size") or 1
+    ep = row_int(row, f"{prefix}moe_ep_size") or 1
+    etp = row_int(row, f"{prefix}moe_tp_size") or 0
+    if not moe:
+        if adp > 1 or ep > 1:
+            raise NotMappable("attention_dp_size or moe_ep_size > 1 on a dense model: not an MoE layout")
+        return "", 1, []
+    notes = []
+    if ep == 1 and adp > 1:
+        etp = adp * tp
+        notes.append(f"{prefix}moe_ep_size not set with attention DP {adp}: experts split by width over all "
+                     f"{adp * tp} GPUs (etp={etp})")
+    return (f",ep={ep}" + (f",etp={etp}" if etp else "")), adp, notes
+
+
+def _serving_inputs(row: Mapping[str, str], moe: bool) -> tuple[dict[str, Any], str, str, list[str]]:
     """simulate() keywords of the deployment (batch, strategy, num_gpus, mode), its parallelism group, the
     label's layout words, and notes."""
     if row["mode"] == "agg":
         batch, tp, pp = row_ints(row, "batch_size", "tp_size", "pp_size")
-        group = _tp_pp(tp, pp)
-        return ({"num_gpus": tp * pp, "mode": "concurrency", "batch": batch, "strategy": f"tp={tp},pp={pp}"},
-                group, f"{group} c{batch}", [])
+        experts, adp, notes = _expert_keys(row, "", tp, moe)
+        group = _tp_pp(tp, pp) + (f"adp{adp}" if adp > 1 else "")
+        return ({"num_gpus": tp * pp * adp, "mode": "concurrency", "batch": batch,
+                 "strategy": f"tp={tp},pp={pp}" + experts}, group, f"{group}{experts.replace(',', ' ')} c{batch}",
+                notes)
     if row["mode"] != "disagg":
         raise NotMappable(f"mode {row['mode']!r} is not mapped; allowed: agg, disagg")
-    keys = ("num_workers", "tp_size", "pp_size")
-    pw, ptp, ppp = row_ints(row, *(f"prefill_{k}" for k in keys))
-    dw, dtp, dpp = row_ints(row, *(f"decode_{k}" for k in keys))
+    keys = ("tp_size", "pp_size")
+    ptp, ppp = row_ints(row, *(f"prefill_{k}" for k in keys))
+    dtp, dpp = row_ints(row, *(f"decode_{k}" for k in keys))
     concurrency, notes = _concurrency(row)
+    pw, dw = row_int(row, "prefill_num_workers"), row_int(row, "decode_num_workers")
+    if pw is None and dw is None:
+        pw = dw = 1
+        notes.append("prefill_num_workers and decode_num_workers not stated: one worker each (the row's id names "
+                     "one prefill and one decode layout)")
+    elif pw is None or dw is None:
+        raise NotMappable("row states the workers of one side only (partial row)")
+    sizes = []
     strategy = (f"prefill_workers={pw},prefill_tp={ptp},prefill_pp={ppp},"
                 f"decode_workers={dw},decode_tp={dtp},decode_pp={dpp}")
+    for prefix, tp, pp in (("prefill", ptp, ppp), ("decode", dtp, dpp)):
+        adp = row_int(row, f"{prefix}_attention_dp_size") or 1
+        ep = row_int(row, f"{prefix}_moe_ep_size") or 1
+        if moe and adp > 1 and ep <= 1:
+            raise NotMappable(f"{prefix} attention DP {adp} without expert parallelism (experts split by width over "
+                              f"the DP group) has no disaggregated form in madmax ({prefix}_ep places experts by EP)")
+        if moe and (adp > 1 or ep > 1):
+            if ep not in (tp, adp * tp):
+                raise NotMappable(f"{prefix}_moe_ep_size={ep} with tp {tp} and attention DP {adp} is not a layout "
+                                  f"madmax's {prefix}_ep expresses (ep = tp or tp x attention DP)")
+            strategy += f",{prefix}_ep={ep}"
+        elif not moe and (adp > 1 or ep > 1):
+            raise NotMappable("attention_dp_size or moe_ep_size > 1 on a dense model: not an MoE layout")
+        sizes.append(tp * pp * adp)
     notes.append(f"prefill_batch_size={row['prefill_batch_size'] or '-'} and decode_batch_size="
                  f"{row['decode_batch_size'] or '-'} of the source not passed: madmax's workers batch up to the "
                  "stack's limits")
     layout = f"disagg P{pw}x{_tp_pp(ptp, ppp)}/D{dw}x{_tp_pp(dtp, dpp)} c{concurrency}"
-    return ({"num_gpus": pw * ptp * ppp + dw * dtp * dpp, "mode": "disaggregated", "batch": concurrency,
+    return ({"num_gpus": pw * sizes[0] + dw * sizes[1], "mode": "disaggregated", "batch": concurrency,
              "strategy": strategy}, "disagg", layout, notes)
 
 
 def _serving_cases(row_id: str, row: dict[str, str]) -> tuple[Case, Case]:
     name = row["model_path"]
-    moe_fields = _moe_fields(row) or _moe_fields(row, "prefill_") or _moe_fields(row, "decode_")
-    if name.startswith(SERVING_MOE_MODELS) or (name not in SERVING_MODELS and moe_fields):
-        raise NotMappable(MOE)
+    if name.startswith(SERVING_UNKNOWN_MOE):
+        raise NotMappable(MOE_NOT_IN_CATALOG)
     if name not in SERVING_MODELS:
         raise NotMappable(f"model {name!r} is not mapped; allowed: {', '.join(SERVING_MODELS)}")
-    if moe_fields:
-        raise NotMappable(f"attention_dp_size or moe_ep_size > 1 on dense model {name}: attention data "
-                          "parallelism is not modelled")
+    moe = bool(find_in_catalog("models", SERVING_MODELS[name]).get("moe"))
     if row["system"] != "h100_sxm":
         raise NotMappable(f"system {row['system']!r} is not mapped; allowed: h100_sxm")
     if row["backend"] not in ("trtllm", "vllm", "sglang"):
         raise NotMappable(f"backend {row['backend']!r} is not mapped; allowed: trtllm, vllm, sglang")
     prompt, output = row_ints(row, "isl", "osl")
     dtype, notes = _serving_dtype(row)
-    deployment, group, layout, more = _serving_inputs(row)
+    deployment, group, layout, more = _serving_inputs(row, moe)
     if (reason := _system_error(deployment["num_gpus"])) is not None:
         raise NotMappable(reason)
     catalog = SERVING_MODELS[name]
@@ -237,7 +287,7 @@ def _serving_cases(row_id: str, row: dict[str, str]) -> tuple[Case, Case]:
     version = row["backend_version"] or "(version not stated)"
     notes = [f"measured with {row['backend']} {version}; simulated with madmax's serving stack "
              f"{row['backend']!r}", *SERVING_NOTES, *notes, *more, *context_notes]
-    if row["moe_tp_size"] not in ("", "0", "1"):
+    if not moe and row["moe_tp_size"] not in ("", "0", "1"):
         notes.append(f"moe_tp_size={row['moe_tp_size']} ignored: {catalog} is dense (the field repeats tp_size)")
     kwargs = {"model": model, "system": "dgx-h100", "num_gpus": deployment["num_gpus"], "task": "inference",
               "mode": deployment["mode"], "batch": deployment["batch"], "prompt_len": prompt, "output_len": output,
