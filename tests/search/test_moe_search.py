@@ -14,6 +14,7 @@ import pytest
 from madmax import api
 from madmax.config.strategy import Axis, Strategy, parse_strategy, resolve_strategy
 from madmax.errors import ConfigError, StrategyError
+from madmax.parallel.kernels import Phase
 from madmax.search.api import find, to_frame
 from madmax.search.space import EXPERT_RULES, Limits, Problem, divisors, enumerate_space, first_broken_rule
 
@@ -137,19 +138,21 @@ def test_best_equals_exhaustive_simulation(moe_case):
 
 def test_unit_times_from_shared_plans_equal_their_own_plan(moe):
     # unit(tp, cp, mbs, ep, etp) = unit(tp, cp, mbs, 1, 1) + unit(r, ep, etp) - unit(r, 1, 1), with r the
-    # first (tp, cp, mbs) routing as many tokens per tensor-parallel rank (units._units).
-    from madmax.search.units import _base, _units
+    # first (tp, cp, mbs) routing as many tokens per tensor-parallel rank (units.unit_table).
+    from madmax.search.units import _base, unit_table
 
-    cache: dict = {}
-    _units(moe.ctx, cache, 1, 1, 1, 0, 2, 2)  # r = (1, 1, 1): 1,024 tokens per tensor-parallel rank
-    for tp, cp, mbs, ep, etp in ((2, 1, 2, 2, 2), (4, 2, 8, 2, 2), (1, 2, 2, 2, 2), (2, 2, 4, 4, 1)):
-        sp = int(tp > 1)
-        shared = _units(moe.ctx, cache, tp, cp, mbs, sp, ep, etp)[1]
-        direct = _base(moe.ctx, tp, cp, mbs, sp, ep, etp)[1]
-        for (_, t, _, x), (_, u, _, y) in zip(shared, direct, strict=True):
-            for name in ("fwd_s", "bwd_s", "flops_fwd", "flops_bwd", "attention_fwd_s"):
-                assert getattr(t, name) == pytest.approx(getattr(u, name), rel=1e-12)
-            assert x == y
+    combos = np.array([(1, 1, 1, 0, 0, 2, 2), (2, 1, 2, 1, 0, 2, 2), (4, 2, 8, 1, 0, 2, 2), (1, 2, 2, 0, 0, 2, 2),
+                       (2, 2, 4, 1, 0, 4, 1)])
+    table = unit_table(moe.ctx, combos)
+    for row, (tp, cp, mbs, sp, _, ep, etp) in enumerate(combos.tolist()):
+        for k, (_, t, _, exchange) in enumerate(_base(moe.ctx, tp, cp, mbs, sp, ep, etp)[1]):
+            assert table.fwd[row, k] == pytest.approx(t.fwd_s, rel=1e-12)
+            assert table.bwd[row, k] == pytest.approx(t.bwd_s, rel=1e-12)
+            assert table.flops_model[row, k] == pytest.approx(t.flops_fwd + t.flops_bwd, rel=1e-12)
+            for g, group in enumerate(table.exchange_groups):
+                seconds = sum(moe.ctx.network.collective_s(op.kind, op.size_bytes, op.span)
+                              for op in exchange[Phase.FORWARD] if op.group == group)
+                assert table.x_fwd[row, g, k] == pytest.approx(seconds, rel=1e-12)
 
 
 def test_frame_has_the_expert_columns(moe):

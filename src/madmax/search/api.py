@@ -12,10 +12,11 @@ import numpy as np
 from madmax.config.strategy import DEFAULT_ORDER, EMB_SHARDINGS, Recompute
 from madmax.errors import ConfigError
 from madmax.program import builder_for
+from madmax.search.bound import EXHAUSTIVE, run_bounded
 from madmax.search.context import prepare
 from madmax.search.core import Outcome, run_search
 from madmax.search.objective import scorer
-from madmax.search.space import RECOMPUTES, Limits, all_orders, enumerate_space
+from madmax.search.space import RECOMPUTES, Limits, Space, all_orders, enumerate_rows, expand
 from madmax.search.tables import TableLimits, run_table_search
 
 DEFAULT_EXACT = 20
@@ -69,9 +70,16 @@ def find(model: Any, system: Any, num_gpus: int | None = None, task: Any = "pret
     limits = _limits(max_tp, max_pp, max_cp, max_vp, max_mbs, zero, recompute, sp, hybrid, orders)
     limits = replace(limits, **_expert_limits(max_ep, max_etp, ep_overlap))
     start = time.perf_counter()
-    space = enumerate_space(ctx.problem(), limits)
+    problem = ctx.problem()
+    rows = enumerate_rows(problem, limits)
+    options = {"refine_count": refine, "exact": exact, "workers": workers}
+    if rows.valid > EXHAUSTIVE:  # too many to evaluate each: rows bounded below, the best first
+        return run_bounded(ctx, problem, limits, rows, score, **options,
+                           timings={"enumerate": time.perf_counter() - start})
+    space = Space(columns=expand(problem, limits, rows), enumerated=rows.enumerated, rejected=rows.rejected,
+                  orders=limits.orders)
     timings = {"enumerate": time.perf_counter() - start}
-    return run_search(ctx, space, score, refine_count=refine, exact=exact, workers=workers, timings=timings)
+    return run_search(ctx, space, score, **options, timings=timings)
 
 
 def _limits(max_tp, max_pp, max_cp, max_vp, max_mbs, zero, recompute, sp, hybrid, orders) -> Limits:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ class Context:
     reserved_bytes: float
     calibration: str | Path | None
     simulate_kwargs: dict[str, Any]
+    plans: dict = field(default_factory=dict, compare=False, repr=False)  # units of the plans built so far
 
     @property
     def num_gpus(self) -> int:

@@ -63,7 +63,7 @@ class Outcome:
     @property
     def valid(self) -> int:
         """Candidates that pass every divisibility rule (fitting or not)."""
-        return len(self.space)
+        return self.space.num_valid
 
     def strategy(self, i: int) -> str:
         return describe({k: int(v[i]) for k, v in self.columns.items()}, self.space.orders)
@@ -101,51 +101,81 @@ class _Layouts(dict):
         return self[key]
 
 
+class Clock:
+    """Wall time of each phase of a search, added up under its name (a phase may run several times)."""
+
+    def __init__(self, timings: dict[str, float] | None = None) -> None:
+        self.timings = dict(timings or {})
+        self.last = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.timings[name] = self.timings.get(name, 0.0) + now - self.last
+        self.last = now
+
+
 def run_search(ctx: Context, space: Space, scorer: Scorer, *, refine_count: int = 2000, margin: float = 0.03,
                exact: int = 20, workers: int = 1, timings: dict[str, float] | None = None) -> Outcome:
     """Steps 2-5 of the module docstring on an enumerated space."""
-    timings = dict(timings or {})
-    clock = time.perf_counter()
-
-    def lap(name: str) -> None:
-        nonlocal clock
-        now = time.perf_counter()
-        timings[name] = now - clock
-        clock = now
-
+    clock = Clock(timings)
     memory = memory_table(ctx, unique_rows(space.columns, MEMORY)[0]) if len(space) else None
     layouts = _Layouts(ctx, memory.keys if memory else ())
     peak = _peak_memory(ctx, space, memory, layouts) if len(space) else np.zeros(0)
     keep = np.flatnonzero(peak <= ctx.capacity_bytes)
     rejected = {**space.rejected, "memory": len(space) - len(keep)}
     ev = {k: v[keep] for k, v in space.columns.items()}
-    lap("memory")
-    estimate, refined = np.zeros(len(keep)), np.full(len(keep), np.nan)
-    results: dict[int, Result] = {}
-    flops = np.zeros(len(keep))
+    clock.lap("memory")
+    estimate, flops, costs = np.zeros(len(keep)), np.zeros(len(keep)), None
     if len(keep):
-        table, combo = combos_of(ctx, ev)
-        costs = unit_costs(ctx, ev, table, combo, memory, space.orders)
-        flops = _model_flops(table, combo, layouts, ev)
-        lap("costs")
-        for (pp, vp), idx in groups(ev, ("pp", "vp")):
-            sub = costs.take(idx)
-            opt = optimizer_s(ctx.compute, layouts[(pp, vp)], sub)
-            estimate[idx] = closed_form(layouts[(pp, vp)], ev["m"][idx], sub, ev["zero"][idx], opt)
-        lap("estimate")
+        costs, estimate, flops = estimate_all(ctx, ev, space.orders, memory, layouts, clock)
+    return finish(ctx, space, scorer, ev, peak[keep], estimate, flops, rejected, layouts, clock, costs=costs,
+                  refine_count=refine_count, margin=margin, exact=exact, workers=workers)
+
+
+def estimate_all(ctx: Context, cols: dict[str, np.ndarray], orders: tuple[str, ...], memory, layouts: _Layouts,
+                 clock: Clock):
+    """Costs, closed-form iteration time and model FLOPs of candidates that fit (step 3)."""
+    table, combo = combos_of(ctx, cols)
+    costs = unit_costs(ctx, cols, table, combo, memory, orders)
+    flops = _model_flops(table, combo, layouts, cols)
+    clock.lap("costs")
+    estimate = np.zeros(len(combo))
+    for (pp, vp), idx in groups(cols, ("pp", "vp")):
+        sub = costs.take(idx)
+        opt = optimizer_s(ctx.compute, layouts[(pp, vp)], sub)
+        estimate[idx] = closed_form(layouts[(pp, vp)], cols["m"][idx], sub, cols["zero"][idx], opt)
+    clock.lap("estimate")
+    return costs, estimate, flops
+
+
+def finish(ctx: Context, space: Space, scorer: Scorer, ev: dict[str, np.ndarray], peak: np.ndarray,
+           estimate: np.ndarray, flops: np.ndarray, rejected: dict[str, int], layouts: _Layouts, clock: Clock, *,
+           costs=None, refine_count: int, margin: float, exact: int, workers: int) -> Outcome:
+    """Steps 4-5 on the evaluated candidates `ev`: replay the pool, simulate the best, rank. costs: those
+    of every candidate of `ev` (None: computed for the pool alone)."""
+    refined = np.full(len(estimate), np.nan)
+    results: dict[int, Result] = {}
+    if len(estimate):
         pool = _pool(scorer.sort_key(estimate), estimate, refine_count, margin)
+        if costs is None:
+            sub_cols = {k: v[pool] for k, v in ev.items()}
+            table, combo = combos_of(ctx, sub_cols)
+            memory = memory_table(ctx, unique_rows(sub_cols, MEMORY)[0])
+            pool_costs, at = unit_costs(ctx, sub_cols, table, combo, memory, space.orders), np.arange(len(pool))
+        else:
+            pool_costs, at = costs, pool
         for (pp, vp, m), idx in groups({k: v[pool] for k, v in ev.items()}, ("pp", "vp", "m")):
-            sub = costs.take(pool[idx])
+            sub = pool_costs.take(at[idx])
             refined[pool[idx]] = refine(layouts[(pp, vp)], m, sub, ev["zero"][pool[idx]],
                                         optimizer_s(ctx.compute, layouts[(pp, vp)], sub))
-        lap("refine")
+        clock.lap("refine")
         by_replay = pool[np.argsort(scorer.sort_key(refined[pool]), kind="stable")]
         results = _simulate(ctx, ev, space, by_replay[:exact], workers)
-        lap("simulate")
-    return Outcome(ctx=ctx, scorer=scorer, space=space, columns=ev, peak_memory_bytes=peak[keep],
+        clock.lap("simulate")
+    return Outcome(ctx=ctx, scorer=scorer, space=space, columns=ev, peak_memory_bytes=peak,
                    estimate_s=estimate, refined_s=refined, exact=results,
                    ranked=ranking(scorer, estimate, refined, results), rejected=rejected, model_flops=flops,
-                   timings_s=timings)
+                   timings_s=clock.timings)
 
 
 def _peak_memory(ctx: Context, space: Space, memory, layouts: _Layouts) -> np.ndarray:

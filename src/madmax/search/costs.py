@@ -112,8 +112,8 @@ def state_bytes(ctx: Context, cols: dict[str, np.ndarray],
 
 
 def expert_state_bytes(ctx: Context, cols: dict[str, np.ndarray]) -> tuple[np.ndarray, list, np.ndarray, np.ndarray]:
-    """`state_bytes` of the routed experts: by their data plan of each distinct (tp, cp, dp, ep, etp, zero)."""
-    values, idx = unique_rows(cols, EXPERT_DATA)
+    """`state_bytes` of the routed experts: by their data plan of each distinct (tp*cp*dp, ep, etp, zero)."""
+    values, idx = unique_rows({**cols, "ranks": cols["tp"] * cols["cp"] * cols["dp"]}, EXPERT_DATA)
     plans = expert_data_plans(ctx, values)
     per_plan = np.array([p.state_bytes_per_param() for p in plans], dtype=float).reshape(-1, 3)
     return per_plan[idx], plans, values, idx
@@ -122,23 +122,10 @@ def expert_state_bytes(ctx: Context, cols: dict[str, np.ndarray]) -> tuple[np.nd
 def unit_costs(ctx: Context, cols: dict[str, np.ndarray], table: UnitTable, combo: np.ndarray,
                memory: MemoryTable, orders: tuple[str, ...]) -> Costs:
     """Seconds of every unit of every candidate in `cols` (see the module docstring)."""
-    lay_values, lay_idx = unique_rows(cols, LAYOUT)
-    lay = layouts(ctx, lay_values, orders)
-    f, b = _compute_and_inner_comm(ctx, table, combo, lay_idx, lay)
-    epo = cols["epo"].astype(bool)[:, None, None]
-    xf, xb = (x[combo] if x is not None else np.zeros((len(combo), 0, f.shape[1])) for x in (table.x_fwd, table.x_bwd))
-    if xf.shape[1]:  # without the overlap the exchange waits after the unit's kernels
-        f = f + np.where(epo, 0.0, xf).sum(axis=1)
-        b = b + np.where(epo, 0.0, xb).sum(axis=1)
-        xf, xb = np.where(epo, xf, 0.0), np.where(epo, xb, 0.0)
+    f, b, xf, xb, p2p = compute_costs(ctx, cols, table, combo, orders)
     groups = [_dense_costs(ctx, cols, memory, orders)]
     if memory.has_experts:
         groups.append(_expert_costs(ctx, cols, memory))
-    pairs, pair_idx = unique_rows({"combo": combo, "layout": lay_idx}, ("combo", "layout"))
-    # Plain floats into the network model: its cache is shared with `simulate`.
-    p2p = np.array([ctx.network.collective_s(Collective.SEND_RECV, float(table.p2p_bytes[j]), lay.p2p_span[k])
-                    for j, k in pairs])[pair_idx]
-    p2p = np.where(cols["pp"] > 1, p2p, 0.0)
     tied = np.zeros(len(combo))
     if ctx.workload.tied_params:  # the engine's all-reduce of tied embeddings between the first and last stage
         act = DType.BF16.num_bytes if ctx.dtype in (DType.FP8, DType.BF16, DType.FP16) else ctx.dtype.num_bytes
@@ -147,6 +134,27 @@ def unit_costs(ctx: Context, cols: dict[str, np.ndarray], table: UnitTable, comb
                                                                                  * act), Span(1, 2)) for t in tps])
         tied = np.where(cols["pp"] > 1, per_tp[tp_idx.ravel()], 0.0)
     return Costs(table=table, combo=combo, f=f, b=b, xf=xf, xb=xb, p2p=p2p, tied=tied, groups=tuple(groups))
+
+
+def compute_costs(ctx: Context, cols: dict[str, np.ndarray], table: UnitTable, combo: np.ndarray,
+                  orders: tuple[str, ...]) -> tuple[np.ndarray, ...]:
+    """f, b [n, K], the overlapped exchange xf, xb [n, X, K] and one pipeline send p2p [n] of every
+    candidate (the compute stream's part of `unit_costs`, without the state groups)."""
+    lay_values, lay_idx = unique_rows(cols, LAYOUT)
+    lay = layouts(ctx, lay_values, orders)
+    f, b = _compute_and_inner_comm(ctx, table, combo, lay_idx, lay)
+    epo = cols["epo"].astype(bool)[:, None, None]
+    xf, xb = table.x_fwd[combo], table.x_bwd[combo]
+    if xf.shape[1]:  # without the overlap the exchange waits after the unit's kernels
+        f = f + np.where(epo, 0.0, xf).sum(axis=1)
+        b = b + np.where(epo, 0.0, xb).sum(axis=1)
+        xf, xb = np.where(epo, xf, 0.0), np.where(epo, xb, 0.0)
+    sizes, size_idx = np.unique(table.p2p_bytes, return_inverse=True)
+    pairs, pair_idx = unique_rows({"size": size_idx.ravel()[combo], "layout": lay_idx}, ("size", "layout"))
+    # Plain floats into the network model: its cache is shared with `simulate`.
+    p2p = np.array([ctx.network.collective_s(Collective.SEND_RECV, float(sizes[j]), lay.p2p_span[k])
+                    for j, k in pairs])[pair_idx]
+    return f, b, xf, xb, np.where(cols["pp"] > 1, p2p, 0.0)
 
 
 def _dense_costs(ctx: Context, cols: dict[str, np.ndarray], memory: MemoryTable,
@@ -187,7 +195,7 @@ def _compute_and_inner_comm(ctx: Context, table: UnitTable, combo: np.ndarray, l
     lay_span = np.array([span_ids.setdefault(pair, len(span_ids))
                          for pair in zip(lay.tp_span, lay.cp_span, strict=True)])
     spans = list(span_ids)
-    keys, key_idx = unique_rows({"combo": combo, "spans": lay_span[lay_idx]}, ("combo", "spans"))
+    keys, key_idx = unique_rows({"comm": table.comm_idx[combo], "spans": lay_span[lay_idx]}, ("comm", "spans"))
     comm = {name: np.zeros((len(keys), len(table.keys))) for name in COMM}
     for row, (j, sid) in enumerate(keys):
         tp_span, cp_span = spans[sid]

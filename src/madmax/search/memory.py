@@ -84,3 +84,11 @@ def peak_memory(shape: MemoryShape, units: dict[str, np.ndarray], state: np.ndar
     total += np.einsum("nst,svt->nsv", type_act, shape.vectors).max(axis=2)
     total += np.where(present[None], units["working"][:, None, :], 0.0).max(axis=2)
     return total.max(axis=1)
+
+
+def activations_by_stage(shape: MemoryShape, saved: np.ndarray, working: np.ndarray) -> np.ndarray:
+    """Activation bytes of each representative stage [n, R] (the last terms of `peak_memory`): the worst
+    in-flight peak of saved activations, and the largest working set of a unit."""
+    type_act = np.einsum("nk,stk->nst", saved, shape.type_units)
+    peak = np.einsum("nst,svt->nsv", type_act, shape.vectors).max(axis=2)
+    return peak + np.where((shape.per_stage > 0)[None], working[:, None, :], 0.0).max(axis=2)

@@ -99,15 +99,23 @@ class Problem:
 
 @dataclass
 class Space:
-    """Candidates that pass the divisibility rules, as integer columns (see COLUMNS), and the counts."""
+    """Candidates that pass the divisibility rules, as integer columns (see COLUMNS), and the counts.
+
+    valid: how many pass, when `columns` holds only some of them (a bounded search); None: all.
+    """
 
     columns: dict[str, np.ndarray]
     enumerated: int
     rejected: dict[str, int] = field(default_factory=dict)
     orders: tuple[str, ...] = (DEFAULT_ORDER,)
+    valid: int | None = None
 
     def __len__(self) -> int:
         return len(self.columns["tp"])
+
+    @property
+    def num_valid(self) -> int:
+        return len(self) if self.valid is None else self.valid
 
     def take(self, index: np.ndarray) -> dict[str, np.ndarray]:
         return {k: v[index] for k, v in self.columns.items()}
@@ -224,24 +232,61 @@ def first_broken_rule(problem: Problem, tp, cp, pp, vp, mbs, ep=None, etp=None, 
     return out
 
 
+ROW_COLUMNS = ("tp", "cp", "pp", "dp", "vp", "mbs", "ep", "etp", "epo")
+
+
+@dataclass
+class Rows:
+    """The candidates that pass the divisibility rules, grouped by degrees, vp and mbs (ROW_COLUMNS): each
+    row stands for `weight` of them (its options: ZeRO x shard, recompute, sp, order); with the counts."""
+
+    columns: dict[str, np.ndarray]
+    weight: np.ndarray
+    enumerated: int
+    rejected: dict[str, int]
+
+    def __len__(self) -> int:
+        return len(self.weight)
+
+    @property
+    def valid(self) -> int:
+        return int(self.weight.sum())
+
+
 def enumerate_space(problem: Problem, limits: Limits) -> Space:
     """Every candidate of the space, the count per rule of those rejected, and the ones that pass."""
+    rows = enumerate_rows(problem, limits)
+    if rows.valid > MAX_CANDIDATES:
+        raise ConfigError(f"the strategy space has {rows.valid:,} valid candidates, more than the "
+                          f"{MAX_CANDIDATES:,} a search holds in memory; allowed: narrow it with max_cp, max_vp, "
+                          "max_pp, zero or orders" + (", max_ep, max_etp or ep_overlap" if problem.has_experts else ""))
+    columns = expand(problem, limits, rows)
+    assert len(columns["tp"]) == rows.valid
+    return Space(columns=columns, enumerated=rows.enumerated, rejected=rows.rejected, orders=limits.orders)
+
+
+def enumerate_rows(problem: Problem, limits: Limits) -> Rows:
+    """Every row of the space, the count per rule of the candidates rejected, and the rows that pass.
+
+    The rules run where they first apply, so that the product is built only of what can pass: those of
+    the degrees alone (up to degree_limit) on the degree rows, counted for each of their vp x mbs; then
+    those of (pp, vp), counted for each mbs; the rest on the rows of degrees x vp x mbs. Each rejected
+    candidate is still counted under the first rule it breaks, in RULES order.
+    """
+    rules = problem.rules
     deg = _degrees(problem, limits)
     vps = np.array(_capped(list(range(1, problem.num_layers + 1)), limits.max_vp), dtype=np.int32)
     mbss = np.array(_capped(divisors(problem.global_batch), limits.max_mbs), dtype=np.int32)
-    # Rows: degrees x vp x mbs; each stands for `weight` candidates (the options).
-    i, j, k = (a.ravel() for a in np.meshgrid(np.arange(len(deg)), np.arange(len(vps)), np.arange(len(mbss)),
-                                              indexing="ij"))
-    tp, cp, pp, dp, ep, etp, epo = (deg[i, c] for c in range(7))
-    vp, mbs = vps[j], mbss[k]
-    weight = _option_count(dp, tp, limits)
+    tp, cp, pp, dp, ep, etp, epo = (deg[:, c] for c in range(7))
+    weight = _option_count(dp, tp, limits) * len(vps) * len(mbss)  # candidates of each degree row
     enumerated = int(weight.sum())
-    alive = np.ones(len(tp), dtype=bool)
-    rejected = {}
+    rejected = dict.fromkeys(rules, 0)
+    alive = np.ones(len(deg), dtype=bool)
+    ones = np.ones(len(deg), dtype=np.int64)
+    failures = dict(zip(rules, _rule_failures(problem, tp, cp, pp, dp, ones, ones, ep, etp, epo), strict=True))
     sp_off = sum(not s for s in limits.sp)
-    for rule, bad in zip(problem.rules, _rule_failures(problem, tp, cp, pp, dp, vp, mbs, ep, etp, epo),
-                         strict=True):
-        hit = alive & bad
+    for rule in rules[:rules.index("degree_limit") + 1]:  # the rules of the degrees alone
+        hit = alive & failures[rule]
         if rule == "experts_need_sp":  # only the sp=0 options of these rows break it
             lost = weight[hit] // len(limits.sp) * sp_off
             rejected[rule] = int(lost.sum())
@@ -249,15 +294,37 @@ def enumerate_space(problem: Problem, limits: Limits) -> Space:
             alive &= weight > 0
             continue
         rejected[rule] = int(weight[hit].sum())
-        alive &= ~bad
-    valid = int(weight[alive].sum())
-    if valid > MAX_CANDIDATES:
-        raise ConfigError(f"the strategy space has {valid:,} valid candidates, more than the {MAX_CANDIDATES:,} "
-                          "a search holds in memory; allowed: narrow it with max_cp, max_vp, max_pp, zero or orders"
-                          + (", max_ep, max_etp or ep_overlap" if problem.has_experts else ""))
-    columns = _expand(problem, limits, *(a[alive] for a in (tp, cp, pp, dp, vp, mbs, ep, etp, epo)))
-    assert len(columns["tp"]) == valid
-    return Space(columns=columns, enumerated=enumerated, rejected=rejected, orders=limits.orders)
+        alive &= ~hit
+    # (pp, vp): the vp of each pipeline depth that pass pp*vp <= layers and vp > 1 only with pp > 1.
+    per_row = weight // (len(vps) * len(mbss))  # candidates of each degree row x vp x mbs
+    pp_alive = pp[alive]
+    too_deep = (pp_alive[:, None] * vps[None, :]) > problem.num_layers
+    flat = ~too_deep & (vps[None, :] > 1) & (pp_alive[:, None] == 1)
+    rejected["pp_vp_layers"] = int((too_deep.sum(axis=1) * per_row[alive]).sum()) * len(mbss)
+    rejected["vp_needs_pp"] = int((flat.sum(axis=1) * per_row[alive]).sum()) * len(mbss)
+    d_idx, v_idx = np.nonzero(~too_deep & ~flat)
+    d_idx = np.flatnonzero(alive)[d_idx]
+    # Rows: degrees x vp (that pass) x mbs; each stands for `per_row` candidates (the options).
+    i = np.repeat(d_idx, len(mbss))
+    vp = np.repeat(vps[v_idx], len(mbss))
+    mbs = np.tile(mbss, len(d_idx))
+    tp, cp, pp, dp, ep, etp, epo = (deg[i, c] for c in range(7))
+    weight = per_row[i]
+    keep = np.ones(len(i), dtype=bool)
+    later = rules[rules.index("vp_needs_pp") + 1:]
+    failures = _rule_failures(problem, tp, cp, pp, dp, vp, mbs, ep, etp, epo)
+    for rule, bad in zip(rules, failures, strict=True):
+        if rule in later:
+            rejected[rule] = int(weight[keep & bad].sum())
+            keep &= ~bad
+    columns = dict(zip(ROW_COLUMNS, (a[keep] for a in (tp, cp, pp, dp, vp, mbs, ep, etp, epo)), strict=True))
+    return Rows(columns=columns, weight=weight[keep], enumerated=enumerated, rejected=rejected)
+
+
+def expand(problem: Problem, limits: Limits, rows: Rows, index: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """The candidates of the rows (those at `index`, default all) x their options, as columns."""
+    cols = rows.columns if index is None else {k: v[index] for k, v in rows.columns.items()}
+    return _expand(problem, limits, *(cols[name] for name in ROW_COLUMNS))
 
 
 def _expand(problem: Problem, limits: Limits, tp, cp, pp, dp, vp, mbs, ep, etp, epo) -> dict[str, np.ndarray]:

@@ -104,17 +104,20 @@ def _overlap_excess(layout: StageLayout, f: np.ndarray, b: np.ndarray, costs: Co
     if not costs.xf.shape[1] or not (costs.xf.any() or costs.xb.any()):
         return None
     kinds = layout.kinds[0]  # [T, K]
-    present = (kinds > 0)[None]
     excess = np.zeros((len(f), len(kinds)))
     for compute, exchange in ((f, costs.xf), (b, costs.xb)):
         sum_c = compute @ kinds.T
         step = sum_c
         for x in range(exchange.shape[1]):
             a = exchange[:, x]  # [n, K]
-            has = present & (a > 0)[:, None, :]
-            a_max = np.where(present, a[:, None, :], 0.0).max(axis=2)
-            c_min = np.where(has, compute[:, None, :], np.inf).min(axis=2)
-            chain = np.where(has.any(axis=2), np.maximum(sum_c + a_max, c_min + a @ kinds.T), sum_c)
+            sum_a = a @ kinds.T
+            chain = np.empty_like(sum_c)
+            for t, kind in enumerate(kinds):
+                present = np.flatnonzero(kind > 0)
+                ap, cp = a[:, present], compute[:, present]
+                c_min = np.where(ap > 0, cp, np.inf).min(axis=1)
+                chain[:, t] = np.where(np.isfinite(c_min), np.maximum(sum_c[:, t] + ap.max(axis=1),
+                                                                      c_min + sum_a[:, t]), sum_c[:, t])
             step = np.maximum(step, chain)
         excess += step - sum_c
     return excess

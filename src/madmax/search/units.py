@@ -20,7 +20,6 @@ unit's kernels instead (`Where.AFTER`, the same collectives).
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from dataclasses import dataclass, replace
 from functools import cached_property
@@ -37,7 +36,8 @@ MEMORY = ("tp", "sp", "rec", "ep", "etp")
 COMBO = ("tp", "cp", "mbs", "sp", "rec", "ep", "etp")
 LAYOUT = ("order", "tp", "cp", "pp", "dp")
 DATA = ("order", "tp", "cp", "pp", "dp", "zero", "shard")
-EXPERT_DATA = ("tp", "cp", "dp", "ep", "etp", "zero")  # the routed experts' data plan (order-independent)
+# The routed experts' data plan: ranks = tp*cp*dp of a stage, whatever the order (`expert_data_plans`).
+EXPERT_DATA = ("ranks", "ep", "etp", "zero")
 # A unit's collectives this search times, by name: (pass, place) of `parallel.kernels`.
 COMM = {"tp_fwd": (Phase.FORWARD, Where.AFTER), "tp_bwd": (Phase.BACKWARD, Where.AFTER),
         "cp_fwd": (Phase.FORWARD, Where.BESIDE_ATTENTION), "cp_bwd": (Phase.BACKWARD, Where.BESIDE_ATTENTION)}
@@ -97,15 +97,20 @@ class MemoryTable:
 
 
 def memory_table(ctx: Context, values: np.ndarray) -> MemoryTable:
+    """The memory of each (tp, sp, rec, ep, etp) row of `values`: one plan each (kept in `ctx.plans`)."""
     keys: tuple[str, ...] = ()
     rows = []
     for v in values:
-        plan = _plan(ctx, dict(zip(MEMORY, (int(x) for x in v), strict=True)))
-        keys = keys or tuple(plan.units)
-        units = [plan.units[k] for k in keys]
-        rows.append([[u.params for u in units], [u.trainable_params for u in units],
-                     [u.expert_params for u in units], [u.expert_trainable_params for u in units],
-                     [u.saved_bytes for u in units], [u.working_bytes for u in units]])
+        key = ("memory", *(int(x) for x in v))
+        if key not in ctx.plans:
+            plan = _plan(ctx, dict(zip(MEMORY, key[1:], strict=True)))
+            units = list(plan.units.values())
+            ctx.plans[key] = tuple(plan.units), [
+                [u.params for u in units], [u.trainable_params for u in units], [u.expert_params for u in units],
+                [u.expert_trainable_params for u in units], [u.saved_bytes for u in units],
+                [u.working_bytes for u in units]]
+        keys, row = ctx.plans[key]
+        rows.append(row)
     arr = np.array(rows, dtype=float).reshape(len(values), 6, len(keys))
     return MemoryTable(keys=keys, values=values, params=arr[:, 0], trainable=arr[:, 1], expert_params=arr[:, 2],
                        expert_trainable=arr[:, 3], saved=arr[:, 4], working=arr[:, 5])
@@ -118,9 +123,10 @@ class UnitTable:
     fwd/bwd/rec: forward, backward and recompute kernels; attn_f/attn_b: the attention kernel's share
     of fwd/bwd (the K/V ring of context parallelism runs beside it); flops_model: model FLOPs of one
     forward and backward; has_bwd: the unit has a backward pass; p2p_bytes [combo]: one pipeline send;
-    comm: per combo, per name of COMM, per key: the unit's tensor- and context-parallel collectives
-    (timed per span by the caller); x_fwd/x_bwd [combo, group, key]: seconds of the expert token exchange
-    after the forward / backward kernels on each of `exchange_groups`' streams (ep, etp).
+    comm: per name of COMM, per key, the units' tensor- and context-parallel collectives of each distinct
+    (tp, cp, mbs, sp, full recompute or not), timed per span by the caller; comm_idx [combo]: a combo's
+    entry in it; x_fwd/x_bwd [combo, group, key]: seconds of the expert token exchange after the forward
+    / backward kernels on each of `exchange_groups`' streams (ep, etp).
     """
 
     keys: tuple[str, ...]
@@ -134,9 +140,10 @@ class UnitTable:
     has_bwd: np.ndarray
     p2p_bytes: np.ndarray
     comm: list[dict[str, tuple[Collectives, ...]]]
-    exchange_groups: tuple[str, ...] = ()
-    x_fwd: np.ndarray | None = None
-    x_bwd: np.ndarray | None = None
+    comm_idx: np.ndarray
+    exchange_groups: tuple[str, ...]
+    x_fwd: np.ndarray
+    x_bwd: np.ndarray
 
 
 def _collectives(ops) -> Collectives:
@@ -171,86 +178,117 @@ def _base(ctx: Context, tp: int, cp: int, mbs: int, sp: int, ep: int, etp: int) 
     return tuple(plan.units), units, plan.p2p_bytes
 
 
-def unit_table(ctx: Context, combos: np.ndarray, cache: dict | None = None) -> UnitTable:
+@dataclass(frozen=True)
+class _Units:
+    """The units of one plan without recompute as arrays over the unit keys [K]: kernel seconds, FLOPs,
+    whether each has a backward pass and is a layer that recompute redoes; their collectives by name of
+    COMM, plus `tp_full` (the backward's with a full recompute: the forward's first); and the expert
+    exchange's seconds per group after the forward, the backward, and the backward with a full recompute."""
+
+    keys: tuple[str, ...]
+    fwd: np.ndarray
+    bwd: np.ndarray
+    attn_f: np.ndarray
+    attn_b: np.ndarray
+    flops: np.ndarray
+    has_bwd: np.ndarray
+    redo: np.ndarray
+    p2p_bytes: float
+    comm: dict[str, tuple[Collectives, ...]]
+    x_fwd: dict[str, np.ndarray]
+    x_bwd: dict[str, np.ndarray]
+
+
+def _units(ctx: Context, *key: int) -> _Units:
+    """`_base` of (tp, cp, mbs, sp, ep, etp) as arrays (kept in `ctx.plans`)."""
+    if ("units", key) in ctx.plans:
+        return ctx.plans[("units", key)]
+    keys, units, p2p_bytes = _base(ctx, *key)
+    redo = [unit.is_layer and unit.has_backward for unit, _, _, _ in units]
+    comm = {name: tuple(_collectives(c[name]) for _, _, c, _ in units) for name in COMM}
+    comm["tp_full"] = tuple(_collectives(c["tp_fwd"] + c["tp_bwd"]) if r else full
+                            for (_, _, c, _), r, full in zip(units, redo, comm["tp_bwd"], strict=True))
+    x = {phase: [_exchange_s(ctx, e[phase] if phase is Phase.FORWARD or u.has_backward else ())
+                 for u, _, _, e in units] for phase in (Phase.FORWARD, Phase.BACKWARD)}
+    groups = sorted({g for per_key in x[Phase.FORWARD] + x[Phase.BACKWARD] for g in per_key})
+
+    def by_group(per_key: list[dict[str, float]]) -> dict[str, np.ndarray]:
+        return {g: np.array([k.get(g, 0.0) for k in per_key]) for g in groups}
+
+    out = _Units(keys=keys, fwd=np.array([t.fwd_s for _, t, _, _ in units]),
+                 bwd=np.array([t.bwd_s for _, t, _, _ in units]),
+                 attn_f=np.array([t.attention_fwd_s for _, t, _, _ in units]),
+                 attn_b=np.array([t.attention_bwd_s for _, t, _, _ in units]),
+                 flops=np.array([t.flops_fwd + t.flops_bwd for _, t, _, _ in units]),
+                 has_bwd=np.array([u.has_backward for u, _, _, _ in units], dtype=bool),
+                 redo=np.array(redo, dtype=bool), p2p_bytes=p2p_bytes, comm=comm,
+                 x_fwd=by_group(x[Phase.FORWARD]), x_bwd=by_group(x[Phase.BACKWARD]))
+    ctx.plans[("units", key)] = out
+    return out
+
+
+def unit_table(ctx: Context, combos: np.ndarray) -> UnitTable:
     """Compute times, FLOPs and collectives of each (tp, cp, mbs, sp, rec, ep, etp) row of `combos`.
 
-    One plan per (tp, cp, mbs, sp, ep, etp) without recompute (`_units`); recompute adds, to each layer
-    that has a backward pass, its attention forward (selective) or its whole forward with the TP
-    collectives and the expert exchange of that forward (full), as `parallel.plan` does (Korthikanti et
-    al. 2022, Sec. 5). cache: plans already built, kept by the caller across calls.
-    """
-    cache = {} if cache is None else cache
-    keys: tuple[str, ...] = ()
-    names = ("fwd", "bwd", "rec", "attn_f", "attn_b", "flops_model", "has_bwd")
-    rows: list[dict] = []
-    for combo in combos:
-        tp, cp, mbs, sp, rec, ep, etp = (int(x) for x in combo)
-        keys, units, p2p_bytes = _units(ctx, cache, tp, cp, mbs, sp, ep, etp)
-        row: dict = {name: [] for name in names} | {"comm": {name: [] for name in COMM}, "p2p_bytes": p2p_bytes,
-                                                     "x_fwd": [], "x_bwd": []}
-        for unit, t, comm, exchange in units:
-            redo = unit.is_layer and unit.has_backward
-            rec_s, tp_bwd, x_bwd = 0.0, _collectives(comm["tp_bwd"]), exchange[Phase.BACKWARD]
-            if redo and RECOMPUTES[rec] is Recompute.SELECTIVE:
-                rec_s = t.attention_fwd_s
-            elif redo and RECOMPUTES[rec] is Recompute.FULL:
-                rec_s, tp_bwd = t.fwd_s, _collectives(comm["tp_fwd"] + comm["tp_bwd"])
-                x_bwd = exchange[Phase.FORWARD] + x_bwd
-            for name, value in zip(names, (t.fwd_s, t.bwd_s, rec_s, t.attention_fwd_s, t.attention_bwd_s,
-                                           t.flops_fwd + t.flops_bwd, unit.has_backward), strict=True):
-                row[name].append(value)
-            for name in COMM:
-                row["comm"][name].append(tp_bwd if name == "tp_bwd" else _collectives(comm[name]))
-            row["x_fwd"].append(_exchange_s(ctx, exchange[Phase.FORWARD]))
-            row["x_bwd"].append(_exchange_s(ctx, x_bwd if unit.has_backward else ()))
-        rows.append(row)
-    arrays = {name: np.array([r[name] for r in rows], dtype=float).reshape(len(rows), -1)
-              for name in names if name != "has_bwd"}
-    groups = tuple(sorted({g for r in rows for x in r["x_fwd"] + r["x_bwd"] for g in x}))
-    x = {name: np.array([[[per_key.get(g, 0.0) for per_key in r[name]] for g in groups] for r in rows],
-                        dtype=float).reshape(len(rows), len(groups), len(keys)) for name in ("x_fwd", "x_bwd")}
-    return UnitTable(keys=keys, combos=combos, has_bwd=np.array([r["has_bwd"] for r in rows], dtype=bool),
-                     p2p_bytes=np.array([r["p2p_bytes"] for r in rows], dtype=float),
-                     comm=[{k: tuple(v) for k, v in r["comm"].items()} for r in rows], exchange_groups=groups,
-                     **x, **arrays)
+    One plan per (tp, cp, mbs, sp) without recompute; recompute adds, to each layer that has a backward
+    pass, its attention forward (selective) or its whole forward with the TP collectives and the expert
+    exchange of that forward (full), as `parallel.plan` does (Korthikanti et al. 2022, Sec. 5).
 
-
-def _units(ctx: Context, cache: dict, tp: int, cp: int, mbs: int, sp: int, ep: int, etp: int) -> tuple:
-    """The units of (tp, cp, mbs, sp, ep, etp) without recompute, as `_base` gives them.
-
-    With experts spread (ep or etp > 1), from two plans shared by many: the routed experts' kernels and
-    exchange depend on tp, cp and mbs only through the tokens each tensor-parallel rank routes,
-    x = mbs*seq/(cp*tp) (`parallel.tensor.Shape.expert_tokens`; the exchange sends T/tp tokens under
-    the sequence parallelism an MoE model needs), and no other kernel depends on ep or etp. So
+    With experts spread (ep or etp > 1): the routed experts' kernels and exchange depend on tp, cp and
+    mbs only through the tokens each tensor-parallel rank routes, x = mbs*seq/(cp*tp)
+    (`parallel.tensor.Shape.expert_tokens`; the exchange sends T/tp tokens under the sequence
+    parallelism an MoE model needs), and no other kernel depends on ep or etp. So
 
         unit(tp, cp, mbs, ep, etp) = unit(tp, cp, mbs, 1, 1) + unit(r, ep, etp) - unit(r, 1, 1)
 
-    in its kernel seconds and FLOPs, with r the first (tp, cp, mbs) seen with the same x, and the
-    exchange of unit(r, ep, etp): one plan per (tp, cp, mbs) and one per (x, ep, etp), not one per
-    combination.
+    in kernel seconds and FLOPs, with r the first (tp, cp, mbs) seen with the same x, and the exchange of
+    unit(r, ep, etp): one plan per (tp, cp, mbs) and one per (x, ep, etp), not one per combination.
+    The plans are kept in `ctx.plans` for later calls.
     """
-    def base(*key: int) -> tuple:
-        if key not in cache:
-            cache[key] = _base(ctx, *key)
-        return cache[key]
+    c = combos.astype(np.int64).reshape(-1, len(COMBO))
+    tp, cp, mbs, _, rec, ep, etp = c.T
+    dense_keys, d_idx = np.unique(c[:, :4], axis=0, return_inverse=True)
+    d_idx = d_idx.ravel()
+    dense = [_units(ctx, *(int(x) for x in k), 1, 1) for k in dense_keys]
+    keys = dense[0].keys if dense else ()
 
-    dense = base(tp, cp, mbs, sp, 1, 1)
-    if ep == 1 and etp == 1:
-        return dense
-    tokens, ranks = mbs * ctx.seq_len, cp * tp
-    share = (tokens // math.gcd(tokens, ranks), ranks // math.gcd(tokens, ranks))
-    rep = cache.setdefault(("rep", share), (tp, cp, mbs, sp))
-    spread = base(*rep, ep, etp)
-    if rep == (tp, cp, mbs, sp):
-        return spread
-    keys, units, p2p_bytes = dense
-    out = []
-    for (unit, t, comm, _), (_, t_spread, _, exchange), (_, t_rep, _, _) in zip(
-            units, spread[1], base(*rep, 1, 1)[1], strict=True):
-        extra = {name: getattr(t, name) + (getattr(t_spread, name) - getattr(t_rep, name))
-                 for name in ("fwd_s", "bwd_s", "flops_fwd", "flops_bwd")}
-        out.append((unit, replace(t, **extra), comm, exchange))
-    return keys, out, p2p_bytes
+    def stack(name: str, units: list[_Units]) -> np.ndarray:
+        return np.array([getattr(u, name) for u in units]).reshape(len(units), len(keys))
+
+    fwd, bwd, flops = (stack(name, dense)[d_idx] for name in ("fwd", "bwd", "flops"))
+    attn_f, attn_b, has_bwd, redo = (stack(name, dense)[d_idx] for name in ("attn_f", "attn_b", "has_bwd", "redo"))
+    spread = np.flatnonzero((ep > 1) | (etp > 1))
+    groups: tuple[str, ...] = ()
+    x_fwd = x_bwd = np.zeros((len(c), 0, len(keys)))
+    if len(spread):
+        tokens, ranks = mbs[spread] * ctx.seq_len, cp[spread] * tp[spread]
+        share = np.stack([tokens // np.gcd(tokens, ranks), ranks // np.gcd(tokens, ranks), ep[spread], etp[spread]],
+                         axis=1)
+        shares, first, e_idx = np.unique(share, axis=0, return_index=True, return_inverse=True)
+        pairs = []
+        for (a, b, e, t), j in zip(shares.tolist(), first, strict=True):
+            rep = ctx.plans.setdefault(("rep", a, b), tuple(int(x) for x in c[spread[j], :4]))
+            pairs.append((_units(ctx, *rep, e, t), _units(ctx, *rep, 1, 1)))
+        e_idx = e_idx.ravel()
+        for name, arr in (("fwd", fwd), ("bwd", bwd), ("flops", flops)):
+            arr[spread] += np.array([getattr(s, name) - getattr(r, name) for s, r in pairs])[e_idx]
+        groups = tuple(sorted({g for s, _ in pairs for g in (*s.x_fwd, *s.x_bwd)}))
+        x_fwd, x_bwd = (np.zeros((len(c), len(groups), len(keys))) for _ in range(2))
+        for arr, name in ((x_fwd, "x_fwd"), (x_bwd, "x_bwd")):
+            per = np.array([[getattr(s, name).get(g, np.zeros(len(keys))) for g in groups] for s, _ in pairs])
+            arr[spread] = per[e_idx]
+    full = (rec == RECOMPUTES.index(Recompute.FULL))[:, None] & redo
+    selective = (rec == RECOMPUTES.index(Recompute.SELECTIVE))[:, None] & redo
+    rec_s = np.where(selective, attn_f, np.where(full, fwd, 0.0))
+    x_bwd = x_bwd + np.where(full[:, None, :], x_fwd, 0.0)  # the recomputed forward's exchange first
+    comm = [entry for u in dense for entry in ({k: v for k, v in u.comm.items() if k != "tp_full"},
+                                               {**{k: v for k, v in u.comm.items() if k != "tp_full"},
+                                                "tp_bwd": u.comm["tp_full"]})]
+    return UnitTable(keys=keys, combos=combos, fwd=fwd, bwd=bwd, rec=rec_s, attn_f=attn_f, attn_b=attn_b,
+                     flops_model=flops, has_bwd=has_bwd,
+                     p2p_bytes=np.array([u.p2p_bytes for u in dense], dtype=float)[d_idx], comm=comm,
+                     comm_idx=2 * d_idx + (rec == RECOMPUTES.index(Recompute.FULL)), exchange_groups=groups,
+                     x_fwd=x_fwd, x_bwd=x_bwd)
 
 
 def comm_s(ctx: Context, ops: Collectives, span: Span) -> float:
@@ -289,14 +327,15 @@ def data_plans(ctx: Context, values: np.ndarray, orders: tuple[str, ...]) -> lis
 
 
 def expert_data_plans(ctx: Context, values: np.ndarray) -> list:
-    """The routed experts' `DataParallelPlan` of each distinct (tp, cp, dp, ep, etp, zero) row: their
-    state sharded over the whole expert-data-parallel group with ZeRO >= 1 (`parallel.data`)."""
+    """The routed experts' `DataParallelPlan` of each distinct (ranks, ep, etp, zero) row: their state
+    sharded over the whole expert-data-parallel group with ZeRO >= 1 (`parallel.data`), a group placed by
+    the tp*cp*dp ranks of a stage and ep, etp alone (`parallel.placement.expert_span`)."""
     from madmax.parallel.data import data_parallel_plan
     from madmax.parallel.experts import spans
 
     plans = []
-    for v in values:
-        s = strategy(dict(zip(EXPERT_DATA, (int(x) for x in v), strict=True)))
+    for ranks, ep, etp, zero in values.tolist():
+        s = strategy({"dp": ranks, "ep": ep, "etp": etp, "zero": zero})
         plans.append(data_parallel_plan(s, ctx.domain, ctx.dtype, grad_span=spans(s, ctx.domain).edp))
     return plans
 
