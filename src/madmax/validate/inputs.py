@@ -7,6 +7,7 @@ that catalog system with the row's bandwidths (its latencies kept).
 from __future__ import annotations
 
 import math
+import re
 from functools import cache
 from typing import Any
 
@@ -44,9 +45,20 @@ def nemotron_model(name: str, layers: int, hidden: int, heads: int, kv_heads: in
             "is_gated_ffn": False, "activation": "squared_relu", "norm": "layernorm"}
 
 
+# Mixture-of-experts model names -> their family (before the dense prefixes: 'gpt-oss' is not GPT-3, and
+# Qwen's MoE models are named '<total>-a<active>b').
+MOE_FAMILIES = (("gpt-oss", "gpt-oss"), ("mixtral", "mixtral"), ("deepseek", "deepseek"), ("kimi", "deepseek"),
+                ("llama-4", "llama4"), ("llama4", "llama4"))
+
+
 def model_family(model_name: str) -> str:
     name = model_name.lower()
-    for family in ("gpt", "llama", "nemotron", "mixtral"):
+    for prefix, family in MOE_FAMILIES:
+        if name.startswith(prefix):
+            return family
+    if re.search(r"-a\d+(\.\d+)?b\b", name):
+        return name.split("-")[0] + "-moe"
+    for family in ("gpt", "llama", "nemotron"):
         if name.startswith(family):
             return family
     return name.split("-")[0]

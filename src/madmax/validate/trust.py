@@ -61,8 +61,9 @@ def _group_of(parallelism: str | Mapping[str, Any] | Any) -> str:
 
         parallelism = parse_strategy(parallelism)
     get = parallelism.get if isinstance(parallelism, Mapping) else lambda k, d: getattr(parallelism, k, d)
-    degree = {k: int(get(k, 1) or 1) for k in ("tp", "pp", "dp", "cp")}
-    return parallelism_group(degree["tp"], degree["pp"], degree["dp"], degree["cp"], int(get("zero", 0) or 0))
+    degree = {k: int(get(k, 1) or 1) for k in ("tp", "pp", "dp", "cp", "ep")}
+    return parallelism_group(degree["tp"], degree["pp"], degree["dp"], degree["cp"], int(get("zero", 0) or 0),
+                             degree["ep"])
 
 
 def _gpu_name(gpu: str) -> str:
