@@ -253,3 +253,41 @@ def test_bad_no_rope_layers_are_named() -> None:
         load_model(text | {"no_rope_layers": [1, 2]})
     with pytest.raises(ConfigError, match=r"field 'no_rope_layers' does not make every k-th layer a NoPE"):
         load_model(text | {"no_rope_layers": [0] + [1] * 47})
+
+
+# Keys an MoE config may carry, with values a user could get wrong (missing, zero, negative, wrong type).
+_FUZZ_VALUES = (None, 0, -1, 1, 2, 3, 8, 64, 3.5, "8", True, [])
+_FUZZ_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok", "moe_intermediate_size",
+              "n_shared_experts", "first_k_dense_replace", "moe_layer_freq", "decoder_sparse_step", "n_group",
+              "topk_group", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "num_nextn_predict_layers",
+              "intermediate_size", "shared_expert_intermediate_size", "interleave_moe_layer_step")
+
+
+@pytest.mark.parametrize("name", ["mixtral-8x7b-v0.1", "qwen3-30b-a3b", "deepseek-v3", "gpt-oss-20b",
+                                  "qwen1.5-moe-a2.7b"])
+def test_any_mangled_moe_config_imports_or_fails_in_one_sentence(name: str) -> None:
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from madmax.errors import MadmaxError
+
+    base = hf_config(name)
+
+    @settings(max_examples=60, deadline=None)
+    @given(st.dictionaries(st.sampled_from(_FUZZ_KEYS), st.sampled_from(_FUZZ_VALUES), max_size=3))
+    def check(changes: dict[str, Any]) -> None:
+        cfg = dict(base)
+        for key, value in changes.items():
+            if value is None:
+                cfg.pop(key, None)
+            else:
+                cfg[key] = value
+        try:
+            model = load_model(cfg)
+        except MadmaxError as exc:
+            message = str(exc)
+            assert "\n" not in message and "Traceback" not in message
+            return
+        assert sum(param_counts(model).values()) > 0
+
+    check()
