@@ -7,6 +7,11 @@
    (`timing.refine`), which reproduces `simulate` at step granularity.
 5. The best `exact` by the replay are simulated with `madmax.simulate`; they are ranked by the
    simulated numbers, so the reported top K are `simulate` results.
+
+A mixture-of-experts model adds ep, etp and the all-to-all overlap to the space; each step accounts for
+its routed experts (their state group and gradient stream, their grouped GEMMs, the token exchange). A
+space of more than `bound.EXHAUSTIVE` candidates runs steps 2-3 row by row, best first, within floors
+that keep the pool of step 4 unchanged (`search.bound`).
 """
 
 from __future__ import annotations
