@@ -14,7 +14,7 @@ from madmax.errors import ConfigError
 from madmax.program import builder_for
 from madmax.search.bound import EXHAUSTIVE, run_bounded
 from madmax.search.context import prepare
-from madmax.search.core import Outcome, run_search
+from madmax.search.core import Outcome, gc_paused, run_search
 from madmax.search.objective import scorer
 from madmax.search.space import RECOMPUTES, Limits, Space, all_orders, enumerate_rows, expand
 from madmax.search.tables import TableLimits, run_table_search
@@ -23,6 +23,7 @@ DEFAULT_EXACT = 20
 DEFAULT_REFINE = 2000
 
 
+@gc_paused()
 def find(model: Any, system: Any, num_gpus: int | None = None, task: Any = "pretrain",
          global_batch: int | None = None, seq_len: int | None = None, dtype: str | None = None, *,
          objective: str = "throughput", tokens: float | None = None, top: int = 10, exact: int | None = None,
