@@ -166,7 +166,8 @@ def test_frame_has_the_expert_columns(moe):
 @pytest.mark.parametrize(("extra", "words"), [
     ({"max_ep": 0}, ["max_ep=0", "positive"]),
     ({"max_etp": -1}, ["max_etp=-1", "positive"]),
-    ({"ep_overlap": []}, ["ep_overlap", "allowed: 0, 1"]),
+    ({"ep_overlap": []}, ["ep_overlap=[]", "allowed: 0, 1"]),
+    ({"ep_overlap": [2]}, ["ep_overlap=[2]", "allowed: 0, 1"]),
 ])
 def test_bad_expert_filters_are_one_sentence(moe_case, extra, words):
     with pytest.raises(ConfigError) as err:

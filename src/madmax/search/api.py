@@ -110,9 +110,9 @@ def _expert_limits(max_ep: int | None, max_etp: int | None, ep_overlap: list[boo
     for name, value in (("max_ep", max_ep), ("max_etp", max_etp)):
         if value is not None and value < 1:
             raise ConfigError(f"{name}={value} must be a positive integer")
+    if ep_overlap is not None and (not ep_overlap or any(o not in (0, 1) for o in ep_overlap)):
+        raise ConfigError(f"ep_overlap={list(ep_overlap)} must list all-to-all overlap settings; allowed: 0, 1")
     overlaps = (False, True) if ep_overlap is None else tuple(sorted({bool(o) for o in ep_overlap}))
-    if not overlaps:
-        raise ConfigError("ep_overlap must list at least one setting; allowed: 0, 1")
     return {"max_ep": max_ep, "max_etp": max_etp, "ep_overlap": overlaps}
 
 
