@@ -68,7 +68,15 @@ def simulate(model: str | Path | dict | ModelSpec, system: str | Path | dict | S
     if stack is not None:
         raise ConfigError(f"stack={stack!r} selects a serving engine; it applies to task=inference of a generative "
                           "model; allowed for training: omit it")
-    return _simulate_training(resolve_training(request, requested), keep_schedule)
+    import gc
+
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _simulate_training(resolve_training(request, requested), keep_schedule)
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _simulate_training(run: TrainingRequest, keep_schedule: bool) -> Result:

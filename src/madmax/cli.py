@@ -60,6 +60,11 @@ CalibrationOpt = Annotated[Path | None, typer.Option(help="Compute profile from 
 StackOpt = Annotated[str | None, typer.Option(help="Serving stack (inference): trtllm (default), vllm, sglang, "
                                                    "trtllm-0.9, or a YAML file.")]
 
+ExpertLoadOpt = Annotated[str | None, typer.Option(help="MoE routing load: balanced (default), the busiest expert "
+                                                        "rank's tokens over the mean (e.g. 1.3), or zipf:ALPHA.")]
+CapacityFactorOpt = Annotated[float | None, typer.Option(help="MoE expert capacity over the mean share; tokens "
+                                                              "beyond it are dropped (default: dropless).")]
+
 
 @app.command()
 def simulate(
@@ -72,7 +77,9 @@ def simulate(
     dtype: Annotated[str | None, typer.Option(help="Compute dtype: bf16, fp16, fp8, fp32 (default bf16, "
                                                     "or fp16 on GPUs without bf16).")] = None,
     strategy: Annotated[str | None, typer.Option(help='e.g. "tp=8,pp=4,dp=32,vp=1,mbs=1,zero=1,'
-                                                      'recompute=selective,sp=1"; recommendation models: '
+                                                      'recompute=selective,sp=1"; mixture of experts: '
+                                                      '"ep=8,etp=1,ep_overlap=1,dispatcher=deepep"; '
+                                                      'recommendation models: '
                                                       '"emb=tw|rw|cw|twrw|dp,emb_group=G,emb_offload=1".')] = None,
     batch: Annotated[int | None, typer.Option(help="Requests at once per replica (inference; the largest tried "
                                                    "in saturation mode).")] = None,
@@ -94,12 +101,8 @@ def simulate(
     lora_rank: LoraRankOpt = None,
     frozen_layers: FrozenLayersOpt = None,
     lora_targets: LoraTargetsOpt = None,
-    expert_load: Annotated[str | None, typer.Option(help="MoE routing load: balanced (default), the busiest "
-                                                         "expert rank's tokens over the mean (e.g. 1.3), or "
-                                                         "zipf:ALPHA.")] = None,
-    capacity_factor: Annotated[float | None, typer.Option(help="MoE expert capacity over the mean share; "
-                                                               "tokens beyond it are dropped (default: "
-                                                               "dropless).")] = None,
+    expert_load: ExpertLoadOpt = None,
+    capacity_factor: CapacityFactorOpt = None,
     calibration: CalibrationOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
     trace: Annotated[Path | None, typer.Option(help="Write a Chrome/Perfetto trace JSON here.")] = None,
@@ -343,6 +346,12 @@ def search(
     lora_targets: LoraTargetsOpt = None,
     emb: Annotated[str | None, typer.Option(help='Embedding shardings to try (models with tables), e.g. '
                                                  '"tw,rw" (default tw,rw,cw,twrw,dp).')] = None,
+    max_ep: Annotated[int | None, typer.Option(help="Largest expert-parallel degree (MoE models).")] = None,
+    max_etp: Annotated[int | None, typer.Option(help="Largest expert-tensor-parallel degree (MoE models).")] = None,
+    ep_overlap: Annotated[str | None, typer.Option(help='All-to-all overlap settings to try (MoE models), e.g. "1" '
+                                                        '(default 0,1).')] = None,
+    expert_load: ExpertLoadOpt = None,
+    capacity_factor: CapacityFactorOpt = None,
     calibration: CalibrationOpt = None,
     prompt_len: PromptLenOpt = None,
     output_len: OutputLenOpt = None,
@@ -362,7 +371,9 @@ def search(
     training_only = {"global_batch": global_batch, "seq_len": seq_len, "dtype": dtype, "tokens": tokens,
                      "zero": zero, "recompute": recompute, "max_cp": max_cp, "max_vp": max_vp, "max_mbs": max_mbs,
                      "orders": orders, "emb": emb, "finetune": finetune, "lora_rank": lora_rank,
-                     "frozen_layers": frozen_layers, "lora_targets": lora_targets, "out": out,
+                     "frozen_layers": frozen_layers, "lora_targets": lora_targets, "out": out, "max_ep": max_ep,
+                     "max_etp": max_etp, "ep_overlap": ep_overlap, "expert_load": expert_load,
+                     "capacity_factor": capacity_factor,
                      "objective": None if objective == "throughput" else objective, "hybrid": None if hybrid else False,
                      "refine": None if refine == 2000 else refine, "workers": None if workers == 1 else workers}
     serving_only = {"prompt_len": prompt_len, "output_len": output_len, "mode": None if mode == "static" else mode,
@@ -403,7 +414,9 @@ def search(
                        orders=orders.split(",") if orders else None, calibration=calibration, workers=workers,
                        finetune=finetune, lora_rank=lora_rank, frozen_layers=frozen_layers,
                        lora_targets=lora_targets.split(",") if lora_targets else None,
-                       emb=emb.split(",") if emb else None)
+                       emb=emb.split(",") if emb else None, max_ep=max_ep, max_etp=max_etp,
+                       ep_overlap=numbers(ep_overlap, "ep_overlap"), expert_load=expert_load,
+                       capacity_factor=capacity_factor)
         wall = time.perf_counter() - start
         if out is not None:
             try:

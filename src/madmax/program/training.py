@@ -95,6 +95,7 @@ class _Builder:
         self.deferred: list[int] = []  # gradient reductions that wait for the whole backward (no overlap)
         self.pending: dict[tuple[Phase, int, str], list[int]] = {}  # exchanges a unit's pass waits for
         self.consumers: dict[str, list[str]] = defaultdict(list)  # unit -> producers whose output it reads
+        self._groups: dict[str, list] = {}
         for key, unit in plan.units.items():
             if unit.edge_to is not None:
                 self.consumers[unit.edge_to].append(key)
@@ -129,6 +130,7 @@ class _Builder:
                 for key in chunk:
                     if plan.units[key].trainable_params:  # one gather per layer; the first gates the forward
                         gathered.setdefault(key, self._param_gather(streams, plan.units[key]))
+        tail = None  # the collectives the compute stream's next segment waits for (after the unit before)
         for step in schedule(stage, self.pp, self.vp, m):
             virtual = step.chunk * self.pp + stage
             units = chunks[step.chunk]
@@ -140,6 +142,9 @@ class _Builder:
                 if step.phase is Phase.BACKWARD and not unit.has_backward:
                     continue
                 deps: list[int] = self._edges_in(streams, step, key)
+                if tail is not None:
+                    deps.append(tail)
+                    tail = None
                 if data.zero >= 3 and unit.params > 0:
                     deps += [self.comm(streams[group], Collective.ALL_GATHER, params * d.weight_bytes, d.shard_span,
                                        group) for group, d, params, _ in self._state_groups(unit)]
@@ -169,7 +174,8 @@ class _Builder:
                     hw_flops += t.flops_bwd
                 if first_segment is None:
                     first_segment = start
-                seg = self._after(streams, t.after_fwd if step.phase is Phase.FORWARD else t.after_bwd, seg)
+                after = self._after(streams, t.after_fwd if step.phase is Phase.FORWARD else t.after_bwd, seg)
+                tail, seg = (after if after != seg else None), after
                 overlapped += self._overlapped(streams, t.overlapped_fwd if step.phase is Phase.FORWARD
                                                else t.overlapped_bwd, seg)
                 last_compute = seg
@@ -207,7 +213,7 @@ class _Builder:
         comm = seg
         for group, kind, seconds in after:
             comm = self.prog.add(streams[group], seconds, (comm,), category=f"{group}.{kind}", label=f"{group} {kind}")
-        return self.prog.add(streams[COMPUTE], 0.0, (comm,), category="sync", label="wait for collectives")
+        return comm
 
     def _overlapped(self, streams: _Streams, overlapped: GroupTimes, seg: int) -> list[int]:
         """Collectives that run beside the compute after the unit (the expert all-to-all of a micro-batch
@@ -270,8 +276,11 @@ class _Builder:
     def _state_groups(self, unit: UnitPlan) -> list[tuple[str, DataParallelPlan, float, float]]:
         """(stream group, data-parallel plan, parameters, trainable parameters) of the unit's dense part
         ("dp") and of its routed experts ("edp", their own process group), as `UnitPlan.state_groups`."""
-        return [(DP if d is self.plan.data else EDP, d, params, trainable)
-                for d, params, trainable in unit.state_groups(self.plan)]
+        cached = self._groups.get(unit.name)
+        if cached is None:
+            cached = self._groups[unit.name] = [(DP if d is self.plan.data else EDP, d, params, trainable)
+                                                for d, params, trainable in unit.state_groups(self.plan)]
+        return cached
 
     def _param_gather(self, streams: _Streams, unit: UnitPlan) -> list[int]:
         """ZeRO-1/2: the updated weights of each of the unit's state groups gathered over their shard."""
