@@ -64,6 +64,12 @@ def build_training(plan: Plan, compute: ComputeModel, network: NetworkModel) -> 
 
 
 @cache
+def _names(group: str, kind: str) -> tuple[str, str]:
+    """Category and label of a collective segment of `group` and `kind`."""
+    return f"{group}.{kind}", f"{group} {kind}"
+
+
+@cache
 def _comm_s(network: NetworkModel, kind: Collective, size: float, span: Span) -> float:
     return network.collective_s(kind, size, span)
 
@@ -208,11 +214,10 @@ class _Builder:
     def _after(self, streams: _Streams, after: GroupTimes, seg: int) -> int:
         """The collectives after a unit's kernels, one segment per group and kind in order on the group's
         stream; the compute stream waits for the last (the next unit consumes their result)."""
-        if not after:
-            return seg
         comm = seg
         for group, kind, seconds in after:
-            comm = self.prog.add(streams[group], seconds, (comm,), category=f"{group}.{kind}", label=f"{group} {kind}")
+            category, label = _names(group, kind)
+            comm = self.prog.add(streams[group], seconds, (comm,), category=category, label=label)
         return comm
 
     def _overlapped(self, streams: _Streams, overlapped: GroupTimes, seg: int) -> list[int]:

@@ -8,7 +8,6 @@ t_start = max(end of the previous segment on the stream, end of each segment it 
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass
 
 from madmax.sim.program import Program
@@ -31,36 +30,37 @@ class Schedule:
 
 
 def schedule(program: Program) -> Schedule:
-    """Start times by Kahn's algorithm over dependency and stream-order edges."""
+    """Start times by Kahn's algorithm over dependency and stream-order edges (any order of the ready
+    segments gives the same times: a start depends on the graph alone)."""
     n = len(program)
     durations, streams, after = program.duration_s, program.stream_of, program.after
     succ: list[list[int]] = [[] for _ in range(n)]
     indeg = [0] * n
     last_on_stream: dict[int, int] = {}
     for seg in range(n):
-        prev = last_on_stream.get(streams[seg])
+        stream = streams[seg]
+        prev = last_on_stream.get(stream)
+        deps = after[seg]
+        indeg[seg] = len(deps) + (prev is not None)
         if prev is not None:
             succ[prev].append(seg)
-            indeg[seg] += 1
-        last_on_stream[streams[seg]] = seg
-        for dep in after[seg]:
+        last_on_stream[stream] = seg
+        for dep in deps:
             succ[dep].append(seg)
-            indeg[seg] += 1
     ready_at = [0.0] * n
-    start = [0.0] * n
     end = [0.0] * n
-    queue = deque(s for s in range(n) if indeg[s] == 0)
+    ready = [s for s in range(n) if indeg[s] == 0]
+    pop, push = ready.pop, ready.append
     done = 0
-    while queue:
-        seg = queue.popleft()
+    while ready:
+        seg = pop()
         done += 1
-        start[seg] = ready_at[seg]
-        finish = end[seg] = start[seg] + durations[seg]
+        finish = end[seg] = ready_at[seg] + durations[seg]
         for nxt in succ[seg]:
             if finish > ready_at[nxt]:
                 ready_at[nxt] = finish
             indeg[nxt] -= 1
-            if indeg[nxt] == 0:
-                queue.append(nxt)
+            if not indeg[nxt]:
+                push(nxt)
     assert done == n, "the program's dependency graph has a cycle (a program-builder bug)"
-    return Schedule(start, end, list(streams), list(program.category), list(program.label), program.stream_names)
+    return Schedule(ready_at, end, list(streams), list(program.category), list(program.label), program.stream_names)

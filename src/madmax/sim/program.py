@@ -52,13 +52,15 @@ class Program:
     def add(self, stream: int, duration_s: float, after: Iterable[int] = (), *, category: str = "",
             label: str = "") -> int:
         """Append a segment to `stream` (an id from `stream`); returns its number."""
-        assert duration_s >= 0, f"negative duration for {label}"
-        self.duration_s.append(duration_s)
+        if duration_s < 0:
+            raise AssertionError(f"negative duration for {label}")
+        durations = self.duration_s
+        durations.append(duration_s)
         self.stream_of.append(stream)
         self.after.append(list(after))
         self.category.append(category)
         self.label.append(label)
-        return len(self.duration_s) - 1
+        return len(durations) - 1
 
     def wait(self, segment: int, dep: int) -> None:
         """Make `segment` wait for `dep` too (for segments added later, such as a pipeline neighbour's send)."""
