@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from madmax.collective import Collective, Span
 from madmax.config.base import DType
-from madmax.config.loaders import load_model, load_system
+from madmax.config.loaders import find_in_catalog, load_model, load_system
 from madmax.config.stack import load_stack
 from madmax.config.strategy import Strategy
 from madmax.config.task import Task
@@ -176,19 +176,16 @@ def test_longer_contexts_are_never_faster(decode, keys, more):
     assert long >= short
 
 
-# Mixture-of-experts serving. Shapes from the Hugging Face config.json files of mistralai/Mixtral-8x7B-v0.1
-# and deepseek-ai/DeepSeek-V3 (written inline until the catalog has them).
-MIXTRAL = {"name": "mixtral-like", "num_layers": 32, "hidden_size": 4096, "num_heads": 32, "num_kv_heads": 8,
-           "head_dim": 128, "ffn_hidden_size": 14336, "is_gated_ffn": True, "activation": "silu", "norm": "rmsnorm",
-           "vocab_size": 32000, "max_seq_len": 32768,
-           "moe": {"num_experts": 8, "top_k": 2, "expert_ffn_hidden_size": 14336}}
-DEEPSEEK = {"name": "deepseek-like", "num_layers": 61, "hidden_size": 7168, "num_heads": 128,
-            "ffn_hidden_size": 18432, "is_gated_ffn": True, "activation": "silu", "norm": "rmsnorm",
-            "vocab_size": 129280, "max_seq_len": 163840, "mtp_layers": 1,
-            "mla": {"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
-                    "v_head_dim": 128},
-            "moe": {"num_experts": 256, "top_k": 8, "expert_ffn_hidden_size": 2048, "shared_experts": 1,
-                    "first_dense_layers": 3}}
+
+def catalog_model(name: str, renamed: str) -> dict:
+    """A catalog model's fields under another name (a model file the tests may change)."""
+    entry = find_in_catalog("models", name)
+    return {k: v for k, v in entry.items() if k != "aliases"} | {"name": renamed}
+
+
+# Mixture-of-experts serving: the catalog's Mixtral-8x7B and DeepSeek-V3, renamed.
+MIXTRAL = catalog_model("mixtral-8x7b", "mixtral-like")
+DEEPSEEK = catalog_model("deepseek-v3", "deepseek-like")
 
 
 def moe_plan(model: dict, tp: int, ep: int, etp: int, num_gpus: int = 8, kv: DType = DType.BF16,
@@ -253,11 +250,11 @@ def test_decode_reads_the_weights_of_the_experts_its_tokens_touch():
 
 def test_expert_weights_split_over_ep_and_etp_dense_over_tp():
     # DeepSeek-V3's MoE layer on one rank, fp8 (1 B): the 256 routed experts (3 * 7168 * 2048 each) over
-    # ep * etp = 8 GPUs; the router (7168 x 256), MLA's down projections (7168 x 1536, 7168 x 576) and the
-    # norms (2 * 7168 + 1536 + 512) whole; the shared expert (3 * 7168 * 2048), q_up (1536 x 128 * 192),
+    # ep * etp = 8 GPUs; the router (7168 x 256 and its 256-element routing bias), MLA's down projections
+    # (7168 x 1536, 7168 x 576) and the norms (2 * 7168 + 1536 + 512) whole; the shared expert (3 * 7168 * 2048), q_up (1536 x 128 * 192),
     # kv_up (512 x 128 * 256) and the output (128 * 128 x 7168) over tp.
     experts = 256 * 3 * 7168 * 2048 / 8
-    whole = 7168 * 256 + 7168 * 1536 + 7168 * 576 + 2 * 7168 + 1536 + 512
+    whole = 7168 * 256 + 256 + 7168 * 1536 + 7168 * 576 + 2 * 7168 + 1536 + 512
     split = 3 * 7168 * 2048 + 1536 * 128 * 192 + 512 * 128 * 256 + 128 * 128 * 7168
     for tp, ep, etp in ((8, 1, 8), (8, 8, 1), (1, 8, 1), (2, 4, 2)):
         unit = moe_unit(moe_plan(DEEPSEEK, tp, ep, etp))

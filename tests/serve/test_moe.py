@@ -13,28 +13,20 @@ from typer.testing import CliRunner
 
 from madmax import api
 from madmax.cli import app
+from madmax.config.loaders import find_in_catalog
 from madmax.errors import StrategyError
 from madmax.search.serving import expert_layouts, find_serving
 
-# Shapes from the Hugging Face config.json files of mistralai/Mixtral-8x7B-v0.1, deepseek-ai/DeepSeek-V3
-# and openai/gpt-oss-120b (inline until the catalog has them).
-MIXTRAL = {"name": "mixtral-like", "num_layers": 32, "hidden_size": 4096, "num_heads": 32, "num_kv_heads": 8,
-           "head_dim": 128, "ffn_hidden_size": 14336, "is_gated_ffn": True, "activation": "silu", "norm": "rmsnorm",
-           "vocab_size": 32000, "max_seq_len": 32768,
-           "moe": {"num_experts": 8, "top_k": 2, "expert_ffn_hidden_size": 14336}}
-DEEPSEEK = {"name": "deepseek-like", "num_layers": 61, "hidden_size": 7168, "num_heads": 128,
-            "ffn_hidden_size": 18432, "is_gated_ffn": True, "activation": "silu", "norm": "rmsnorm",
-            "vocab_size": 129280, "max_seq_len": 163840, "mtp_layers": 1,
-            "mla": {"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
-                    "v_head_dim": 128},
-            "moe": {"num_experts": 256, "top_k": 8, "expert_ffn_hidden_size": 2048, "shared_experts": 1,
-                    "first_dense_layers": 3}}
-GPT_OSS = {"name": "gpt-oss-like", "num_layers": 36, "hidden_size": 2880, "num_heads": 64, "num_kv_heads": 8,
-           "head_dim": 64, "ffn_hidden_size": 2880, "is_gated_ffn": True, "activation": "silu", "norm": "rmsnorm",
-           "has_bias": True, "sliding_window": 128, "sliding_window_pattern": 2, "attention_sinks": True,
-           "vocab_size": 201088, "max_seq_len": 131072,
-           "moe": {"num_experts": 128, "top_k": 4, "expert_ffn_hidden_size": 2880, "expert_bias": True,
-                   "router_bias": True}}
+
+def catalog_model(name: str, renamed: str) -> dict:
+    """A catalog model's fields under another name (a model file the tests may change)."""
+    entry = find_in_catalog("models", name)
+    return {k: v for k, v in entry.items() if k != "aliases"} | {"name": renamed}
+
+
+MIXTRAL = catalog_model("mixtral-8x7b", "mixtral-like")
+DEEPSEEK = catalog_model("deepseek-v3", "deepseek-like")
+GPT_OSS = catalog_model("gpt-oss-120b", "gpt-oss-like")
 MODES = [("static", {"batch": 16}), ("concurrency", {"batch": 16, "num_requests": 64}), ("saturation", {"batch": 64}),
          ("rate", {"request_rate": 20.0, "num_requests": 100})]
 
