@@ -251,8 +251,9 @@ def test_decode_reads_the_weights_of_the_experts_its_tokens_touch():
 def test_expert_weights_split_over_ep_and_etp_dense_over_tp():
     # DeepSeek-V3's MoE layer on one rank, fp8 (1 B): the 256 routed experts (3 * 7168 * 2048 each) over
     # ep * etp = 8 GPUs; the router (7168 x 256 and its 256-element routing bias), MLA's down projections
-    # (7168 x 1536, 7168 x 576) and the norms (2 * 7168 + 1536 + 512) whole; the shared expert (3 * 7168 * 2048), q_up (1536 x 128 * 192),
-    # kv_up (512 x 128 * 256) and the output (128 * 128 x 7168) over tp.
+    # (7168 x 1536, 7168 x 576) and the norms (2 * 7168 + 1536 + 512) whole; the shared expert
+    # (3 * 7168 * 2048), q_up (1536 x 128 * 192), kv_up (512 x 128 * 256) and the output (128 * 128 x 7168)
+    # over tp.
     experts = 256 * 3 * 7168 * 2048 / 8
     whole = 7168 * 256 + 256 + 7168 * 1536 + 7168 * 576 + 2 * 7168 + 1536 + 512
     split = 3 * 7168 * 2048 + 1536 * 128 * 192 + 512 * 128 * 256 + 128 * 128 * 7168
