@@ -80,6 +80,8 @@ class _Streams(dict):
     def __init__(self, program: Program, rank: str) -> None:
         super().__init__()
         self.program, self.rank = program, rank
+        # (unit, pass) -> its after-collectives as (stream, seconds, category, label), built on first use
+        self.after_items: dict[tuple[str, Phase], list[tuple[int, float, str, str]]] = {}
 
     def __missing__(self, name: str) -> int:
         self[name] = self.program.stream(self.rank, name)
@@ -101,6 +103,8 @@ class _Builder:
         self.deferred: list[int] = []  # gradient reductions that wait for the whole backward (no overlap)
         self.pending: dict[tuple[Phase, int, str], list[int]] = {}  # exchanges a unit's pass waits for
         self.consumers: dict[str, list[str]] = defaultdict(list)  # unit -> producers whose output it reads
+        # Whether any unit exchanges data with another (embedding tables); LLM plans skip the edge bookkeeping.
+        self.exchanges = any(u.has_exchanges for u in plan.units.values())
         self._groups: dict[str, list] = {}
         for key, unit in plan.units.items():
             if unit.edge_to is not None:
@@ -137,6 +141,7 @@ class _Builder:
                     if plan.units[key].trainable_params:  # one gather per layer; the first gates the forward
                         gathered.setdefault(key, self._param_gather(streams, plan.units[key]))
         tail = None  # the collectives the compute stream's next segment waits for (after the unit before)
+        passes: dict[tuple[str, Phase], int] = defaultdict(int)  # (unit, pass) -> times it ran
         for step in schedule(stage, self.pp, self.vp, m):
             virtual = step.chunk * self.pp + stage
             units = chunks[step.chunk]
@@ -147,7 +152,7 @@ class _Builder:
                 unit, t = plan.units[key], times[key]
                 if step.phase is Phase.BACKWARD and not unit.has_backward:
                     continue
-                deps: list[int] = self._edges_in(streams, step, key)
+                deps: list[int] = self._edges_in(streams, step, key) if self.exchanges else []
                 if tail is not None:
                     deps.append(tail)
                     tail = None
@@ -156,36 +161,28 @@ class _Builder:
                                        group) for group, d, params, _ in self._state_groups(unit)]
                 if step.phase is Phase.FORWARD and step.microbatch == 0 and key in gathered:
                     deps += gathered[key]
+                passes[(key, step.phase)] += 1
                 if step.phase is Phase.FORWARD:
                     start, seg = self._compute_beside(streams, t.fwd_s, t.attention_fwd_s, t.beside_fwd, deps,
                                                       "forward")
-                    for cat, sec in t.fwd_by_kind.items():
-                        by_kind[cat] += sec
-                    model_flops += t.flops_fwd
-                    hw_flops += t.flops_fwd
                 else:
                     rec = None
                     if t.recompute_s:
                         rec = prog.add(cs, t.recompute_s, tuple(deps), category="recompute", label="recompute")
                         deps = [rec]
-                        for cat, sec in t.recompute_by_kind.items():
-                            by_kind["recompute." + cat] += sec
-                        hw_flops += t.flops_recompute
                     start, seg = self._compute_beside(streams, t.bwd_s, t.attention_bwd_s, t.beside_bwd, deps,
                                                       "backward")
                     start = rec if rec is not None else start
-                    for cat, sec in t.bwd_by_kind.items():
-                        by_kind[cat] += sec
-                    model_flops += t.flops_bwd
-                    hw_flops += t.flops_bwd
                 if first_segment is None:
                     first_segment = start
-                after = self._after(streams, t.after_fwd if step.phase is Phase.FORWARD else t.after_bwd, seg)
+                after = self._after(streams, key, step.phase, seg)
                 tail, seg = (after if after != seg else None), after
-                overlapped += self._overlapped(streams, t.overlapped_fwd if step.phase is Phase.FORWARD
-                                               else t.overlapped_bwd, seg)
+                beside = t.overlapped_fwd if step.phase is Phase.FORWARD else t.overlapped_bwd
+                if beside:
+                    overlapped += self._overlapped(streams, beside, seg)
                 last_compute = seg
-                self._edges_out(streams, step, key, seg)
+                if self.exchanges:
+                    self._edges_out(streams, step, key, seg)
                 if step.phase is Phase.BACKWARD and unit.trainable_params:
                     for group, d, _, trainable in self._state_groups(unit):
                         grad_segments += self._grad_sync(streams[group], group, d, trainable, seg,
@@ -207,18 +204,38 @@ class _Builder:
             self.first[(step.phase, virtual, step.microbatch)] = first_segment
             self._send(streams[PP], step.phase, virtual, step.microbatch, last_compute)
         self._finish_stage(stage, streams, grad_segments, last_compute)
+        # Each (unit, pass) costs the same every micro-batch: the stage's totals are counts times them.
+        for (key, phase), count in passes.items():
+            t = times[key]
+            if phase is Phase.FORWARD:
+                kinds = t.fwd_by_kind.items()
+                model_flops += count * t.flops_fwd
+                hw_flops += count * t.flops_fwd
+            else:
+                if t.recompute_s:
+                    for cat, sec in t.recompute_by_kind.items():
+                        by_kind["recompute." + cat] += count * sec
+                    hw_flops += count * t.flops_recompute
+                kinds = t.bwd_by_kind.items()
+                model_flops += count * t.flops_bwd
+                hw_flops += count * t.flops_bwd
+            for cat, sec in kinds:
+                by_kind[cat] += count * sec
         self.out.compute_by_kind.append(dict(by_kind))
         self.out.model_flops.append(model_flops)
         self.out.hardware_flops.append(hw_flops)
 
-    def _after(self, streams: _Streams, after: GroupTimes, seg: int) -> int:
+    def _after(self, streams: _Streams, key: str, phase: Phase, seg: int) -> int:
         """The collectives after a unit's kernels, one segment per group and kind in order on the group's
-        stream; the compute stream waits for the last (the next unit consumes their result)."""
-        comm = seg
-        for group, kind, seconds in after:
-            category, label = _names(group, kind)
-            comm = self.prog.add(streams[group], seconds, (comm,), category=category, label=label)
-        return comm
+        stream; the compute stream waits for the last (the next unit consumes their result). The segments
+        of a (unit, pass) are the same every micro-batch: written out once per stage and reused."""
+        items = streams.after_items.get((key, phase))
+        if items is None:
+            t = self.times[key]
+            items = streams.after_items[(key, phase)] = [
+                (streams[group], seconds, *_names(group, kind))
+                for group, kind, seconds in (t.after_fwd if phase is Phase.FORWARD else t.after_bwd)]
+        return self.prog.chain(seg, items) if items else seg
 
     def _overlapped(self, streams: _Streams, overlapped: GroupTimes, seg: int) -> list[int]:
         """Collectives that run beside the compute after the unit (the expert all-to-all of a micro-batch
@@ -269,7 +286,7 @@ class _Builder:
         """First and last segment of a unit's compute; collectives that run beside its attention (the
         context-parallel K/V ring) start with it and the unit ends when both have."""
         cs = streams[COMPUTE]
-        if not any(seconds for _, _, seconds in beside):
+        if not beside or not any(seconds for _, _, seconds in beside):
             seg = self.prog.add(cs, total_s, tuple(deps), category=label, label=label)
             return seg, seg
         pre = self.prog.add(cs, total_s - attention_s, tuple(deps), category=label, label=label)

@@ -31,19 +31,23 @@ class Schedule:
 
 def schedule(program: Program) -> Schedule:
     """Start times by Kahn's algorithm over dependency and stream-order edges (any order of the ready
-    segments gives the same times: a start depends on the graph alone)."""
+    segments gives the same times: a start depends on the graph alone). The stream-order edge of a
+    segment is kept apart (`next_on_stream`), since every segment but a stream's last has one."""
     n = len(program)
     durations, streams, after = program.duration_s, program.stream_of, program.after
     succ: list[list[int]] = [[] for _ in range(n)]
+    next_on_stream = [-1] * n
     indeg = [0] * n
     last_on_stream: dict[int, int] = {}
     for seg in range(n):
         stream = streams[seg]
         prev = last_on_stream.get(stream)
         deps = after[seg]
-        indeg[seg] = len(deps) + (prev is not None)
-        if prev is not None:
-            succ[prev].append(seg)
+        if prev is None:
+            indeg[seg] = len(deps)
+        else:
+            indeg[seg] = len(deps) + 1
+            next_on_stream[prev] = seg
         last_on_stream[stream] = seg
         for dep in deps:
             succ[dep].append(seg)
@@ -56,6 +60,13 @@ def schedule(program: Program) -> Schedule:
         seg = pop()
         done += 1
         finish = end[seg] = ready_at[seg] + durations[seg]
+        nxt = next_on_stream[seg]
+        if nxt >= 0:
+            if finish > ready_at[nxt]:
+                ready_at[nxt] = finish
+            indeg[nxt] -= 1
+            if not indeg[nxt]:
+                push(nxt)
         for nxt in succ[seg]:
             if finish > ready_at[nxt]:
                 ready_at[nxt] = finish

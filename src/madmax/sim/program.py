@@ -62,6 +62,23 @@ class Program:
         self.label.append(label)
         return len(durations) - 1
 
+    def chain(self, first_after: int, items: Iterable[tuple[int, float, str, str]]) -> int:
+        """Append segments (stream, duration, category, label) each waiting for the one before, the first
+        for `first_after`; returns the last one's number (`first_after` when there are none)."""
+        durations, streams, after, categories, labels = (self.duration_s, self.stream_of, self.after, self.category,
+                                                         self.label)
+        last = first_after
+        for stream, duration_s, category, label in items:
+            if duration_s < 0:
+                raise AssertionError(f"negative duration for {label}")
+            durations.append(duration_s)
+            streams.append(stream)
+            after.append([last])
+            categories.append(category)
+            labels.append(label)
+            last = len(durations) - 1
+        return last
+
     def wait(self, segment: int, dep: int) -> None:
         """Make `segment` wait for `dep` too (for segments added later, such as a pipeline neighbour's send)."""
         self.after[segment].append(dep)
