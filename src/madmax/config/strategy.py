@@ -56,7 +56,9 @@ class Strategy(Schema):
     flash: bool = Field(True, description="Fused (flash) attention: no s^2 activations, one kernel.")
     dp_overlap: bool = Field(True, description="Overlap the gradient reduction with the backward pass.")
     etp: PositiveInt = Field(1, description="Expert tensor parallel degree: ranks that split each routed "
-                             "expert's width (needs ep > 1); expert data parallelism is tp*cp*dp / (ep*etp).")
+                             "expert's width (needs ep > 1); expert data parallelism is tp*cp*dp / (ep*etp). "
+                             "Default 1, as Megatron-Bridge's MoE recipes set it (Megatron-Core's own default "
+                             "is tp).")
     ep_overlap: bool = Field(
         False, description="Overlap each micro-batch's expert all-to-all with another micro-batch's compute "
         "(two-micro-batch overlap of Megatron-Core / DualPipe); false: the layer waits for it.")
