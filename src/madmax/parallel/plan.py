@@ -317,15 +317,14 @@ def _unit(key: str, block: Block, shape: Shape, s: Strategy, tp_span: Span, cp_s
         cp_bwd += b if needs_backward else []
     comm = (tuple(tp_fwd) + (tuple(tp_bwd) if needs_backward else ()) + tuple(cp_fwd) + tuple(cp_bwd)
             + tuple(moe_fwd) + (tuple(moe_bwd) if needs_backward else ()))
-    per_rank = {op.name: _rank_params(op, s) for op in block.ops}
-    expert_ops = [op for op in block.ops if op.tp in EXPERT_SPLITS]
-    info = experts.unit_info(block, shape, moe_spans) if expert_ops else ()
+    per_rank = [(op, _rank_params(op, s)) for op in block.ops]
+    expert = [(op, n) for op, n in per_rank if op.tp in EXPERT_SPLITS]
+    info = experts.unit_info(block, shape, moe_spans) if expert else ()
     return UnitPlan(name=key, fwd=tuple(fwd), bwd=tuple(bwd), recompute=tuple(recompute), comm=comm,
-                    params=sum(per_rank.values()),
-                    trainable_params=sum(per_rank[op.name] for op in block.ops if op.trainable),
+                    params=sum(n for _, n in per_rank), trainable_params=sum(n for op, n in per_rank if op.trainable),
                     saved_bytes=saved, working_bytes=working, is_layer=block.is_layer, placement=block.placement,
-                    expert_params=sum(per_rank[op.name] for op in expert_ops),
-                    expert_trainable_params=sum(per_rank[op.name] for op in expert_ops if op.trainable), info=info)
+                    expert_params=sum(n for _, n in expert),
+                    expert_trainable_params=sum(n for op, n in expert if op.trainable), info=info)
 
 
 def _rank_params(op: Op, s: Strategy) -> float:

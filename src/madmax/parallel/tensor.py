@@ -70,6 +70,7 @@ class Shape:
     def expert_tokens(self) -> float:
         """Token-equivalents of expert work on the busiest rank, R / top_k = T * etp / tp * load."""
         return self.tokens * self.etp / self.tp * self.expert_load
+
     @property
     def tokens(self) -> int:
         """Tokens on one rank: T = b*s/cp, or the new tokens of a serving step's attention calls."""
