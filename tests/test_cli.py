@@ -206,6 +206,32 @@ CASES = [
          ["vp=2", "(3)", "multiple of pp=2", "multiple of dp*mbs*pp=8"]),
     # 1004 = 4 * 251, so cp=8 does not split it.
     Case("cp-not-dividing-seq-len", sim("--seq-len", "1004", "--strategy", "cp=8"), ["strategy.cp=8", "seq_len=1004"]),
+    # --- mixture of experts (qwen3-30b-a3b: 128 experts, expert width 768) --------------------------
+    Case("ep-not-dividing-experts", ["simulate", "-m", "qwen3-30b-a3b", "-s", "dgx-h100", "--strategy", "ep=3"],
+         ["strategy.ep=3", "moe.num_experts=128", "allowed: 1, 2, 4, 8"]),
+    # ep*etp = 16 on 8 GPUs (tp*cp*dp = 8).
+    Case("ep-not-dividing-gpus", ["simulate", "-m", "qwen3-30b-a3b", "-s", "dgx-h100", "--strategy", "ep=16"],
+         ["strategy.ep*etp=16*1=16", "tp*cp*dp=8", "allowed ep*etp: 1, 2, 4, 8"]),
+    Case("etp-without-ep", ["simulate", "-m", "qwen3-30b-a3b", "-s", "dgx-h100", "--strategy", "etp=2"],
+         ["strategy.etp=2", "needs expert parallelism", "allowed with ep=1: etp=1"]),
+    Case("top-k-above-experts", sim("-m", model_file("moe.json", moe={"num_experts": 8, "top_k": 9,
+                                                                      "expert_ffn_hidden_size": 64})),
+         ["top_k=9", "num_experts=8", "allowed: 1 to 8"]),
+    Case("moe-missing-field", sim("-m", model_file("moe.json", moe={"num_experts": 8})),
+         ["model.moe.top_k", "required"]),
+    Case("hf-moe-missing-field",
+         sim("-m", File("mixtral/config.json", json.dumps({
+             "model_type": "mixtral", "num_hidden_layers": 2, "hidden_size": 256, "num_attention_heads": 8,
+             "intermediate_size": 512, "vocab_size": 1000, "max_position_embeddings": 512,
+             "num_local_experts": 8}))),
+         ["model_type 'mixtral'", "'num_experts_per_tok'", "missing"]),
+    Case("expert-load-below-mean", ["simulate", "-m", "qwen3-30b-a3b", "-s", "dgx-h100", "--strategy", "ep=8",
+                                    "--expert-load", "0.5"], ["task.expert_load='0.5'", ">= 1", "zipf:ALPHA"]),
+    Case("expert-load-on-dense-model", sim("--expert-load", "1.2"),
+         ["task.expert_load", "mixture-of-experts", "llama-3.1-8b has no experts"]),
+    Case("ep-overlap-one-microbatch",
+         ["simulate", "-m", "qwen3-30b-a3b", "-s", "dgx-h100", "--strategy", "ep=8,ep_overlap=1", "--global-batch",
+          "8"], ["strategy.ep_overlap=1", "1 micro-batch", "allowed: ep_overlap=0"]),
     # --- output --------------------------------------------------------------------------------
     Case("trace-into-missing-directory", sim("--trace", File("!missing/dir/trace.json", "")),
          ["trace file", "trace.json", "cannot be written"]),
