@@ -37,7 +37,16 @@ CATALOG = {"Qwen3-30B-A3B": "qwen3-30b-a3b", "Qwen3-235B-A22B": "qwen3-235b-a22b
 _DTYPES = {"fp8": "fp8", "fp8-cs": "fp8", "bf16": "bf16"}
 ASSUMED = ("recompute not stated; none assumed", "all-to-all overlap not stated; not overlapped (ep_overlap=0)",
            "token dispatch precision not stated; 16 bits assumed")
-# The published tables name no token dispatcher; `dispatcher` is alltoall unless a row's notes say more.
+# Megatron-MoE-ModelZoo, the Megatron-Core MoE team's best-practice scripts (read in the copy
+# github.com/vwxyzjn/Megatron-MoE-ModelZoo: best-practice/qwen3/run_235b.sh, best-practice/DeepSeekV3/run.sh
+# and README.md), gives H100 recipes for two of these layouts: what they set that the tables do not say. madmax
+# has no module-level recompute, and its overlap costs the compute nothing (no SMs held by the
+# communication kernels), so neither is simulated: the two pull the prediction in opposite directions.
+MODELZOO = {
+    ("DeepSeek-V3", 2, 8, 4, 64): "DeepEP dispatcher, all-to-all overlap, selective recompute of mla_up_proj and mlp, "
+                                  "pipeline layout Et|(tt|)*30mL, bf16 optimizer states",
+    ("Qwen3-235B-A22B", 2, 8, 4, 32): "all-to-all overlap, selective recompute of moe_act and layernorm",
+}
 
 
 def _model(row: dict[str, str]) -> dict[str, Any]:
@@ -103,9 +112,13 @@ def load_megatron_bridge_moe(rows: Rows | None = None) -> Dataset:
             notes = ["token-drop routing: balanced routing simulated (drops nothing when balanced)"]
         dispatcher = "alltoall"
         if row["model"].startswith("DeepSeek"):
-            # Megatron-Bridge's DeepSeek-V3 H100 recipe uses the flex dispatcher with DeepEP.
+            # Megatron-Core's DeepSeek-V3 H100 recipe uses the flex dispatcher with DeepEP.
             dispatcher = "deepep"
             notes.append("dispatcher not stated; DeepEP assumed (the DeepSeek-V3 recipe's flex dispatcher)")
+        recipe = MODELZOO.get((row["model"], *row_ints(row, "tp", "pp"), row_int(row, "vp") or 1, row_int(row, "ep")))
+        if recipe:
+            notes.append(f"Megatron-MoE-ModelZoo's H100 recipe of this layout sets: {recipe}; the overlap and the "
+                         "module recompute are not simulated (madmax's overlap is free, it has no module recompute)")
         return moe_case("megatron_bridge_moe", row_id, row, zero=1, notes=notes, dispatcher=dispatcher)
 
     return build_dataset("megatron_bridge_moe", "NVIDIA Megatron-Bridge MoE pre-training, DGX H100",
