@@ -50,7 +50,7 @@ def stage_memory(plan: Plan, stage: int, reserved_bytes: float) -> StageMemory:
     chunks = plan.stages[stage]
     units = [plan.units[key] for chunk in chunks for key in chunk]
     weights = gradients = optimizer = 0.0
-    for data, params, trainable in (g for u in units for g in u.state_groups(plan)):
+    for _, data, params, trainable in (g for u in units for g in u.state_groups(plan)):
         w, g, o = data.state_bytes_per_param()
         weights += (params - trainable) * data.weight_bytes + trainable * w
         gradients += trainable * g

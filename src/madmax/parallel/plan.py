@@ -34,6 +34,9 @@ CROSS_ENTROPY_ALL_REDUCES = 3
 # The process group (stream) of the embedding tables' exchanges: ids, pooled vectors and their gradients.
 EMBEDDING_GROUP = "emb"
 TP_GROUP = Axis.TP.value
+# The process groups (streams) that reduce gradients: the dense parameters' (dp x cp) and the routed
+# experts' (expert data parallel).
+DATA_GROUP, EXPERT_DATA_GROUP = Axis.DP.value, "edp"
 
 
 @dataclass(frozen=True)
@@ -67,14 +70,16 @@ class UnitPlan:
     expert_params: float = 0.0
     expert_trainable_params: float = 0.0
 
-    def state_groups(self, plan: Plan) -> tuple[tuple[DataParallelPlan, float, float], ...]:
-        """(data-parallel plan, parameters, trainable parameters) of the unit's dense part and, when it has
-        routed experts, of its experts; groups without parameters are left out."""
-        dense = (plan.data, self.params - self.expert_params, self.trainable_params - self.expert_trainable_params)
-        out = [dense] if dense[1] else []
+    def state_groups(self, plan: Plan) -> tuple[tuple[str, DataParallelPlan, float, float], ...]:
+        """(process group, data-parallel plan, parameters, trainable parameters) of the unit's dense part
+        ("dp") and, when it has routed experts, of its experts ("edp", their own group); groups without
+        parameters are left out."""
+        dense_params = self.params - self.expert_params
+        out = [(DATA_GROUP, plan.data, dense_params, self.trainable_params - self.expert_trainable_params)
+               ] if dense_params else []
         if self.expert_params:
             assert plan.expert_data is not None
-            out.append((plan.expert_data, self.expert_params, self.expert_trainable_params))
+            out.append((EXPERT_DATA_GROUP, plan.expert_data, self.expert_params, self.expert_trainable_params))
         return tuple(out)
 
     @property

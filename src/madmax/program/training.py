@@ -23,12 +23,12 @@ from madmax.hardware.compute import ComputeModel
 from madmax.parallel.data import DataParallelPlan
 from madmax.parallel.kernels import CommOp, Phase, Where
 from madmax.parallel.pipeline import schedule
-from madmax.parallel.plan import Plan, UnitPlan
+from madmax.parallel.plan import DATA_GROUP, Plan, UnitPlan
 from madmax.program.costs import GroupTimes, UnitTimes, unit_times
 from madmax.sim import Program
 
 COMPUTE = "compute"
-DP, EDP, PP = "dp", "edp", "pp"
+DP, PP = DATA_GROUP, "pp"
 
 
 @dataclass
@@ -105,7 +105,7 @@ class _Builder:
         self.consumers: dict[str, list[str]] = defaultdict(list)  # unit -> producers whose output it reads
         # Whether any unit exchanges data with another (embedding tables); LLM plans skip the edge bookkeeping.
         self.exchanges = any(u.has_exchanges for u in plan.units.values())
-        self._groups: dict[str, list] = {}
+        self._groups: dict[str, tuple] = {}
         for key, unit in plan.units.items():
             if unit.edge_to is not None:
                 self.consumers[unit.edge_to].append(key)
@@ -295,13 +295,11 @@ class _Builder:
         attn = self.prog.add(cs, attention_s, (pre,), category=label, label=label + " attention")
         return pre, self.prog.add(cs, 0.0, (attn, *ring), category="sync", label="wait for collectives")
 
-    def _state_groups(self, unit: UnitPlan) -> list[tuple[str, DataParallelPlan, float, float]]:
-        """(stream group, data-parallel plan, parameters, trainable parameters) of the unit's dense part
-        ("dp") and of its routed experts ("edp", their own process group), as `UnitPlan.state_groups`."""
+    def _state_groups(self, unit: UnitPlan) -> tuple[tuple[str, DataParallelPlan, float, float], ...]:
+        """`UnitPlan.state_groups` of a unit, computed once (it is asked every micro-batch)."""
         cached = self._groups.get(unit.name)
         if cached is None:
-            cached = self._groups[unit.name] = [(DP if d is self.plan.data else EDP, d, params, trainable)
-                                                for d, params, trainable in unit.state_groups(self.plan)]
+            cached = self._groups[unit.name] = unit.state_groups(self.plan)
         return cached
 
     def _param_gather(self, streams: _Streams, unit: UnitPlan) -> list[int]:
