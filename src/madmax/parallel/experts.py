@@ -74,8 +74,9 @@ def token_exchange(block: Block, shape: Shape, s: Strategy, sp: ExpertSpans) -> 
     if op is None or (s.ep == 1 and s.etp == 1):
         return [], []
     tokens = shape.tokens / shape.tp if shape.sp else shape.tokens
+    hidden = hidden_of(block)
     rows = tokens * op.top_k * shape.expert_load  # rows this rank sends (and, at the busiest rank, receives)
-    elems = rows * hidden_of(block)
+    elems = rows * hidden
     where = Where.OVERLAPPED if s.ep_overlap else Where.AFTER
     half = shape.act_bytes
     dispatch = DType.FP8.num_bytes if s.dispatch_fp8 else half
@@ -87,7 +88,7 @@ def token_exchange(block: Block, shape: Shape, s: Strategy, sp: ExpertSpans) -> 
         # One copy per remote domain over the scale-out fabric (size with the rank's own share, nccl-tests
         # convention: (n-1)/n of it leaves), then the k copies inside the domain.
         n = sp.ep.inter
-        across = tokens * shape.expert_load * hidden_of(block) * remote_domains(op, n) * n / (n - 1) * width
+        across = tokens * shape.expert_load * hidden * remote_domains(op, n) * n / (n - 1) * width
         inside = [CommOp(EP_GROUP, Collective.ALL_TO_ALL, elems * width, Span(sp.ep.intra, 1), label + "_nvl",
                          phase, where)] if sp.ep.intra > 1 else []
         return [CommOp(EP_GROUP, Collective.ALL_TO_ALL, across, Span(1, n), label, phase, where), *inside]

@@ -79,15 +79,6 @@ class Shape:
         return self.batch * self.seq_len // self.cp
 
 
-def _gemm(op: Op, t: int, tp: int) -> tuple[int, int, int]:
-    k, n = op.k, op.n
-    if op.tp is TPSplit.COLUMN:
-        n = -(-n // tp)
-    elif op.tp is TPSplit.ROW:
-        k = -(-k // tp)
-    return t, k, n
-
-
 def _model_rows(op: Op, shape: Shape, groups: int, rows: int) -> float:
     """Rows whose FLOPs count as model FLOPs: a routed-expert GEMM's mean rows per rank (T*k*etp/tp),
     not the busiest rank's rounded ones that set its time."""
@@ -97,22 +88,23 @@ def _model_rows(op: Op, shape: Shape, groups: int, rows: int) -> float:
 
 
 def _gemm_shape(op: Op, shape: Shape) -> tuple[int, int, int, int]:
-    """(groups, rows per group, k, n) of a GEMM on one rank: one group for a plain GEMM; for routed
-    experts, the local experts that receive rows, sharing the rank's R rows."""
+    """(groups, rows per group, k, n) of a GEMM on one rank: one group for a plain GEMM, whose
+    column-parallel n or row-parallel k splits over tp; for routed experts, the local experts that receive
+    rows, sharing the rank's R rows, with n (up, gate) or k (down) split over etp."""
     if op.tp in EXPERT_SPLITS:
         rows = math.ceil(shape.expert_tokens * op.top_k)
         local = op.experts / shape.ep
         groups = max(1, min(rows, round(local if shape.active_experts is None else shape.active_experts)))
-        k, n = op.k, op.n
-        if op.tp is TPSplit.EXPERT_COLUMN:
-            n = -(-n // shape.etp)
-        else:
-            k = -(-k // shape.etp)
-        return groups, math.ceil(rows / groups), k, n
-    t = shape.tokens
-    if op.tp is TPSplit.SEQUENCE and shape.sp:
-        t = math.ceil(t / shape.tp)
-    return (1, *_gemm(op, t, shape.tp))
+        degree, splits_n, splits_k = shape.etp, op.tp is TPSplit.EXPERT_COLUMN, op.tp is TPSplit.EXPERT_ROW
+    else:
+        rows = math.ceil(shape.tokens / shape.tp) if op.tp is TPSplit.SEQUENCE and shape.sp else shape.tokens
+        groups, degree, splits_n, splits_k = 1, shape.tp, op.tp is TPSplit.COLUMN, op.tp is TPSplit.ROW
+    k, n = op.k, op.n
+    if splits_n:
+        n = -(-n // degree)
+    elif splits_k:
+        k = -(-k // degree)
+    return groups, math.ceil(rows / groups), k, n
 
 
 def forward_kernels(op: Op, shape: Shape, *, flash: bool) -> list[Kernel]:
