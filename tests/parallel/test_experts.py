@@ -227,3 +227,9 @@ def test_expert_order_moves_the_ep_group_across_domains():
     assert expert_span(s, ("ep",), 8) == Span(4, 2)  # 2 copies inside each node, the EP group over both
     assert expert_span(s, ("edp",), 8) == Span(2, 1)
     assert "expert_order=etp-edp-ep" in s.describe()
+
+
+@pytest.mark.parametrize("factor", [0.0, -1.0, 0.5, math.inf, math.nan])
+def test_bad_capacity_factor_is_refused(factor):
+    with pytest.raises(MadmaxError, match=r"task\.capacity_factor=.* must be a finite number >= 1"):
+        parse_expert_load(None, factor)

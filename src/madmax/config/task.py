@@ -183,10 +183,12 @@ class ExpertLoad:
 
 def parse_expert_load(text: str | float | None, capacity_factor: float | None = None) -> ExpertLoad:
     """'balanced' (default), a number >= 1 (the busiest rank's rows over the mean, measured), or
-    'zipf:ALPHA' (ALPHA > 0); ConfigError naming the field otherwise."""
-    if capacity_factor is not None and not (isinstance(capacity_factor, int | float) and capacity_factor >= 1):
-        raise ConfigError(f"task.capacity_factor={capacity_factor!r} must be a number >= 1 (tokens an expert "
-                          "takes over its mean share before dropping); allowed: e.g. 1.0, 1.25, or none (dropless)")
+    'zipf:ALPHA' (finite ALPHA > 0); ConfigError naming the field otherwise."""
+    finite = isinstance(capacity_factor, int | float) and 1 <= capacity_factor < math.inf
+    if capacity_factor is not None and not finite:
+        raise ConfigError(f"task.capacity_factor={capacity_factor!r} must be a finite number >= 1 (tokens an "
+                          "expert takes over its mean share before dropping); allowed: e.g. 1.0, 1.25, or none "
+                          "(dropless)")
     cap = None if capacity_factor is None else float(capacity_factor)
     if text is None or text == "balanced":
         return ExpertLoad(capacity_factor=cap)
@@ -205,8 +207,8 @@ def parse_expert_load(text: str | float | None, capacity_factor: float | None = 
     except (TypeError, ValueError):
         raise ConfigError(f"task.expert_load={text!r} is not understood; {allowed}") from None
     if not 1 <= value < math.inf:
-        raise ConfigError(f"task.expert_load={text!r} must be >= 1 (the busiest rank cannot get less than the "
-                          f"mean); {allowed}")
+        raise ConfigError(f"task.expert_load={text!r} must be a finite number >= 1 (the busiest rank cannot get "
+                          f"less than the mean); {allowed}")
     return ExpertLoad("measured", value, cap)
 
 
