@@ -16,6 +16,7 @@ from madmax.program import SERVING, builder_for
 from madmax.request import TrainingRequest, reserved_memory_bytes, resolve_request, resolve_training
 from madmax.results import Result
 from madmax.results.serving import ServingResult
+from madmax.sim import gc_paused
 
 __all__ = ["Result", "ServingResult", "inspect", "simulate"]
 
@@ -68,15 +69,8 @@ def simulate(model: str | Path | dict | ModelSpec, system: str | Path | dict | S
     if stack is not None:
         raise ConfigError(f"stack={stack!r} selects a serving engine; it applies to task=inference of a generative "
                           "model; allowed for training: omit it")
-    import gc
-
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with gc_paused():
         return _simulate_training(resolve_training(request, requested), keep_schedule)
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _simulate_training(run: TrainingRequest, keep_schedule: bool) -> Result:

@@ -14,10 +14,11 @@ from madmax.errors import ConfigError
 from madmax.program import builder_for
 from madmax.search.bound import EXHAUSTIVE, run_bounded
 from madmax.search.context import prepare
-from madmax.search.core import Outcome, gc_paused, run_search
+from madmax.search.core import Outcome, run_search
 from madmax.search.objective import scorer
 from madmax.search.space import RECOMPUTES, Limits, Space, all_orders, enumerate_rows, expand
 from madmax.search.tables import TableLimits, run_table_search
+from madmax.sim import gc_paused
 
 DEFAULT_EXACT = 20
 DEFAULT_REFINE = 2000

@@ -16,10 +16,8 @@ that keep the pool of step 4 unchanged (`search.bound`).
 
 from __future__ import annotations
 
-import gc
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -106,20 +104,6 @@ class _Layouts(dict):
     def __missing__(self, key: tuple[int, int]) -> StageLayout:
         self[key] = stage_layout(self.ctx, key[0], key[1], self.keys)
         return self[key]
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """The cyclic garbage collector off for the duration (restored after): a search builds hundreds of
-    thousands of small objects (plans, the simulations' segments) that reference counting frees, and the
-    collector's passes over them cost some 20 % of its time."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 class Clock:
