@@ -67,7 +67,8 @@ class Strategy(Schema):
     expert_order: Literal["etp-ep-edp", "etp-edp-ep", "ep-etp-edp"] = Field(
         "etp-ep-edp", description="Placement of the expert axes over a stage's ranks, innermost first "
         "(Megatron-Core's etp-ep-edp keeps an EP group inside a scale-up domain when etp*ep fits in it; "
-        "etp-edp-ep puts the expert copies there and spreads the EP group across domains).")
+        "etp-edp-ep puts the expert copies there and spreads the EP group across domains; ep-etp-edp puts EP "
+        "ranks next to each other and strides the expert slices).")
     dispatcher: Literal["alltoall", "deepep"] = Field(
         "alltoall", description="Token dispatcher of expert parallelism: alltoall (one copy per chosen expert "
         "over the network) or deepep (one copy per destination node over the scale-out fabric, forwarded "
