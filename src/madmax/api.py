@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -83,11 +84,18 @@ def _simulate_training(run: TrainingRequest, keep_schedule: bool) -> Result:
     from madmax.sim import schedule
     from madmax.validate.trust import error_band
 
-    request, strat = run.request, run.strategy
+    request = run.request
     reserved = reserved_memory_bytes()
-    plan, notes = _plan(run, reserved)
     compute = compute_model(request.system.gpu, request.calibration)
     network = network_model(request.system, compute.profile.network if request.calibration else ())
+    choice = None
+    if run.strategy.recompute is None:
+        choice = _choose_recompute(run, reserved, compute, network)
+        run = dataclasses.replace(run, strategy=choice.strategy)
+    strat = run.strategy
+    plan, notes = _plan(run, reserved)
+    if choice is not None:
+        notes += (choice.reason,)
     built = build_training(plan, compute, network)
     timeline = schedule(built.program)
     memories = [stage_memory(plan, stage, reserved) for stage in range(plan.num_stages)]
@@ -104,8 +112,25 @@ def _simulate_training(run: TrainingRequest, keep_schedule: bool) -> Result:
                        global_batch=run.global_batch, seq_len=request.seq_len, hbm_bytes=sysm.gpu.hbm_bytes,
                        peak_flops_per_s=sysm.gpu.flops_per_s[request.task.dtype], has_tables=tables,
                        assumptions=run.assumptions + notes,
+                       recompute_choice=None if choice is None else choice.reason,
                        forward_flops_per_token=request.workload.forward_flops_per_token(request.seq_len))
     return training_result(info, plan, built, timeline, memories, band, keep_schedule)
+
+
+def _choose_recompute(run: TrainingRequest, reserved: float, compute, network):
+    """The cheapest recompute that fits, for a strategy that leaves it unset (`madmax.parallel.recompute`)."""
+    from madmax.parallel.memory import stage_memory
+    from madmax.parallel.recompute import choose_recompute
+    from madmax.program.costs import unit_times
+
+    def pass_s(unit) -> float:
+        t = unit_times(unit, compute, network, run.request.task.dtype)
+        return t.fwd_s + t.bwd_s + t.recompute_s + sum(seconds for *_, seconds in t.after_fwd + t.after_bwd)
+
+    return choose_recompute(
+        run.strategy, build=lambda s: _plan(dataclasses.replace(run, strategy=s), reserved)[0],
+        memories=lambda plan: [stage_memory(plan, stage, reserved) for stage in range(plan.num_stages)],
+        capacity=run.request.system.gpu.hbm_bytes, pass_s=pass_s)
 
 
 def _plan(run: TrainingRequest, reserved: float) -> tuple[Any, tuple[str, ...]]:

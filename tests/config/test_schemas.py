@@ -197,7 +197,7 @@ def test_strategy_round_trips_through_describe() -> None:
 
 def test_strategy_defaults_and_aliases() -> None:
     s = parse_strategy(None)
-    assert (s.tp, s.pp, s.dp, s.zero, s.recompute) == (1, 1, None, 1, Recompute.NONE)
+    assert (s.tp, s.pp, s.dp, s.zero, s.recompute) == (1, 1, None, 1, None)  # recompute: chosen when unset
     assert parse_strategy(" tp = 2 , ").tp == 2  # spaces and a trailing comma
     assert parse_strategy("fsdp=1").zero == 3  # FSDP is ZeRO-3
     assert parse_strategy("fsdp=0").zero == 0
@@ -222,7 +222,7 @@ def test_unknown_strategy_key_names_the_allowed_keys(spec: str | dict) -> None:
         ("tp=0", ["strategy.tp='0'", "greater than 0"]),
         ("tp=two", ["strategy.tp='two'", "integer"]),
         ("zero=4", ["strategy.zero='4'", "less than or equal to 3"]),
-        ("recompute=some", ["strategy.recompute='some'", "'none'", "'selective'", "'full'"]),
+        ("recompute=some", ["strategy.recompute='some'", "allowed: none, selective, full, auto"]),
         ("order=tp-dp", ["order='tp-dp'", "tp-cp-ep-dp-pp"]),
         ("tp", ["'tp'", "key=value"]),
         ("tp=", ["'tp='", "key=value"]),

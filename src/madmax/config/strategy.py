@@ -32,6 +32,8 @@ class Recompute(StrEnum):
     FULL = "full"
 
 
+# recompute=auto (or no recompute): the cheapest mode that fits is chosen (madmax.parallel.recompute).
+RECOMPUTE_AUTO = "auto"
 DEFAULT_ORDER = "tp-cp-ep-dp-pp"
 EMB_SHARDINGS = ("tw", "rw", "cw", "twrw", "dp")
 
@@ -51,7 +53,13 @@ class Strategy(Schema):
     shard: PositiveInt | None = Field(
         None, description="ZeRO/FSDP sharding group (hybrid sharding: shard within, replicate across); default dp."
     )
-    recompute: Recompute = Field(Recompute.NONE, description="Activation recompute: none, selective, full.")
+    recompute: Recompute | None = Field(
+        None, description="Activation recompute: none, selective, full; unset or auto: the cheapest that fits "
+        "(madmax.parallel.recompute chooses it and the result says why).")
+    recompute_layers: PositiveInt | None = Field(
+        None, description="With recompute=full: recompute only the first N layers of each pipeline chunk, the "
+        "rest keep all their activations (Megatron's recompute_method=block, recompute_num_layers=N); "
+        "default all layers.")
     sp: bool | None = Field(None, description="Megatron sequence parallelism; default on when tp > 1.")
     flash: bool = Field(True, description="Fused (flash) attention: no s^2 activations, one kernel.")
     dp_overlap: bool = Field(True, description="Overlap the gradient reduction with the backward pass.")
@@ -93,6 +101,17 @@ class Strategy(Schema):
                                     "beyond prefill_tp: attention data parallelism).")
     decode_ep: PositiveInt = Field(1, description="Expert-parallel degree of a decode worker (MoE models; "
                                    "beyond decode_tp: attention data parallelism).")
+
+    @field_validator("recompute", mode="before")
+    @classmethod
+    def _recompute(cls, value: object) -> object:
+        """`auto` asks for the choice explicitly, like leaving recompute unset."""
+        if not isinstance(value, str):
+            return value
+        allowed = [r.value for r in Recompute] + [RECOMPUTE_AUTO]
+        if value.strip().lower() not in allowed:
+            raise ValueError(f"is not a recompute mode; allowed: {', '.join(allowed)}")
+        return None if value.strip().lower() == RECOMPUTE_AUTO else value.strip().lower()
 
     @field_validator("emb")
     @classmethod
@@ -145,7 +164,10 @@ class Strategy(Schema):
             parts.append(f"dispatcher={self.dispatcher}")
         if self.expert_order != "etp-ep-edp":
             parts.append(f"expert_order={self.expert_order}")
-        parts += [f"recompute={self.recompute}", f"sp={int(self.sequence_parallel)}"]
+        parts.append(f"recompute={self.recompute or RECOMPUTE_AUTO}")
+        if self.recompute_layers is not None:
+            parts.append(f"recompute_layers={self.recompute_layers}")
+        parts.append(f"sp={int(self.sequence_parallel)}")
         return ",".join(parts)
 
 
@@ -282,6 +304,10 @@ def resolve_strategy(
         )
     if s.vp > 1 and s.pp == 1:
         raise StrategyError(f"strategy.vp={s.vp} needs pipeline parallelism (pp > 1); allowed with pp=1: 1")
+    if s.recompute_layers is not None and s.recompute is not Recompute.FULL:
+        raise StrategyError(f"strategy.recompute_layers={s.recompute_layers} needs recompute=full (it recomputes the "
+                            f"first N layers of each chunk in full), not recompute={s.recompute or RECOMPUTE_AUTO}; "
+                            "allowed: recompute=full with recompute_layers, or no recompute_layers")
     if seq_len % s.cp:
         raise StrategyError(f"strategy.cp={s.cp} does not divide seq_len={seq_len}; "
                             f"allowed: {_allowed([d for d in _divisors(seq_len) if num_gpus % d == 0])}")

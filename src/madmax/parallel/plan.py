@@ -37,6 +37,8 @@ TP_GROUP = Axis.TP.value
 # The process groups (streams) that reduce gradients: the dense parameters' (dp x cp) and the routed
 # experts' (expert data parallel).
 DATA_GROUP, EXPERT_DATA_GROUP = Axis.DP.value, "edp"
+# Key suffix of a layer's full-recompute variant when only the first recompute_layers of a chunk redo theirs.
+RECOMPUTED_SUFFIX = "_recompute"
 
 
 @dataclass(frozen=True)
@@ -143,6 +145,10 @@ def build_plan(workload: Workload, strategy: Strategy, *, domain_size: int, seq_
     tp_span = span(s, (Axis.TP,), domain_size)
     cp_span = span(s, (Axis.CP,), domain_size)
     moe_spans = experts.spans(s, domain_size)
+    # A strategy whose recompute is still unset (the API chooses it first) keeps every activation.
+    mode = s.recompute or Recompute.NONE
+    partial = mode is Recompute.FULL and s.recompute_layers is not None
+    recomputed: dict[str, UnitPlan] = {}  # with recompute_layers: the full-recompute variant of each layer
     trainable_seen = False
     units: dict[str, UnitPlan] = {}
     order: list[str] = []
@@ -153,11 +159,17 @@ def build_plan(workload: Workload, strategy: Strategy, *, domain_size: int, seq_
             units[key] = table_unit(key, block, workload.tables, s, shape, domain_size, table_budget_bytes,
                                     tp_span)
         else:
-            units[key] = _unit(key, block, shape, s, tp_span, cp_span, moe_spans, needs_backward=trainable_seen)
+            units[key] = _unit(key, block, shape, s, tp_span, cp_span, moe_spans, needs_backward=trainable_seen,
+                               recompute=Recompute.NONE if partial else mode)
+            if partial and block.is_layer:
+                recomputed[key] = _unit(key, block, shape, s, tp_span, cp_span, moe_spans,
+                                        needs_backward=trainable_seen, recompute=Recompute.FULL)
         order += [key] * block.count
     units = _with_edges(units, workload)
     data = data_parallel_plan(s, domain_size, dtype)
     stages = _stages(units, order, s.pp, s.vp)
+    if partial:
+        units, stages = _recompute_first(units, recomputed, stages, s.recompute_layers)
     p2p = shape.tokens * workload_hidden(workload) * act_bytes / (s.tp if s.sequence_parallel else 1)
     tied = workload.tied_params / s.tp * act_bytes if (workload.tied_params and s.pp > 1) else 0.0
     expert_data = (data_parallel_plan(s, domain_size, dtype, grad_span=moe_spans.edp)
@@ -292,22 +304,51 @@ def _stages(units: dict[str, UnitPlan], order: list[str], pp: int,
     return tuple(tuple(tuple(chunks[c * pp + stage]) for c in range(vp)) for stage in range(pp))
 
 
+def _recompute_first(units: dict[str, UnitPlan], recomputed: dict[str, UnitPlan],
+                     stages: tuple[tuple[tuple[str, ...], ...], ...],
+                     layers: int) -> tuple[dict[str, UnitPlan], tuple[tuple[tuple[str, ...], ...], ...]]:
+    """Megatron's block recompute (recompute_method=block, recompute_num_layers=N): the first N layers of
+    each chunk of each stage run their forward again before their backward and keep only their input;
+    the others keep all their activations. The recomputing layers are units of their own (key suffixed
+    RECOMPUTED_SUFFIX, same name)."""
+    most = max(sum(units[k].placement is Placement.LAYERS for k in chunk) for chunks in stages for chunk in chunks)
+    if layers > most:
+        raise StrategyError(f"strategy.recompute_layers={layers} exceeds the {most} layers of the largest pipeline "
+                            f"chunk; allowed: 1 to {most}")
+    out = dict(units)
+    out.update({key + RECOMPUTED_SUFFIX: unit for key, unit in recomputed.items()})
+
+    def chunk_keys(chunk: tuple[str, ...]) -> tuple[str, ...]:
+        keys, seen = [], 0
+        for key in chunk:
+            if units[key].placement is Placement.LAYERS and seen < layers:
+                seen += 1
+                keys.append(key + RECOMPUTED_SUFFIX if key in recomputed else key)
+            else:
+                keys.append(key)
+        return tuple(keys)
+
+    return out, tuple(tuple(chunk_keys(chunk) for chunk in chunks) for chunks in stages)
+
+
 def _unit(key: str, block: Block, shape: Shape, s: Strategy, tp_span: Span, cp_span: Span,
-          moe_spans: experts.ExpertSpans, *, needs_backward: bool) -> UnitPlan:
+          moe_spans: experts.ExpertSpans, *, needs_backward: bool, recompute: Recompute) -> UnitPlan:
+    """One block's unit; `recompute` is what its layers redo (the strategy's mode, or per layer with
+    recompute_layers)."""
     flash = s.flash
     fwd = [k for op in block.ops for k in forward_kernels(op, shape, flash=flash)]
     bwd = [k for op in block.ops for k in backward_kernels(op, shape, flash=flash)] if needs_backward else []
-    keeps_s2 = not flash and not (s.recompute is Recompute.SELECTIVE and block.is_layer)
+    keeps_s2 = not flash and not (recompute is Recompute.SELECTIVE and block.is_layer)
     saved = sum(saved_bytes(op, shape, flash=not keeps_s2) for op in block.ops) if needs_backward else 0.0
-    recompute: list[Kernel] = []
     tp_fwd, tp_bwd = tp_comm(block, shape, tp_span)
     moe_fwd, moe_bwd = experts.token_exchange(block, shape, s, moe_spans)
     working = 0.0
-    if block.is_layer and needs_backward and s.recompute is Recompute.SELECTIVE:
-        recompute = [k for op in block.ops if op.kind is OpKind.ATTENTION
-                     for k in forward_kernels(op, shape, flash=flash)]
-    elif block.is_layer and needs_backward and s.recompute is Recompute.FULL:
-        recompute = list(fwd)
+    redone: list[Kernel] = []
+    if block.is_layer and needs_backward and recompute is Recompute.SELECTIVE:
+        redone = [k for op in block.ops if op.kind is OpKind.ATTENTION
+                  for k in forward_kernels(op, shape, flash=flash)]
+    elif block.is_layer and needs_backward and recompute is Recompute.FULL:
+        redone = list(fwd)
         working = saved
         saved = shape.tokens * block.ops[0].saved_elems_per_token * shape.act_bytes / (
             shape.tp if shape.sp else 1)
@@ -325,7 +366,7 @@ def _unit(key: str, block: Block, shape: Shape, s: Strategy, tp_span: Span, cp_s
     per_rank = [(op, _rank_params(op, s)) for op in block.ops]
     expert = [(op, n) for op, n in per_rank if op.tp in EXPERT_SPLITS]
     info = experts.unit_info(block, shape, moe_spans) if expert else ()
-    return UnitPlan(name=key, fwd=tuple(fwd), bwd=tuple(bwd), recompute=tuple(recompute), comm=comm,
+    return UnitPlan(name=key, fwd=tuple(fwd), bwd=tuple(bwd), recompute=tuple(redone), comm=comm,
                     params=sum(n for _, n in per_rank), trainable_params=sum(n for op, n in per_rank if op.trainable),
                     saved_bytes=saved, working_bytes=working, is_layer=block.is_layer, placement=block.placement,
                     expert_params=sum(n for _, n in expert),

@@ -22,6 +22,8 @@ def print_result(result: Result, console: Console | None = None) -> None:
     console = console or Console()
     console.print(f"[bold]{result.model}[/bold] on {result.num_gpus} x {result.system} "
                   f"({result.task}, {result.dtype})\nstrategy {result.strategy}", soft_wrap=True)
+    if result.recompute_choice:
+        console.print(result.recompute_choice, soft_wrap=True)
     head = Table(show_header=False)
     head.add_column(style="bold", no_wrap=True)
     head.add_column(justify="right", overflow="fold")
@@ -62,7 +64,8 @@ def print_result(result: Result, console: Console | None = None) -> None:
             mem.add_row(key.replace("_", " "), f"{result.memory[key] / GIB:,.2f} GiB")
     console.print(mem)
     for note in result.assumptions:
-        console.print(f"[dim]assumed: {note}[/dim]")
+        if note != result.recompute_choice:  # printed under the strategy
+            console.print(f"[dim]assumed: {note}[/dim]")
 
 
 def print_serving(result: ServingResult, console: Console | None = None) -> None:

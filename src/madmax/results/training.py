@@ -48,6 +48,8 @@ class Result:
     assumptions: list[str] = field(default_factory=list)
     fits_reason: str | None = None
     error_band: dict[str, Any] | None = None
+    # What recompute was chosen and why, when the strategy left it unset (also in `assumptions`).
+    recompute_choice: str | None = None
     schedule: Schedule | None = field(default=None, repr=False, compare=False)
     memory_timeline: dict[int, list[tuple[float, float]]] | None = field(default=None, repr=False, compare=False)
 
@@ -62,6 +64,7 @@ class Result:
             "fits": self.fits, "fits_reason": self.fits_reason,
             "breakdown": self.breakdown,
             "memory": self.memory, "assumptions": list(self.assumptions), "error_band": self.error_band,
+            "recompute_choice": self.recompute_choice,
         }
 
 
@@ -83,6 +86,7 @@ class TrainingRun:
     has_tables: bool
     assumptions: tuple[str, ...]
     forward_flops_per_token: float = 0.0  # the model's, Megatron-LM's convention (routed experts: top_k)
+    recompute_choice: str | None = None  # why the recompute was chosen, when the strategy left it unset
 
 
 def training_result(run: TrainingRun, plan: Plan, built: TrainingProgram, schedule: Schedule,
@@ -121,7 +125,8 @@ def training_result(run: TrainingRun, plan: Plan, built: TrainingProgram, schedu
         peak_memory_bytes=peak, fits=fits,
         fits_reason=fits_reason, breakdown=breakdown,
         memory={"stage": worst, **memories[worst].to_dict(), "capacity": run.hbm_bytes},
-        assumptions=list(run.assumptions), error_band=error_band, schedule=schedule if keep_schedule else None,
+        assumptions=list(run.assumptions), error_band=error_band, recompute_choice=run.recompute_choice,
+        schedule=schedule if keep_schedule else None,
         memory_timeline=memory_timeline(built, schedule, memories) if keep_schedule else None)
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from madmax.config.loaders import find_in_catalog
+from madmax.config.strategy import RECOMPUTE_AUTO
 from madmax.errors import MadmaxError
 from madmax.validate.conventions import METRICS, published_flops_per_token
 from madmax.validate.inputs import (
@@ -236,7 +237,8 @@ def _published_case(dataset: str, row_id: str, row: dict[str, str], *, defaults:
         notes.append(f"optimizer sharding not stated; zero={s['zero']} assumed")
     s["recompute"] = row["recompute"] or defaults["recompute"]
     if not row["recompute"]:
-        notes.append(f"recompute not stated; {s['recompute']} assumed")
+        notes.append("recompute not stated; the cheapest that fits is chosen (recompute=auto)"
+                     if s["recompute"] == RECOMPUTE_AUTO else f"recompute not stated; {s['recompute']} assumed")
     s["sp"] = {"yes": True, "no": False}.get(row["sp"])
     s.update({k: defaults[k] for k in ("flash", "dp_overlap") if k in defaults})
     intra, inter = (float(row[k]) if row[k] else None for k in ("intra_bw_GBps", "inter_bw_GBps"))
@@ -290,7 +292,7 @@ def load_korthikanti2022(rows: Rows | None = None) -> Dataset:
 
 
 # NeMo 24.x (Megatron-Core): flash attention, distributed optimizer, gradient reduction overlapped.
-_NEMO = {"vp": 1, "mbs": 1, "zero": 1, "recompute": "none", "flash": True, "dp_overlap": True}
+_NEMO = {"vp": 1, "mbs": 1, "zero": 1, "recompute": RECOMPUTE_AUTO, "flash": True, "dp_overlap": True}
 # NeMo's megatron_gpt_finetuning_config.yaml: lora_tuning.adapter_dim 32, target_modules [attention_qkv].
 NEMO_LORA = {"kind": "finetune", "finetune": "lora", "lora_rank": 32, "lora_targets": ["qkv"]}
 
