@@ -44,7 +44,8 @@ class Candidate:
     def label(self) -> str:
         s = self.strategy
         if s.recompute is Recompute.FULL and s.recompute_layers is not None:
-            return f"full of the first {s.recompute_layers} layers per chunk"
+            n = s.recompute_layers
+            return f"full of the first {n} layer{'s' if n > 1 else ''} per chunk"
         return str(s.recompute)
 
     @property

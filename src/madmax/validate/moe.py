@@ -8,8 +8,9 @@
   Qwen3-30B-A3B and GPT-OSS-20B pre-training, iteration time, "fake balanced gate".
 
 The models are the catalog entries (shapes from their Hugging Face configs); the row's sizes are
-checked against them. What the tables do not state is assumed and listed per row: no activation
-recompute, the all-to-all not overlapped, dispatch in 16 bits.
+checked against them. What the tables do not state is assumed and listed per row: the cheapest
+activation recompute that fits (`madmax.parallel.recompute`), the all-to-all not overlapped, dispatch in
+16 bits.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from madmax.config.loaders import load_model
+from madmax.config.strategy import RECOMPUTE_AUTO
 from madmax.errors import MadmaxError
 from madmax.validate.datasets import (
     PUBLISHED_CSV,
@@ -35,7 +37,8 @@ from madmax.validate.inputs import NotMappable, peak_flops_per_s, system_for
 CATALOG = {"Qwen3-30B-A3B": "qwen3-30b-a3b", "Qwen3-235B-A22B": "qwen3-235b-a22b", "GPT-OSS-120B": "gpt-oss-120b",
            "GPT-OSS-20B": "gpt-oss-20b", "DeepSeek-V3": "deepseek-v3", "Mixtral-8x7B": "mixtral-8x7b"}
 _DTYPES = {"fp8": "fp8", "fp8-cs": "fp8", "bf16": "bf16"}
-ASSUMED = ("recompute not stated; none assumed", "all-to-all overlap not stated; not overlapped (ep_overlap=0)",
+RECOMPUTE_CHOSEN = "recompute not stated; the cheapest that fits is chosen (recompute=auto)"
+ASSUMED = ("all-to-all overlap not stated; not overlapped (ep_overlap=0)",
            "token dispatch precision not stated; 16 bits assumed")
 # Megatron-MoE-ModelZoo, the Megatron-Core MoE team's best-practice scripts (read in the copy
 # github.com/vwxyzjn/Megatron-MoE-ModelZoo: best-practice/qwen3/run_235b.sh, best-practice/DeepSeekV3/run.sh
@@ -85,7 +88,9 @@ def moe_case(dataset: str, row_id: str, row: dict[str, str], *, zero: int, notes
         raise NotMappable("row does not state ep")
     s: dict[str, Any] = {"tp": tp, "pp": pp, "cp": row_int(row, "cp") or 1, "ep": ep,
                          "vp": row_int(row, "vp") or 1, "mbs": row_int(row, "micro_batch") or 1, "zero": zero,
-                         "recompute": row["recompute"] or "none", "dispatcher": dispatcher}
+                         "recompute": row["recompute"] or RECOMPUTE_AUTO, "dispatcher": dispatcher}
+    if not row["recompute"]:
+        notes.insert(0, RECOMPUTE_CHOSEN)
     if row_int(row, "dp") is not None:
         s["dp"] = row_int(row, "dp")
     if row_int(row, "micro_batch") is None:
