@@ -63,6 +63,7 @@ from madmax.hardware.compute import (
     attention_bytes,
     attention_compute_s,
     attention_flops,
+    flash_head_dim,
     gemm_bytes,
     gemm_efficiency,
     gemm_flops,
@@ -198,15 +199,21 @@ def _fit_gemm(rows: list[dict], peaks: ReferencePeaks, hbm_read_fraction: float)
             "min_k": float(min(r["k"] for r in rows)), "min_n": float(min(r["n"] for r in rows))}
 
 
+def _flash_widths(head_dims: np.ndarray) -> np.ndarray:
+    """The padded head widths the flash kernels compute at (`compute.flash_head_dim`), elementwise."""
+    return np.array([flash_head_dim(int(d)) for d in head_dims], dtype=float)
+
+
 def _decode_columns(rows: list[dict]):
     b, kv, h, hkv, d, t = _columns(rows, "batch", "kv_len", "q_heads", "kv_heads", "head_dim", "time_s")
     width = DType.BF16.num_bytes
-    return (attention_flops(b, h, 1, kv, d, False), attention_bytes(b, h, hkv, 1, kv, d, width), kv, t)
+    return (attention_flops(b, h, 1, kv, _flash_widths(d), False), attention_bytes(b, h, hkv, 1, kv, d, width),
+            kv, t)
 
 
 def _prefill_columns(rows: list[dict], backward: bool):
     b, h, s, d, fwd, both = _columns(rows, "batch", "heads", "seq", "head_dim", "fwd_s", "fwd_bwd_s")
-    flops = attention_flops(b, h, s, s, d, True)
+    flops = attention_flops(b, h, s, s, _flash_widths(d), True)
     num_bytes = attention_bytes(b, h, h, s, s, d, DType.BF16.num_bytes)
     if backward:
         return flops * BACKWARD_MATMULS / FORWARD_MATMULS, 2 * num_bytes, s, both - fwd

@@ -19,6 +19,10 @@ Assumptions, listed in `ComputeModel.assumptions` where they apply: on another G
 hold as fractions of that GPU's own peak FLOP/s and HBM bandwidth (same software, similar tensor-core
 architecture); a dtype without measurements takes another's (efficiency.yaml `dtype_fallbacks`);
 attention, measured in bf16, has the same fractions of peak in every dtype.
+
+Flash attention computes a head of a width it has no kernel for in the kernel of the next larger width
+(`flash_head_dim`: 80 -> 96, zero-padded in shared memory): its FLOPs are counted at the padded width,
+its HBM bytes at the real one.
 """
 
 from __future__ import annotations
@@ -28,17 +32,22 @@ from dataclasses import dataclass, field
 from functools import cache, lru_cache
 from pathlib import Path
 
+import yaml
+
 from madmax.config.base import DType
 from madmax.config.hardware import GPU
 from madmax.errors import ConfigError
 from madmax.hardware.profile import (
     ComputeProfile,
+    catalog_path,
     dtype_fallbacks,
     efficiency_table,
     gemm_ceiling_scale,
     load_profile,
 )
 from madmax.workload.attention import attended_keys, attention_flops
+
+FLASH_HEAD_DIMS_FILE = "calibration/flash_attention.yaml"
 
 # Flash-attention backward runs 5 matrix products per tile (S = QK^T recomputed, dV, dP, dQ, dK) against
 # 2 in the forward pass (Dao 2023, FlashAttention-2, arXiv 2307.08691, section 3.1.2).
@@ -83,6 +92,21 @@ def attention_bytes(batch: int, heads: int, kv_heads: int, q_len: int, kv_len: f
     each, the KV cache's format; default width): 2*b*d*(width*h*q + kv_width*h_kv*kv)."""
     kv_width = width if kv_width is None else kv_width
     return 2 * batch * head_dim * (width * heads * q_len + kv_width * kv_heads * kv_len)
+
+
+@cache
+def flash_head_dims() -> tuple[int, ...]:
+    """Head dimensions the flash-attention kernels are compiled for, ascending
+    (`catalog/calibration/flash_attention.yaml`, with its source)."""
+    table = yaml.safe_load(catalog_path(FLASH_HEAD_DIMS_FILE).read_text(encoding="utf-8"))
+    return tuple(sorted(int(d) for d in table["head_dims"]))
+
+
+def flash_head_dim(head_dim: int) -> int:
+    """The head width flash attention computes at: the smallest compiled head dimension >= `head_dim`
+    (a head of 80 runs in the 96-wide kernel, zero-padded), or `head_dim` itself above the largest (no
+    kernel exists; costed unpadded). Only the FLOPs grow: HBM holds and streams the real width."""
+    return next((d for d in flash_head_dims() if d >= head_dim), head_dim)
 
 
 def attention_compute_s(flops: float, kv_len: float, rate: float, kv0: float) -> float:
@@ -148,7 +172,7 @@ def _attention_s(cid: int, batch: int, heads: int, kv_heads: int, q_len: int, kv
         return 0.0
     rate_f, kv0_f, rate_b, kv0_b, width, bw, lat, launch = _COEFFS[cid]
     keys = attended_keys(q_len, kv_len, window)
-    flops = attention_flops(batch, heads, q_len, kv_len, head_dim, causal, window)
+    flops = attention_flops(batch, heads, q_len, kv_len, flash_head_dim(head_dim), causal, window)
     num_bytes = attention_bytes(batch, heads, kv_heads, q_len, keys, head_dim, width, kv_width)
     if backward:  # 5/2 the products; reads Q, K, V, O, dO and writes dQ, dK, dV: twice the bytes
         flops, num_bytes = flops * BACKWARD_MATMULS / FORWARD_MATMULS, 2 * num_bytes
@@ -171,7 +195,7 @@ def _attention_varlen_s(cid: int, segments: tuple[tuple[int, float], ...], heads
     t_compute = num_bytes = 0.0
     for q_len, kv_len in segments:
         keys = attended_keys(q_len, kv_len, window)
-        flops = attention_flops(1, heads, q_len, kv_len, head_dim, causal, window)
+        flops = attention_flops(1, heads, q_len, kv_len, flash_head_dim(head_dim), causal, window)
         t_compute += attention_compute_s(flops, keys, rate_f, kv0_f)
         num_bytes += attention_bytes(1, heads, kv_heads, q_len, keys, head_dim, width, kv_width)
     return max(launch, t_compute, stream_s(num_bytes, bw, lat))
@@ -281,7 +305,8 @@ class ComputeModel:
         """Seconds of fused (flash) attention, forward or, with `backward`, the backward pass alone.
 
         t = max(t_launch, F / (P e_max kv/(kv+kv0)), t_lat + bytes / (H e_read)), F from
-        `attention_flops` (x 5/2 backward), bytes from `attention_bytes` (x 2 backward). `heads` are
+        `attention_flops` at the kernel's padded head width `flash_head_dim(head_dim)` (x 5/2 backward),
+        bytes from `attention_bytes` at the real width (x 2 backward). `heads` are
         query heads, `kv_heads` key/value heads (grouped-query attention); lengths in tokens (kv_len may
         be a mean over a batch of sequences: decode reads the sum of their caches). `window`: a sliding
         window of keys (`attention_pairs`; kv is then the keys read, `attended_keys`); `kv_width`: bytes
