@@ -7,6 +7,11 @@ stream name, not a change here. A stream runs its segments in the order they wer
 starts when its stream is free and every segment it waits for has ended (the MAD-Max per-device trace,
 Hsia et al. ISCA 2024, Sec. 3). Program builders (`madmax.program`) write programs; `madmax.sim.schedule`
 times them. Nothing here knows models, tasks or collectives.
+
+Contention: a segment may hold a `load`, the fraction of its rank's compute throughput it takes while it
+runs (a communication kernel's SMs and HBM traffic), and a stream may be `contended`: its segments run
+at rate 1 - (sum of the loads running on the rank beside them), capped. Programs without loads are
+timed as before.
 """
 
 from __future__ import annotations
@@ -41,6 +46,8 @@ class Program:
         self.after: list[list[int]] = []
         self.category: list[str] = []
         self.label: list[str] = []
+        self.load: dict[int, float] = {}  # segment -> fraction of its rank's compute it holds while running
+        self.contended: dict[int, float] = {}  # stream -> the most its rank's loads together take from it
 
     def stream(self, rank: str, name: str) -> int:
         """Id of stream `name` of `rank`, created on first use."""
@@ -50,8 +57,9 @@ class Program:
         return self._streams[key]
 
     def add(self, stream: int, duration_s: float, after: Iterable[int] = (), *, category: str = "",
-            label: str = "") -> int:
-        """Append a segment to `stream` (an id from `stream`); returns its number."""
+            label: str = "", load: float = 0.0) -> int:
+        """Append a segment to `stream` (an id from `stream`); returns its number. load: the fraction of
+        its rank's compute throughput it takes while it runs (see `contend`)."""
         if duration_s < 0:
             raise AssertionError(f"negative duration for {label}")
         durations = self.duration_s
@@ -60,14 +68,27 @@ class Program:
         self.after.append(list(after))
         self.category.append(category)
         self.label.append(label)
+        if load:
+            _check_load(load, label)
+            self.load[len(durations) - 1] = load
         return len(durations) - 1
 
-    def chain(self, first_after: int, items: Iterable[tuple[int, float, str, str]]) -> int:
+    def contend(self, stream: int, max_load: float) -> None:
+        """Let the loads of `stream`'s rank slow its segments: while loaded segments run, the stream runs
+        at rate 1 - min(max_load, sum of their loads)."""
+        if not 0.0 <= max_load < 1.0:
+            raise AssertionError(f"max_load {max_load} is not a fraction in [0, 1)")
+        self.contended[stream] = max_load
+
+    def chain(self, first_after: int, items: Iterable[tuple[int, float, str, str]], load: float = 0.0) -> int:
         """Append segments (stream, duration, category, label) each waiting for the one before, the first
-        for `first_after`; returns the last one's number (`first_after` when there are none)."""
+        for `first_after`; returns the last one's number (`first_after` when there are none). load: that
+        of each of them (see `add`)."""
         durations, streams, after, categories, labels = (self.duration_s, self.stream_of, self.after, self.category,
                                                          self.label)
         last = first_after
+        if load:
+            _check_load(load, "a chain")
         for stream, duration_s, category, label in items:
             if duration_s < 0:
                 raise AssertionError(f"negative duration for {label}")
@@ -77,6 +98,8 @@ class Program:
             categories.append(category)
             labels.append(label)
             last = len(durations) - 1
+            if load:
+                self.load[last] = load
         return last
 
     def wait(self, segment: int, dep: int) -> None:
@@ -96,3 +119,8 @@ class Program:
 
     def __len__(self) -> int:
         return len(self.duration_s)
+
+
+def _check_load(load: float, label: str) -> None:
+    if not 0.0 < load < 1.0:
+        raise AssertionError(f"load {load} of {label} is not a fraction in (0, 1)")
