@@ -63,6 +63,12 @@ class Strategy(Schema):
     sp: bool | None = Field(None, description="Megatron sequence parallelism; default on when tp > 1.")
     flash: bool = Field(True, description="Fused (flash) attention: no s^2 activations, one kernel.")
     dp_overlap: bool = Field(True, description="Overlap the gradient reduction with the backward pass.")
+    tp_overlap: bool = Field(False, description="Pipeline the TP all-gathers and reduce-scatters with the GEMMs "
+                             "beside them in chunks (Transformer Engine comm-GEMM overlap, userbuffers; "
+                             "Megatron-Core's tp_comm_overlap, default false); needs tp > 1 and sp.")
+    overlap_cost: bool = Field(False, description="Charge the compute that runs beside a collective for the SMs "
+                               "and HBM bandwidth the collective holds (catalog efficiency.yaml `overlap`); "
+                               "default off: overlap is free, as the search's estimates assume.")
     etp: PositiveInt = Field(1, description="Expert tensor parallel degree: ranks that split each routed "
                              "expert's width (needs ep > 1); expert data parallelism is tp*cp*dp / (ep*etp). "
                              "Default 1, as Megatron-Bridge's MoE recipes set it (Megatron-Core's own default "
@@ -158,6 +164,7 @@ class Strategy(Schema):
             parts.append(f"etp={self.etp}")
         if self.ep_overlap:
             parts.append("ep_overlap=1")
+        parts += [f"{key}=1" for key in ("tp_overlap", "overlap_cost") if getattr(self, key)]
         if self.dispatch_fp8:
             parts.append("dispatch_fp8=1")
         if self.dispatcher != "alltoall":
@@ -277,6 +284,10 @@ def resolve_strategy(
         raise StrategyError(
             f"strategy.dp={s.dp} but num_gpus={num_gpus} / (tp*pp*cp={inner}) = {dp}; omit dp or set dp={dp}"
         )
+    if s.tp_overlap and not s.sequence_parallel:
+        raise StrategyError(f"strategy.tp_overlap needs tp > 1 with sequence parallelism (it overlaps the TP "
+                            f"all-gathers and reduce-scatters); got tp={s.tp}, sp={int(s.sequence_parallel)}; "
+                            "allowed with these: tp_overlap=0")
     if s.etp > 1 and s.ep == 1:
         raise StrategyError(f"strategy.etp={s.etp} needs expert parallelism (ep > 1): expert tensor parallelism "
                             "splits the experts that ep places; allowed with ep=1: etp=1")

@@ -41,6 +41,9 @@ class Where(StrEnum):
     UPDATE: once per iteration, after the last micro-batch's backward (with the gradient reduction).
     OVERLAPPED: after the pass's kernels, beside the compute that follows (another micro-batch's, in a
     two-micro-batch overlap of the expert all-to-all); the pass ends when it has.
+    WITH_GEMMS: pipelined in chunks with the unit's GEMMs (Transformer Engine comm-GEMM overlap of the
+    TP all-gathers and reduce-scatters, strategy tp_overlap): the first chunk's transfer is exposed, the
+    rest runs beside the GEMMs.
     """
 
     AFTER = "after"
@@ -49,6 +52,7 @@ class Where(StrEnum):
     TO_CONSUMER = "to_consumer"
     UPDATE = "update"
     OVERLAPPED = "overlapped"
+    WITH_GEMMS = "with_gemms"
 
 
 @dataclass(frozen=True, slots=True)

@@ -340,7 +340,7 @@ def _unit(key: str, block: Block, shape: Shape, s: Strategy, tp_span: Span, cp_s
     bwd = [k for op in block.ops for k in backward_kernels(op, shape, flash=flash)] if needs_backward else []
     keeps_s2 = not flash and not (recompute is Recompute.SELECTIVE and block.is_layer)
     saved = sum(saved_bytes(op, shape, flash=not keeps_s2) for op in block.ops) if needs_backward else 0.0
-    tp_fwd, tp_bwd = tp_comm(block, shape, tp_span)
+    tp_fwd, tp_bwd = tp_comm(block, shape, tp_span, gemm_where=Where.WITH_GEMMS if s.tp_overlap else Where.AFTER)
     moe_fwd, moe_bwd = experts.token_exchange(block, shape, s, moe_spans)
     working = 0.0
     redone: list[Kernel] = []
@@ -383,7 +383,8 @@ def _rank_params(op: Op, s: Strategy) -> float:
     return op.params / s.tp
 
 
-def tp_comm(block: Block, shape: Shape, tp_span: Span) -> tuple[list[CommOp], list[CommOp]]:
+def tp_comm(block: Block, shape: Shape, tp_span: Span,
+            gemm_where: Where = Where.AFTER) -> tuple[list[CommOp], list[CommOp]]:
     """Tensor-parallel collectives of one block per micro-batch, from its ops (Megatron's f and g).
 
     A column-parallel GEMM opens a TP region, the next row-parallel GEMM closes it (Shoeybi et al. 2019,
@@ -396,14 +397,17 @@ def tp_comm(block: Block, shape: Shape, tp_span: Span) -> tuple[list[CommOp], li
     split). A vocabulary-parallel embedding reduces its output over tp. In a parallel attention-and-FFN
     layer (GPT-J, Falcon) the attention's output projection `merges_reduction`: both row-parallel
     outputs are summed before one reduction, and the FFN's input is the attention's (no second gather
-    forward, its gradient reduced with the first in the backward).
+    forward, its gradient reduced with the first in the backward). gemm_where: the place of the
+    collectives that open and close a region (WITH_GEMMS under comm-GEMM overlap); the embedding's and
+    the loss's stay AFTER.
     """
     if shape.tp == 1:
         return [], []
     t, b = shape.tokens, shape.act_bytes
 
-    def op(kind: Collective, width: float, label: str, phase: Phase = Phase.FORWARD) -> CommOp:
-        return CommOp(TP_GROUP, kind, t * width * b, tp_span, label, phase)
+    def op(kind: Collective, width: float, label: str, phase: Phase = Phase.FORWARD,
+           where: Where = Where.AFTER) -> CommOp:
+        return CommOp(TP_GROUP, kind, t * width * b, tp_span, label, phase, where)
 
     fwd: list[CommOp] = []
     bwd: list[CommOp] = []
@@ -420,16 +424,17 @@ def tp_comm(block: Block, shape: Shape, tp_span: Span) -> tuple[list[CommOp], li
             opener = o
             if merged:  # the same input as the region before: already gathered; its gradient reduced with it
                 continue
-            fwd += [op(Collective.ALL_GATHER, o.k, f"tp.{o.name}_in")] if shape.sp else []
+            fwd += [op(Collective.ALL_GATHER, o.k, f"tp.{o.name}_in", where=gemm_where)] if shape.sp else []
             bwd.append(op(Collective.REDUCE_SCATTER if shape.sp else Collective.ALL_REDUCE, o.k,
-                          f"tp.{o.name}_in_grad", back))
+                          f"tp.{o.name}_in_grad", back, gemm_where))
         elif o.kind is OpKind.GEMM and o.tp is TPSplit.ROW and opener is not None:
             opener = None
             merged = o.merges_reduction
             if merged:  # its partial sum joins the next row-parallel GEMM's before one reduction
                 continue
-            fwd.append(op(Collective.REDUCE_SCATTER if shape.sp else Collective.ALL_REDUCE, o.n, f"tp.{o.name}_out"))
-            bwd += [op(Collective.ALL_GATHER, o.n, f"tp.{o.name}_out_grad", back)] if shape.sp else []
+            fwd.append(op(Collective.REDUCE_SCATTER if shape.sp else Collective.ALL_REDUCE, o.n, f"tp.{o.name}_out",
+                          where=gemm_where))
+            bwd += [op(Collective.ALL_GATHER, o.n, f"tp.{o.name}_out_grad", back, gemm_where)] if shape.sp else []
     if opener is not None:
         if any(o.tp is TPSplit.TP_REGION and o.name.endswith(".loss") for o in block.ops):
             fwd += [CommOp(TP_GROUP, Collective.ALL_REDUCE, t * DType.FP32.num_bytes, tp_span, "tp.loss")

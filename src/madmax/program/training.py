@@ -20,15 +20,62 @@ from functools import cache
 from madmax.collective import Collective, Span
 from madmax.hardware.collectives import NetworkModel
 from madmax.hardware.compute import ComputeModel
+from madmax.hardware.profile import efficiency_table
 from madmax.parallel.data import DataParallelPlan
 from madmax.parallel.kernels import CommOp, Phase, Where
 from madmax.parallel.pipeline import schedule
-from madmax.parallel.plan import DATA_GROUP, Plan, UnitPlan
+from madmax.parallel.plan import DATA_GROUP, TP_GROUP, Plan, UnitPlan
 from madmax.program.costs import GroupTimes, UnitTimes, unit_times
 from madmax.sim import Program
 
 COMPUTE = "compute"
 DP, PP = DATA_GROUP, "pp"
+GEMM_CATEGORY = "gemm"  # the breakdown category of GEMM kernels (OpKind.GEMM)
+
+
+@dataclass(frozen=True)
+class _Contention:
+    """What collectives running beside compute take from it (catalog efficiency.yaml `overlap`).
+
+    load(span): the fraction of the compute's throughput an NCCL collective over `span` holds while it
+    runs (strategy overlap_cost; 0 without), inside the scale-up domain or across the network;
+    tp_load: that of Transformer Engine's pipelined TP collectives (tp_overlap), the SMs it reserves;
+    chunks: the pieces each is pipelined in; max_load: the most all loads together take.
+    """
+
+    on: bool
+    scale_up: float
+    scale_out: float
+    tp_load: float
+    chunks: int
+    max_load: float
+
+    @staticmethod
+    def of(overlap_cost: bool, tp_overlap: bool) -> _Contention:
+        table = efficiency_table()["overlap"]
+        nccl, tp = table["nccl"], table["tp_userbuffers"]
+        up, out = (float(nccl["scale_up"]), float(nccl["scale_out"])) if overlap_cost else (0.0, 0.0)
+        return _Contention(on=overlap_cost or tp_overlap, scale_up=up, scale_out=out, tp_load=float(tp["sm_fraction"]),
+                           chunks=int(tp["chunks"]), max_load=float(table["max_load"]))
+
+    def load(self, span: Span) -> float:
+        return self.scale_out if span.inter > 1 else self.scale_up
+
+
+def overlap_assumptions(overlap_cost: bool, tp_overlap: bool) -> list[str]:
+    """What the result assumes about overlap's cost: the catalog's estimates in use, when they are."""
+    table = efficiency_table()["overlap"]
+    notes = []
+    if overlap_cost:
+        nccl = table["nccl"]
+        notes.append(f"collectives beside compute take {nccl['scale_up']:.0%} of its throughput inside a scale-up "
+                     f"domain (measured average) and {nccl['scale_out']:.0%} across the network (estimate), "
+                     f"{table['max_load']:.0%} at most together (estimate); efficiency.yaml overlap")
+    if tp_overlap:
+        tp = table["tp_userbuffers"]
+        notes.append(f"TP comm-GEMM overlap: {tp['chunks']} chunks, the first exposed; its collectives hold "
+                     f"{tp['sm_fraction']:.0%} of the SMs beside the GEMMs (estimate); efficiency.yaml overlap")
+    return notes
 
 
 @dataclass
@@ -82,6 +129,8 @@ class _Streams(dict):
         self.program, self.rank = program, rank
         # (unit, pass) -> its after-collectives as (stream, seconds, category, label), built on first use
         self.after_items: dict[tuple[str, Phase], list[tuple[int, float, str, str]]] = {}
+        # (unit, pass) -> its collectives pipelined with its GEMMs: first chunks, the rest, GEMM seconds
+        self.gemm_items: dict[tuple[str, Phase], tuple[list, list, float]] = {}
 
     def __missing__(self, name: str) -> int:
         self[name] = self.program.stream(self.rank, name)
@@ -106,6 +155,8 @@ class _Builder:
         # Whether any unit exchanges data with another (embedding tables); LLM plans skip the edge bookkeeping.
         self.exchanges = any(u.has_exchanges for u in plan.units.values())
         self._groups: dict[str, tuple] = {}
+        self.contention = _Contention.of(plan.strategy.overlap_cost, plan.strategy.tp_overlap)
+        self._unit_loads: dict[str, dict[str, float]] = {}
         for key, unit in plan.units.items():
             if unit.edge_to is not None:
                 self.consumers[unit.edge_to].append(key)
@@ -113,11 +164,13 @@ class _Builder:
     def comm(self, stream: int, op_kind: Collective, size: float, span: Span, group: str, deps=()) -> int:
         duration = _comm_s(self.network, op_kind, size, span)
         category = f"{group}.{op_kind.value}"
-        return self.prog.add(stream, duration, tuple(deps), category=category, label=category)
+        return self.prog.add(stream, duration, tuple(deps), category=category, label=category,
+                             load=self.contention.load(span))
 
     def comm_op(self, stream: int, op: CommOp, deps=()) -> int:
         duration = _comm_s(self.network, op.kind, op.size_bytes, op.span)
-        return self.prog.add(stream, duration, tuple(deps), category=op.label, label=op.label)
+        return self.prog.add(stream, duration, tuple(deps), category=op.label, label=op.label,
+                             load=self.contention.load(op.span))
 
     def stage(self, stage: int) -> None:
         plan, prog, times = self.plan, self.prog, self.times
@@ -125,6 +178,8 @@ class _Builder:
         self.out.stage_of_rank[rank] = stage
         streams = _Streams(prog, rank)
         cs = streams[COMPUTE]
+        if self.contention.on:
+            prog.contend(cs, self.contention.max_load)
         by_kind: dict[str, float] = defaultdict(float)
         model_flops = hw_flops = 0.0
         m = plan.microbatches
@@ -163,15 +218,13 @@ class _Builder:
                     deps += gathered[key]
                 passes[(key, step.phase)] += 1
                 if step.phase is Phase.FORWARD:
-                    start, seg = self._compute_beside(streams, t.fwd_s, t.attention_fwd_s, t.beside_fwd, deps,
-                                                      "forward")
+                    start, seg = self._compute(streams, key, Phase.FORWARD, deps, "forward")
                 else:
                     rec = None
                     if t.recompute_s:
                         rec = prog.add(cs, t.recompute_s, tuple(deps), category="recompute", label="recompute")
                         deps = [rec]
-                    start, seg = self._compute_beside(streams, t.bwd_s, t.attention_bwd_s, t.beside_bwd, deps,
-                                                      "backward")
+                    start, seg = self._compute(streams, key, Phase.BACKWARD, deps, "backward")
                     start = rec if rec is not None else start
                 if first_segment is None:
                     first_segment = start
@@ -179,7 +232,7 @@ class _Builder:
                 tail, seg = (after if after != seg else None), after
                 beside = t.overlapped_fwd if step.phase is Phase.FORWARD else t.overlapped_bwd
                 if beside:
-                    overlapped += self._overlapped(streams, beside, seg)
+                    overlapped += self._overlapped(streams, beside, seg, self._loads(unit))
                 last_compute = seg
                 if self.exchanges:
                     self._edges_out(streams, step, key, seg)
@@ -237,15 +290,63 @@ class _Builder:
                 for group, kind, seconds in (t.after_fwd if phase is Phase.FORWARD else t.after_bwd)]
         return self.prog.chain(seg, items) if items else seg
 
-    def _overlapped(self, streams: _Streams, overlapped: GroupTimes, seg: int) -> list[int]:
+    def _overlapped(self, streams: _Streams, overlapped: GroupTimes, seg: int, loads: dict[str, float]) -> list[int]:
         """Collectives that run beside the compute after the unit (the expert all-to-all of a micro-batch
         hidden behind another's compute): on their groups' streams after the unit's kernels; the pass
         ends when they have (its caller waits for the segments returned)."""
         out = []
         for group, kind, seconds in overlapped:
             out.append(self.prog.add(streams[group], seconds, (seg,), category=f"{group}.{kind}",
-                                     label=f"{group} {kind} (overlapped)"))
+                                     label=f"{group} {kind} (overlapped)", load=loads.get(group, 0.0)))
         return out
+
+    def _loads(self, unit: UnitPlan) -> dict[str, float]:
+        """The load (`_Contention.load`) of each process group of the unit's collectives, by its span."""
+        loads = self._unit_loads.get(unit.name)
+        if loads is None:
+            loads = self._unit_loads[unit.name] = {op.group: self.contention.load(op.span) for op in unit.comm}
+        return loads
+
+    def _compute(self, streams: _Streams, key: str, phase: Phase, deps: list[int], label: str) -> tuple[int, int]:
+        """First and last segment of a unit's pass (`_compute_beside`), with its TP collectives pipelined
+        with its GEMMs under comm-GEMM overlap (Where.WITH_GEMMS): the first of `chunks` chunks of each
+        is exposed before the pass, the rest runs on the TP stream beside the GEMMs, holding the SMs
+        Transformer Engine reserves for it (their load slows the GEMMs); the pass ends when both have."""
+        t = self.times[key]
+        forward = phase is Phase.FORWARD
+        total, attention, beside = ((t.fwd_s, t.attention_fwd_s, t.beside_fwd) if forward
+                                    else (t.bwd_s, t.attention_bwd_s, t.beside_bwd))
+        heads, rests, gemm_s = self._gemms_overlapped(streams, key, phase)
+        loads = self._loads(self.plan.units[key]) if beside else None
+        if not heads:
+            return self._compute_beside(streams, total, attention, beside, deps, label, loads)
+        cs = streams[COMPUTE]
+        # on the compute stream, so that the first chunks wait for the compute before them
+        first = self.prog.add(cs, 0.0, tuple(deps), category="sync", label="tp overlap start")
+        head = self.prog.chain(first, heads)
+        _, seg = self._compute_beside(streams, total - gemm_s, attention, beside, [head], label, loads)
+        rest = self.prog.chain(seg, rests, self.contention.tp_load)
+        gemms = self.prog.add(cs, gemm_s, (seg,), category=label, label=label + " GEMMs")
+        return first, self.prog.add(cs, 0.0, (gemms, rest), category="sync", label="wait for collectives")
+
+    def _gemms_overlapped(self, streams: _Streams, key: str, phase: Phase) -> tuple[list, list, float]:
+        """The unit's collectives pipelined with its GEMMs in one pass, per kind, as (stream, seconds,
+        category, label) of their first chunks and of the rest, and the pass's GEMM seconds (written out
+        once per stage, unit and pass)."""
+        cached = streams.gemm_items.get((key, phase))
+        if cached is None:
+            by: dict[str, float] = {}
+            for op in self.plan.units[key].collectives(phase, Where.WITH_GEMMS):
+                by[op.kind.value] = by.get(op.kind.value, 0.0) + _comm_s(self.network, op.kind, op.size_bytes,
+                                                                         op.span)
+            t = self.times[key]
+            gemm_s = (t.fwd_by_kind if phase is Phase.FORWARD else t.bwd_by_kind).get(GEMM_CATEGORY, 0.0)
+            n, tp = self.contention.chunks, streams[TP_GROUP] if by else -1
+            heads = [(tp, sec / n, f"{TP_GROUP}.{kind}", f"{TP_GROUP} {kind} first chunk") for kind, sec in by.items()]
+            rests = [(tp, sec * (n - 1) / n, f"{TP_GROUP}.{kind}", f"{TP_GROUP} {kind} beside the GEMMs")
+                     for kind, sec in by.items()]
+            cached = streams.gemm_items[(key, phase)] = (heads, rests, gemm_s)
+        return cached
 
     def _edges_in(self, streams: _Streams, step, key: str) -> list[int]:
         """Collectives this unit's pass must wait for: those before its forward (ids to their owners), the
@@ -282,7 +383,7 @@ class _Builder:
                 self.pending.setdefault((Phase.BACKWARD, step.microbatch, producer), []).append(seg)
 
     def _compute_beside(self, streams: _Streams, total_s: float, attention_s: float, beside: GroupTimes,
-                        deps: list[int], label: str) -> tuple[int, int]:
+                        deps: list[int], label: str, loads: dict[str, float] | None = None) -> tuple[int, int]:
         """First and last segment of a unit's compute; collectives that run beside its attention (the
         context-parallel K/V ring) start with it and the unit ends when both have."""
         cs = streams[COMPUTE]
@@ -291,7 +392,8 @@ class _Builder:
             return seg, seg
         pre = self.prog.add(cs, total_s - attention_s, tuple(deps), category=label, label=label)
         ring = [self.prog.add(streams[group], seconds, (pre,), category=f"{group}.{kind}",
-                              label=f"{group} {kind} beside attention") for group, kind, seconds in beside]
+                              label=f"{group} {kind} beside attention", load=(loads or {}).get(group, 0.0))
+                for group, kind, seconds in beside]
         attn = self.prog.add(cs, attention_s, (pre,), category=label, label=label + " attention")
         return pre, self.prog.add(cs, 0.0, (attn, *ring), category="sync", label="wait for collectives")
 

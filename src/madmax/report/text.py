@@ -56,6 +56,8 @@ def print_result(result: Result, console: Console | None = None) -> None:
     for kind, c in sorted(b["communication_s"].items()):
         table.add_row(f"comm: {kind}", _ms(c["total"]), _ms(c["exposed"]), _ms(c["overlapped"]))
     table.add_row("exposed communication", _ms(b["exposed_communication_s"]), "", "")
+    if b.get("overlap_slowdown_s"):
+        table.add_row("overlap slowdown", _ms(b["overlap_slowdown_s"]), "", "")
     table.add_row("pipeline bubble", _ms(b["pipeline_bubble_s"]), "", "")
     console.print(table)
     mem = Table(title=f"Memory per GPU of stage {result.memory['stage']}", title_justify="left", show_header=False)

@@ -13,8 +13,8 @@ from typing import Any
 
 from madmax.parallel.memory import StageMemory
 from madmax.parallel.plan import Plan
-from madmax.program.training import TrainingProgram
-from madmax.results.breakdown import stream_breakdown
+from madmax.program.training import TrainingProgram, overlap_assumptions
+from madmax.results.breakdown import COMPUTE_STREAM, stream_breakdown
 from madmax.sim import Schedule
 
 GIB = 2**30
@@ -114,6 +114,9 @@ def training_result(run: TrainingRun, plan: Plan, built: TrainingProgram, schedu
         "communication_s": stage_view["communication"],
         "exposed_communication_s": stage_view["exposed_communication_s"],
         "pipeline_bubble_s": stage_view["pipeline_bubble_s"],
+        # with overlap_cost or tp_overlap: the compute lost to the collectives beside it
+        **({"overlap_slowdown_s": overlap_slowdown_s(schedule, f"stage{critical}")}
+           if strat.overlap_cost or strat.tp_overlap else {}),
         **{unit.name: dict(unit.info) for unit in plan.units.values() if unit.info},
     }
     return Result(
@@ -125,9 +128,20 @@ def training_result(run: TrainingRun, plan: Plan, built: TrainingProgram, schedu
         peak_memory_bytes=peak, fits=fits,
         fits_reason=fits_reason, breakdown=breakdown,
         memory={"stage": worst, **memories[worst].to_dict(), "capacity": run.hbm_bytes},
-        assumptions=list(run.assumptions), error_band=error_band, recompute_choice=run.recompute_choice,
+        assumptions=list(run.assumptions) + overlap_assumptions(strat.overlap_cost, strat.tp_overlap),
+        error_band=error_band, recompute_choice=run.recompute_choice,
         schedule=schedule if keep_schedule else None,
         memory_timeline=memory_timeline(built, schedule, memories) if keep_schedule else None)
+
+
+def overlap_slowdown_s(schedule: Schedule, rank: str) -> float:
+    """Seconds the compute of `rank` lost to the collectives running beside it (contention: strategy keys
+    overlap_cost and tp_overlap), summed over its compute segments; included in compute_s of the timeline,
+    not in the kernels' compute_s."""
+    if not schedule.slowdown_s:
+        return 0.0
+    compute = schedule.stream_names.index((rank, COMPUTE_STREAM))
+    return sum(sec for seg, sec in schedule.slowdown_s.items() if schedule.stream[seg] == compute)
 
 
 def memory_timeline(built: TrainingProgram, schedule: Schedule,
