@@ -79,7 +79,9 @@ def simulate(
     strategy: Annotated[str | None, typer.Option(help='e.g. "tp=8,pp=4,dp=32,vp=1,mbs=1,zero=1,'
                                                       'recompute=selective,sp=1"; mixture of experts: '
                                                       '"ep=8,etp=1,ep_overlap=1,dispatcher=deepep"; '
-                                                      'recommendation models: '
+                                                      'pipeline layout: "pp_embedding=1,pp_loss=1" or '
+                                                      '"pp_layout=Et*3|(tt|)*29,m|L" (Megatron\'s grammar; quote '
+                                                      'the |); recommendation models: '
                                                       '"emb=tw|rw|cw|twrw|dp,emb_group=G,emb_offload=1".')] = None,
     batch: Annotated[int | None, typer.Option(help="Requests at once per replica (inference; the largest tried "
                                                    "in saturation mode).")] = None,

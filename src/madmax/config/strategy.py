@@ -12,6 +12,7 @@ from typing import Literal
 
 from pydantic import Field, PositiveInt, ValidationError, field_validator
 
+from madmax.config import pipeline_layout as layout
 from madmax.config.base import Schema
 from madmax.errors import StrategyError
 
@@ -96,6 +97,17 @@ class Strategy(Schema):
     emb_group: PositiveInt | None = Field(
         None, description="Ranks sharing one copy of the tables (2-D sharding: replicated across groups); "
                           "default all ranks.")
+    pp_embedding: bool = Field(False, description="Count the embedding as one layer of the pipeline split "
+                               "(Megatron's account_for_embedding_in_pipeline_split, default false): the first "
+                               "chunk holds one transformer layer fewer (madmax.config.pipeline_layout).")
+    pp_loss: bool = Field(False, description="Count the loss (final norm, LM head, loss) as one layer of the "
+                          "pipeline split (Megatron's account_for_loss_in_pipeline_split, default false): the last "
+                          "chunk holds one transformer layer fewer.")
+    pp_layout: str | None = Field(
+        None, description="Explicit pipeline layout in Megatron's pipeline_model_parallel_layout grammar, e.g. "
+        "\"Et|(tt|)*30,mL\": E embedding, t transformer layer, m MTP layer, L loss, | chunk boundary, (...)*N or "
+        "x*N repetition, commas ignored; pp*vp chunks in virtual order (vp defaults to chunks / pp). Default: "
+        "layers spread evenly (madmax.config.pipeline_layout).")
     # Disaggregated serving: separate prefill and decode workers, each worker tp x pp GPUs.
     prefill_workers: PositiveInt | None = Field(None, description="Prefill workers (disaggregated serving).")
     prefill_tp: PositiveInt = Field(1, description="Tensor-parallel degree of a prefill worker.")
@@ -118,6 +130,14 @@ class Strategy(Schema):
         if value.strip().lower() not in allowed:
             raise ValueError(f"is not a recompute mode; allowed: {', '.join(allowed)}")
         return None if value.strip().lower() == RECOMPUTE_AUTO else value.strip().lower()
+
+    @field_validator("pp_layout")
+    @classmethod
+    def _pp_layout(cls, value: str | None) -> str | None:
+        """The grammar only here; the counts need the model (`resolve_strategy`, `plan._stages`)."""
+        if value is not None:
+            layout.expand(value)
+        return value
 
     @field_validator("emb")
     @classmethod
@@ -171,6 +191,9 @@ class Strategy(Schema):
             parts.append(f"dispatcher={self.dispatcher}")
         if self.expert_order != "etp-ep-edp":
             parts.append(f"expert_order={self.expert_order}")
+        parts += [f"{key}=1" for key in ("pp_embedding", "pp_loss") if getattr(self, key)]
+        if self.pp_layout is not None:
+            parts.append(f"pp_layout={self.pp_layout.replace(',', '')}")  # its commas are cosmetic
         parts.append(f"recompute={self.recompute or RECOMPUTE_AUTO}")
         if self.recompute_layers is not None:
             parts.append(f"recompute_layers={self.recompute_layers}")
@@ -195,6 +218,9 @@ def parse_strategy(text: str | dict | Strategy | None) -> Strategy:
         items: dict[str, str] = {}
         for part in filter(None, (p.strip() for p in text.split(","))):
             key, sep, value = part.partition("=")
+            if not sep and items and list(items)[-1] == "pp_layout":
+                items["pp_layout"] += "," + part  # commas inside a layout are cosmetic (Megatron's grammar)
+                continue
             key = key.strip()
             if key in items:
                 raise StrategyError(f"strategy key {key!r} is given twice in {text!r}")
@@ -308,7 +334,13 @@ def resolve_strategy(
         if s.degree(Axis(axis)) > limit:
             raise StrategyError(f"strategy.{axis}={s.degree(Axis(axis))} is not modelled for {model_name}: {why}; "
                                 f"allowed: {', '.join(map(str, range(1, limit + 1)))}")
-    if s.pp * s.vp > num_pipeline_units:
+    if s.pp_layout is not None and "vp" not in s.model_fields_set:
+        s = s.model_copy(update={"vp": layout.layout_vp(s.pp_layout, s.pp)})  # vp from the layout, as Megatron
+    if s.pp_layout is not None or s.pp_embedding or s.pp_loss:
+        # the MTP layers are checked against the workload when the plan places them (`plan._stages`)
+        layout.pipeline_layout(s.pp, s.vp, num_pipeline_units, text=s.pp_layout, embedding=s.pp_embedding,
+                               loss=s.pp_loss)
+    elif s.pp * s.vp > num_pipeline_units:
         raise StrategyError(
             f"strategy.pp*vp={s.pp}*{s.vp} exceeds the {num_pipeline_units} layers of {model_name}; "
             f"allowed: pp*vp <= {num_pipeline_units}"

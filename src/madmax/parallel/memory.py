@@ -56,11 +56,11 @@ def stage_memory(plan: Plan, stage: int, reserved_bytes: float) -> StageMemory:
         gradients += trainable * g
         optimizer += trainable * o
     if plan.data.zero >= 3:
-        largest = max(u.params for u in units)
+        largest = max((u.params for u in units), default=0.0)  # a stage of empty chunks holds none
         weights += ZERO3_GATHERED_UNITS * largest * plan.data.weight_bytes
     per_chunk = [sum(plan.units[key].saved_bytes for key in chunk) for chunk in chunks]
     steps = schedule(stage, plan.strategy.pp, plan.strategy.vp, plan.microbatches)
-    activations = peak_in_flight(steps, per_chunk) + max(u.working_bytes for u in units)
+    activations = peak_in_flight(steps, per_chunk) + max((u.working_bytes for u in units), default=0.0)
     tables = sum(u.state_bytes for u in units)  # embedding tables and their optimizer state
     return StageMemory(weights_bytes=weights, gradients_bytes=gradients, optimizer_bytes=optimizer,
                        activations_bytes=activations, reserved_bytes=reserved_bytes, tables_bytes=tables)

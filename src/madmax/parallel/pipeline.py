@@ -1,4 +1,5 @@
-"""Pipeline parallelism: the split of blocks into stages and the 1F1B / interleaved schedules.
+"""Pipeline parallelism: the 1F1B / interleaved schedules (the split of the layers into chunks is the
+strategy's pipeline layout, `madmax.config.pipeline_layout`; `split_layers` is its default).
 
 The schedules are orders of work, not formulas: `madmax.sim` turns them into events so bubbles and
 the number of micro-batches in flight (hence activation memory) come out of the simulation.
@@ -10,7 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from madmax.config.pipeline_layout import split_layers
 from madmax.parallel.kernels import Phase
+
+__all__ = ["Step", "peak_in_flight", "schedule", "split_layers"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,26 +24,6 @@ class Step:
     phase: Phase
     microbatch: int
     chunk: int
-
-
-def split_layers(num_layers: int, num_chunks: int) -> list[int]:
-    """Layers in each of `num_chunks` virtual stages, embedding on the first and LM head on the last.
-
-    When num_layers + 2 divides evenly, the embedding and the LM head each take the place of one layer
-    (Megatron's account-for-embedding/loss split; Llama 3 405B: 126 + 2 = 128 over 16 x 4 chunks gives
-    1, 2, ..., 2, 1). Otherwise layers spread evenly and the remainder goes to the middle chunks first.
-    """
-    assert 1 <= num_chunks <= num_layers
-    if num_chunks > 2 and (num_layers + 2) % num_chunks == 0:
-        per = (num_layers + 2) // num_chunks
-        return [per - 1] + [per] * (num_chunks - 2) + [per - 1]
-    base, extra = divmod(num_layers, num_chunks)
-    counts = [base] * num_chunks
-    # Middle chunks first (ends carry the embedding and the head), then the ends.
-    order = [*list(range(1, num_chunks - 1)), 0, num_chunks - 1] if num_chunks > 2 else list(range(num_chunks))
-    for i in order[:extra]:
-        counts[i] += 1
-    return counts
 
 
 def schedule(stage: int, pp: int, vp: int, microbatches: int) -> list[Step]:

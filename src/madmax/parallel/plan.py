@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from madmax.collective import Collective, Span
+from madmax.config import pipeline_layout as layout
 from madmax.config.base import DType
 from madmax.config.strategy import Axis, Recompute, Strategy
 from madmax.config.task import ExpertLoad
@@ -23,7 +24,6 @@ from madmax.parallel import experts
 from madmax.parallel.context import ring_kv
 from madmax.parallel.data import DataParallelPlan, data_parallel_plan
 from madmax.parallel.kernels import CommOp, Kernel, KernelKind, Phase, Where
-from madmax.parallel.pipeline import split_layers
 from madmax.parallel.placement import span
 from madmax.parallel.tensor import Shape, backward_kernels, forward_kernels, saved_bytes
 from madmax.workload.ops import EXPERT_SPLITS, Block, Op, OpKind, Placement, TPSplit, Workload
@@ -167,7 +167,7 @@ def build_plan(workload: Workload, strategy: Strategy, *, domain_size: int, seq_
         order += [key] * block.count
     units = _with_edges(units, workload)
     data = data_parallel_plan(s, domain_size, dtype)
-    stages = _stages(units, order, s.pp, s.vp)
+    stages = _stages(units, order, s)
     if partial:
         units, stages = _recompute_first(units, recomputed, stages, s.recompute_layers)
     p2p = shape.tokens * workload_hidden(workload) * act_bytes / (s.tp if s.sequence_parallel else 1)
@@ -285,22 +285,27 @@ def workload_hidden(workload: Workload) -> int:
     raise AssertionError("workload without an embedding")
 
 
-def _stages(units: dict[str, UnitPlan], order: list[str], pp: int,
-            vp: int) -> tuple[tuple[tuple[str, ...], ...], ...]:
+def _stages(units: dict[str, UnitPlan], order: list[str], s: Strategy) -> tuple[tuple[tuple[str, ...], ...], ...]:
     """Units of each stage's local chunks; virtual chunk v runs on stage v % pp as its chunk v // pp.
 
-    The LAYERS units split over the pp*vp chunks (`split_layers`); FIRST units go before them on the
-    first chunk, LAST units after them on the last.
+    The chunks follow the strategy's pipeline layout (`layout.pipeline_layout`: its pp_layout, the
+    pp_embedding/pp_loss split, else the even split): 'E' places the FIRST units (embedding), each 't' the
+    next LAYERS unit, each 'm' the next MTP unit and 'L' the head (final norm, LM head, loss). The LAST
+    units are the MTP layers, then the head. A chunk may hold no unit at all (Megatron allows "E||t|L").
     """
-    layers = [i for i, key in enumerate(order) if units[key].placement is Placement.LAYERS]
-    counts = split_layers(len(layers), pp * vp)
-    chunks: list[list[str]] = []
-    pos = 0
-    for count in counts:
-        chunks.append([order[i] for i in layers[pos:pos + count]])
-        pos += count
-    chunks[0] = [k for k in order if units[k].placement is Placement.FIRST] + chunks[0]
-    chunks[-1] = chunks[-1] + [k for k in order if units[k].placement is Placement.LAST]
+    pp, vp = s.pp, s.vp
+    firsts = [k for k in order if units[k].placement is Placement.FIRST]
+    layers = iter([k for k in order if units[k].placement is Placement.LAYERS])
+    lasts = [k for k in order if units[k].placement is Placement.LAST]
+    mtps, heads = iter(lasts[:-1]), lasts[-1:]
+    chunks_of = layout.pipeline_layout(pp, vp, sum(units[k].placement is Placement.LAYERS for k in order),
+                                       text=s.pp_layout, embedding=s.pp_embedding, loss=s.pp_loss,
+                                       mtp_layers=max(len(lasts) - 1, 0))
+    if len(chunks_of) == 1:  # one chunk: every unit in execution order
+        return ((tuple(order),),)
+    place = {layout.EMBEDDING: lambda: firsts, layout.LAYER: lambda: [next(layers)],
+             layout.MTP: lambda: [next(mtps)], layout.LOSS: lambda: heads}
+    chunks = [[key for symbol in chunk for key in place[symbol]()] for chunk in chunks_of]
     return tuple(tuple(tuple(chunks[c * pp + stage]) for c in range(vp)) for stage in range(pp))
 
 

@@ -243,6 +243,10 @@ class _Builder:
                 if step.phase is Phase.BACKWARD and step.microbatch == m - 1:
                     grad_segments += [self.comm_op(streams[op.group], op, (seg,))
                                       for op in unit.collectives(Phase.BACKWARD, Where.UPDATE)]
+            if not units:
+                # An empty chunk of a pipeline layout (Megatron allows "E||t|L"): it receives the activation
+                # (or its gradient) and sends it on, computing nothing.
+                first_segment = last_compute = prog.add(cs, 0.0, (), category="sync", label="empty pipeline chunk")
             if first_segment is None:
                 # A backward with nothing to do: frozen bottom units (and every stage below them) or an
                 # inference pass. Nothing later waits for it.
