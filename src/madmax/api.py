@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from madmax.config.base import DType
 from madmax.config.hardware import System
@@ -14,10 +14,13 @@ from madmax.config.strategy import Strategy, parse_strategy
 from madmax.config.task import Task, TaskKind
 from madmax.errors import ConfigError
 from madmax.program import SERVING, builder_for
-from madmax.request import TrainingRequest, reserved_memory_bytes, resolve_request, resolve_training
+from madmax.request import TrainingRequest, resolve_request, resolve_training
 from madmax.results import Result
 from madmax.results.serving import ServingResult
 from madmax.sim import gc_paused
+
+if TYPE_CHECKING:
+    from madmax.parallel.memory import Reserve
 
 __all__ = ["Result", "ServingResult", "inspect", "simulate"]
 
@@ -78,14 +81,14 @@ def _simulate_training(run: TrainingRequest, keep_schedule: bool) -> Result:
     """Plan, write the iteration's program, schedule it and read the result off the timeline."""
     from madmax.hardware.collectives import network_model
     from madmax.hardware.compute import compute_model
-    from madmax.parallel.memory import stage_memory
+    from madmax.parallel.memory import runtime_reserve, stage_memory
     from madmax.program.training import build_training
     from madmax.results.training import TrainingRun, training_result
     from madmax.sim import schedule
     from madmax.validate.trust import error_band
 
     request = run.request
-    reserved = reserved_memory_bytes()
+    reserved = runtime_reserve()
     compute = compute_model(request.system.gpu, request.calibration)
     network = network_model(request.system, compute.profile.network if request.calibration else ())
     choice = None
@@ -109,7 +112,7 @@ def _simulate_training(run: TrainingRequest, keep_schedule: bool) -> Result:
     info = TrainingRun(model=request.spec.name, system=sysm.name, num_gpus=n, task=request.task.kind.value,
                        dtype=request.task.dtype, strategy=strat,
                        strategy_text=strat.describe() + (_emb_keys(strat) if tables else ""),
-                       global_batch=run.global_batch, seq_len=request.seq_len, hbm_bytes=sysm.gpu.hbm_bytes,
+                       global_batch=run.global_batch, seq_len=request.seq_len, hbm_bytes=sysm.gpu.usable_memory_bytes,
                        peak_flops_per_s=sysm.gpu.flops_per_s[request.task.dtype], has_tables=tables,
                        assumptions=run.assumptions + notes,
                        recompute_choice=None if choice is None else choice.reason,
@@ -117,7 +120,7 @@ def _simulate_training(run: TrainingRequest, keep_schedule: bool) -> Result:
     return training_result(info, plan, built, timeline, memories, band, keep_schedule)
 
 
-def _choose_recompute(run: TrainingRequest, reserved: float, compute, network):
+def _choose_recompute(run: TrainingRequest, reserved: Reserve, compute, network):
     """The cheapest recompute that fits, for a strategy that leaves it unset (`madmax.parallel.recompute`)."""
     from madmax.parallel.memory import stage_memory
     from madmax.parallel.recompute import choose_recompute
@@ -130,10 +133,10 @@ def _choose_recompute(run: TrainingRequest, reserved: float, compute, network):
     return choose_recompute(
         run.strategy, build=lambda s: _plan(dataclasses.replace(run, strategy=s), reserved)[0],
         memories=lambda plan: [stage_memory(plan, stage, reserved) for stage in range(plan.num_stages)],
-        capacity=run.request.system.gpu.hbm_bytes, pass_s=pass_s)
+        capacity=run.request.system.gpu.usable_memory_bytes, pass_s=pass_s)
 
 
-def _plan(run: TrainingRequest, reserved: float) -> tuple[Any, tuple[str, ...]]:
+def _plan(run: TrainingRequest, reserved: Reserve) -> tuple[Any, tuple[str, ...]]:
     """The plan and what it assumed; with emb_offload, embedding tables get the HBM the rest of the rank leaves and rows
     beyond it live in host memory."""
     from madmax.parallel.memory import stage_memory
@@ -150,7 +153,7 @@ def _plan(run: TrainingRequest, reserved: float) -> tuple[Any, tuple[str, ...]]:
     if request.workload.tables and run.strategy.emb_offload:
         memories = [stage_memory(plan, stage, reserved) for stage in range(plan.num_stages)]
         rest = max(m.total_bytes - m.tables_bytes for m in memories)
-        hbm = request.system.gpu.hbm_bytes
+        hbm = request.system.gpu.usable_memory_bytes
         if any(m.tables_bytes + rest > hbm for m in memories):
             plan = build(max(0.0, hbm - rest))
             return plan, ("embedding rows beyond HBM are offloaded to host memory (no software cache)",)

@@ -9,19 +9,14 @@ input is accepted or refused the same way by both.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from madmax.config.base import DType
 from madmax.config.hardware import System
 from madmax.config.loaders import load_model, load_system, validate
 from madmax.config.model import ModelSpec
 from madmax.config.task import COMPUTE_DTYPES, INFERENCE_ONLY_DTYPES, Task, TaskKind
-from madmax.config.units import parse_quantity
 from madmax.errors import ConfigError
 
 
@@ -40,16 +35,6 @@ class Request:
     @property
     def num_gpus(self) -> int:
         return self.system.cluster_gpus
-
-
-@cache
-def _runtime() -> dict[str, Any]:
-    return yaml.safe_load(resources.files("madmax.catalog").joinpath("runtime.yaml").read_text())
-
-
-def reserved_memory_bytes() -> float:
-    """HBM per GPU the software stack keeps for itself (CUDA context, NCCL, allocator): runtime.yaml."""
-    return parse_quantity(_runtime()["reserved_memory_bytes"], "bytes")
 
 
 def make_task(task: str | Task | dict, **fields: Any) -> Task:

@@ -1,9 +1,10 @@
-"""A small search problem shared by the search tests: a 4-layer model on 8 H100s with 3.5 GiB each.
+"""A small search problem shared by the search tests: a 4-layer model on 8 H100s with 3 GiB each.
 
-The GPU memory is cut so that some candidates do not fit (3 GiB of it is the runtime reserve), which
-exercises the memory rule; everything else is the catalog dgx-h100. MOE_CASE is its mixture-of-experts
-sibling: one dense layer, three MoE layers of 16 experts of 1,024 (top 2, one shared expert), 16
-sequences, whose experts' weights do not fit unless expert parallelism spreads them.
+The GPU memory is cut so that some candidates do not fit (0.6 to 2.6 GiB of it is the runtime reserve:
+the CUDA context and the communicators of the candidate's process groups), which exercises the memory
+rule; everything else is the catalog dgx-h100. MOE_CASE is its mixture-of-experts sibling: one dense
+layer, three MoE layers of 16 experts of 1,024 (top 2, one shared expert), 16 sequences, whose experts'
+state does not fit unless expert parallelism or ZeRO spreads it.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ TINY = {"name": "tiny", "num_layers": 4, "hidden_size": 512, "num_heads": 8, "nu
 
 def small_node() -> dict:
     gpu = dict(find_in_catalog("gpus", "h100-sxm"))
-    gpu["hbm_bytes"] = "3.5 GiB"
+    gpu["hbm_bytes"] = "3 GiB"
     node = dict(find_in_catalog("systems", "dgx-h100"))
     node.update(name="small-h100", gpu=gpu)
     return node

@@ -98,7 +98,9 @@ def test_search_spreads_the_experts_validly(moe):
     assert (cols["ep"] > 1).any() and (cols["etp"] > 1).any() and cols["epo"].any()
     best = moe.top(1)[0]
     strategy = parse_strategy(moe.strategy(best))
-    assert strategy.ep > 1  # 3.5 GiB: the experts must be spread
+    # 3 GiB: the experts' state is spread, over ep or by ZeRO over dp (each ep group costs a communicator's
+    # buffers, parallel.memory.Reserve, so on this tiny model ZeRO may be the cheaper spread).
+    assert strategy.ep > 1 or strategy.zero >= 2
     # Every evaluated strategy is one simulate accepts (resolve_strategy runs inside it).
     for i in range(0, moe.evaluated, 97):
         assert api.simulate(**moe.ctx.simulate_kwargs, strategy=moe.strategy(i)).iteration_time_s > 0

@@ -31,7 +31,7 @@ def test_best_equals_exhaustive_simulation(outcome):
 
 def test_pruning_counts_add_up(outcome):
     assert outcome.enumerated == sum(outcome.rejected.values()) + outcome.evaluated
-    assert outcome.rejected["memory"] > 0  # 3.5 GiB GPUs: some candidates do not fit
+    assert outcome.rejected["memory"] > 0  # 3 GiB GPUs: some candidates do not fit
     assert outcome.valid == outcome.evaluated + outcome.rejected["memory"]
 
 

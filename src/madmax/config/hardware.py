@@ -23,7 +23,11 @@ class GPU(Schema):
     flops_per_s: dict[DType, FlopsPerS] = Field(
         description="Dense peak FLOP/s per dtype (no 2:4 sparsity), e.g. {bf16: '989 TFLOPS'}."
     )
-    hbm_bytes: Bytes = Field(gt=0, description="HBM capacity in bytes.")
+    hbm_bytes: Bytes = Field(gt=0, description="HBM capacity in bytes (the datasheet's figure).")
+    usable_bytes: Bytes | None = Field(
+        None, gt=0, description="Device memory CUDA can allocate from, as the driver reports it (cudaMemGetInfo's "
+        "total, PyTorch's 'total capacity': nvidia-smi's Total less its Reserved line), before the CUDA context; "
+        "unset: hbm_bytes, an upper bound; never more than hbm_bytes.")
     hbm_bytes_per_s: BytesPerS = Field(gt=0, description="Peak HBM bandwidth in bytes/s.")
     tdp_w: Watts = Field(gt=0, description="Board power (TDP) in watts.")
     sources: dict[str, str] = Field(default_factory=dict, description="Source of each number, by field name.")
@@ -36,6 +40,12 @@ class GPU(Schema):
         if not self.flops_per_s:
             raise ValueError("flops_per_s must name at least one dtype")
         return self
+
+    @property
+    def usable_memory_bytes(self) -> float:
+        """What a plan must fit in: `usable_bytes` (at most `hbm_bytes`, which a what-if may have lowered),
+        or `hbm_bytes` where the driver's figure is not known."""
+        return self.hbm_bytes if self.usable_bytes is None else min(self.usable_bytes, self.hbm_bytes)
 
     def peak_flops_per_s(self, dtype: DType) -> float:
         """Dense peak FLOP/s of `dtype`; raises KeyError if the part has no such unit."""

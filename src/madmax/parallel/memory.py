@@ -1,4 +1,4 @@
-"""Memory of one rank of each pipeline stage: weights, gradients, optimizer state, activations.
+"""Memory of one rank of each pipeline stage: weights, gradients, optimizer state, activations, reserve.
 
 Weights, gradients and optimizer bytes per parameter come from the data-parallel plan (ZeRO stage,
 sharding group), that of the routed experts (sharded over their expert-data-parallel ranks) for theirs.
@@ -6,30 +6,111 @@ Activations: each local chunk keeps `saved_bytes` per micro-batch in flight, and
 comes from the stage's schedule (1F1B keeps up to pp - stage micro-batches on stage `stage`; the
 interleaved schedule more), replayed in program order. Full recompute keeps only
 each layer's input but rebuilds one layer's activations during its backward (`working_bytes`).
-ZeRO-3 holds the gathered weights of the layer running and of the one prefetched.
+ZeRO-3 holds the gathered weights of the layer running and of the one prefetched, at most
+`Reserve.zero3_live_params` of them (DeepSpeed releases gathered weights beyond that).
+
+The reserve is what the software stack holds outside the model's tensors (`Reserve`, runtime.yaml):
+the CUDA context, one NCCL communicator per process group of the rank with more than one rank, and the
+caching allocator's fragmentation of the activations.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
 
+import numpy as np
+import yaml
+
+from madmax.config.units import parse_quantity
 from madmax.parallel.pipeline import peak_in_flight, schedule
 from madmax.parallel.plan import Plan
 
-# FSDP keeps the current unit's gathered weights and prefetches the next one.
+# ZeRO-3 keeps the current unit's gathered weights and prefetches the next one.
 ZERO3_GATHERED_UNITS = 2
 
 
 @dataclass(frozen=True)
+class Reserve:
+    """HBM per GPU the software stack holds outside the model's tensors (runtime.yaml `reserve`).
+
+    context_bytes: the CUDA context; communicator_bytes / pair_communicator_bytes: one NCCL communicator
+    of a group of more than two / of two ranks; fragmentation: the caching allocator's overhead, as a
+    fraction of the activations; zero3_live_params: the most gathered parameters ZeRO-3 keeps resident.
+    """
+
+    context_bytes: float
+    communicator_bytes: float = 0.0
+    pair_communicator_bytes: float = 0.0
+    fragmentation: float = 0.0
+    zero3_live_params: float = math.inf
+
+    @classmethod
+    def flat(cls, reserved_bytes: float) -> Reserve:
+        """A reserve of `reserved_bytes` whatever the plan (no communicators, no fragmentation)."""
+        return cls(context_bytes=reserved_bytes)
+
+    def communicators_bytes(self, sizes: Iterable[Any]) -> Any:
+        """Bytes of the communicators of process groups of `sizes` ranks (ints, or arrays of candidates'
+        sizes): a group of one rank has none, of two a pair's, of more a full communicator's."""
+        total: Any = 0.0
+        for n in sizes:
+            total = total + np.where(np.asarray(n) > 2, self.communicator_bytes,
+                                     np.where(np.asarray(n) == 2, self.pair_communicator_bytes, 0.0))
+        return total
+
+    def zero3_gathered_params(self, largest_unit_params: Any) -> Any:
+        """Parameters ZeRO-3 holds gathered: the unit running and the one prefetched, at most the live limit."""
+        return np.minimum(ZERO3_GATHERED_UNITS * np.asarray(largest_unit_params, dtype=float), self.zero3_live_params)
+
+
+@cache
+def runtime_reserve() -> Reserve:
+    """The software stack's reserve of the catalog (runtime.yaml `reserve`)."""
+    text = resources.files("madmax.catalog").joinpath("runtime.yaml").read_text(encoding="utf-8")
+    r = yaml.safe_load(text)["reserve"]
+    return Reserve(context_bytes=parse_quantity(r["cuda_context_bytes"], "bytes"),
+                   communicator_bytes=parse_quantity(r["communicator_bytes"], "bytes"),
+                   pair_communicator_bytes=parse_quantity(r["pair_communicator_bytes"], "bytes"),
+                   fragmentation=float(r["allocator_fragmentation"]), zero3_live_params=float(r["zero3_live_params"]))
+
+
+def group_sizes(tp: Any, cp: Any, pp: Any, dp: Any, ep: Any = 1, etp: Any = 1, experts: bool = False) -> tuple:
+    """Sizes of the process groups a training rank communicates in (Megatron-Core's): tp, cp, pp (its
+    sends and receives to the neighbouring stages), the gradient group dp x cp and, with routed experts,
+    ep, etp and the experts' data-parallel group edp = tp cp dp / (ep etp). Ints or arrays of candidates."""
+    sizes = (tp, cp, pp, dp * cp)
+    if experts:
+        sizes += (ep, etp, tp * cp * dp // (ep * etp))
+    return sizes
+
+
+def plan_groups(plan: Plan) -> tuple:
+    """`group_sizes` of a plan's strategy."""
+    s = plan.strategy
+    return group_sizes(s.tp, s.cp, s.pp, s.dp or 1, s.ep, s.etp, plan.expert_data is not None)
+
+
+@dataclass(frozen=True)
 class StageMemory:
-    """Bytes on one rank of a stage."""
+    """Bytes on one rank of a stage; reserved = context + communicators + fragmentation."""
 
     weights_bytes: float
     gradients_bytes: float
     optimizer_bytes: float
     activations_bytes: float
-    reserved_bytes: float
+    context_bytes: float
     tables_bytes: float = 0.0  # embedding tables and their optimizer state kept in HBM
+    communicators_bytes: float = 0.0
+    fragmentation_bytes: float = 0.0
+
+    @property
+    def reserved_bytes(self) -> float:
+        return self.context_bytes + self.communicators_bytes + self.fragmentation_bytes
 
     @property
     def total_bytes(self) -> float:
@@ -37,16 +118,25 @@ class StageMemory:
                 + self.reserved_bytes + self.tables_bytes)
 
     def to_dict(self) -> dict[str, float]:
+        """The parts by name; "reserved" is the sum of the `RESERVE_PARTS`, listed too."""
         out = {"weights": self.weights_bytes, "gradients": self.gradients_bytes,
                "optimizer": self.optimizer_bytes, "activations": self.activations_bytes,
                "reserved": self.reserved_bytes, "total": self.total_bytes}
         if self.tables_bytes:
             out["embedding_tables"] = self.tables_bytes
+        out.update(zip(RESERVE_PARTS, (self.context_bytes, self.communicators_bytes, self.fragmentation_bytes),
+                       strict=True))
         return out
 
 
-def stage_memory(plan: Plan, stage: int, reserved_bytes: float) -> StageMemory:
-    """Peak memory of one rank of `stage`; reserved_bytes: CUDA context, NCCL and allocator overhead."""
+# The keys of `StageMemory.to_dict` that detail "reserved" (not parts of the total beside it).
+RESERVE_PARTS = ("reserved_context", "reserved_communicators", "reserved_fragmentation")
+
+
+def stage_memory(plan: Plan, stage: int, reserve: Reserve | float) -> StageMemory:
+    """Peak memory of one rank of `stage`; reserve: the software stack's (a number: a flat reserve)."""
+    if not isinstance(reserve, Reserve):
+        reserve = Reserve.flat(reserve)
     chunks = plan.stages[stage]
     units = [plan.units[key] for chunk in chunks for key in chunk]
     weights = gradients = optimizer = 0.0
@@ -57,10 +147,12 @@ def stage_memory(plan: Plan, stage: int, reserved_bytes: float) -> StageMemory:
         optimizer += trainable * o
     if plan.data.zero >= 3:
         largest = max((u.params for u in units), default=0.0)  # a stage of empty chunks holds none
-        weights += ZERO3_GATHERED_UNITS * largest * plan.data.weight_bytes
+        weights += float(reserve.zero3_gathered_params(largest)) * plan.data.weight_bytes
     per_chunk = [sum(plan.units[key].saved_bytes for key in chunk) for chunk in chunks]
     steps = schedule(stage, plan.strategy.pp, plan.strategy.vp, plan.microbatches)
     activations = peak_in_flight(steps, per_chunk) + max((u.working_bytes for u in units), default=0.0)
     tables = sum(u.state_bytes for u in units)  # embedding tables and their optimizer state
     return StageMemory(weights_bytes=weights, gradients_bytes=gradients, optimizer_bytes=optimizer,
-                       activations_bytes=activations, reserved_bytes=reserved_bytes, tables_bytes=tables)
+                       activations_bytes=activations, context_bytes=reserve.context_bytes, tables_bytes=tables,
+                       communicators_bytes=float(reserve.communicators_bytes(plan_groups(plan))),
+                       fragmentation_bytes=reserve.fragmentation * activations)

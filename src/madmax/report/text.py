@@ -7,6 +7,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from madmax.parallel.memory import RESERVE_PARTS
 from madmax.results import Result
 from madmax.results.serving import ServingResult
 
@@ -61,7 +62,8 @@ def print_result(result: Result, console: Console | None = None) -> None:
     table.add_row("pipeline bubble", _ms(b["pipeline_bubble_s"]), "", "")
     console.print(table)
     mem = Table(title=f"Memory per GPU of stage {result.memory['stage']}", title_justify="left", show_header=False)
-    for key in ("weights", "gradients", "optimizer", "embedding_tables", "activations", "reserved", "total"):
+    for key in ("weights", "gradients", "optimizer", "embedding_tables", "activations", "reserved", *RESERVE_PARTS,
+                "total", "capacity"):
         if key in result.memory:
             mem.add_row(key.replace("_", " "), f"{result.memory[key] / GIB:,.2f} GiB")
     console.print(mem)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from madmax.parallel.memory import StageMemory
+from madmax.parallel.memory import RESERVE_PARTS, StageMemory
 from madmax.parallel.plan import Plan
 from madmax.program.training import TrainingProgram, overlap_assumptions
 from madmax.results.breakdown import COMPUTE_STREAM, stream_breakdown
@@ -81,7 +81,7 @@ class TrainingRun:
     strategy_text: str
     global_batch: int
     seq_len: int
-    hbm_bytes: float
+    hbm_bytes: float  # what a rank must fit in: the GPU's usable memory (`GPU.usable_memory_bytes`)
     peak_flops_per_s: float
     has_tables: bool
     assumptions: tuple[str, ...]
@@ -159,12 +159,13 @@ def memory_timeline(built: TrainingProgram, schedule: Schedule,
 
 
 def over_capacity(memory: StageMemory, capacity: float, stage: int, can_offload: bool) -> str:
-    """Why a plan does not fit: the largest parts of the worst rank against the GPU's HBM."""
-    parts = sorted(((v, k) for k, v in memory.to_dict().items() if k != "total"), reverse=True)
+    """Why a plan does not fit: the largest parts of the worst rank against the GPU's usable memory."""
+    parts = sorted(((v, k) for k, v in memory.to_dict().items() if k != "total" and k not in RESERVE_PARTS),
+                   reverse=True)
     largest = ", ".join(f"{k} {v / GIB:.1f} GiB" for v, k in parts[:3] if v)
     hint = "; emb_offload=1 keeps the excess embedding rows in host memory" if can_offload else ""
     return (f"stage {stage} needs {memory.total_bytes / GIB:.1f} GiB per GPU ({largest}) but the GPU has "
-            f"{capacity / GIB:.1f} GiB{hint}")
+            f"{capacity / GIB:.1f} GiB usable{hint}")
 
 
 def stage_ends(built: TrainingProgram, schedule: Schedule) -> list[float]:

@@ -6,8 +6,9 @@ vp and mbs (`space.Rows`), its candidates the options ZeRO x shard, recompute, s
 of each row, below every one of its options, decide which rows are evaluated:
 
     memory floor  max over its stages of (min over ZeRO stages of the weights, gradients and optimizer
-                  state, sharded over the whole group) + (min over recompute of the activations): above
-                  HBM, no option fits, and the row's candidates are rejected under `memory`.
+                  state, sharded over the whole group) + (1 + f) (min over recompute of the activations)
+                  + the reserve of the row's process groups (`parallel.memory.Reserve`): above the usable
+                  memory, no option fits, and the row's candidates are rejected under `memory`.
     time floor    T_floor = T_pipe(f0 + b0) + t_p2p (m + 2 (pp - 1)) + max_s opt_s, the closed form
                   (`timing.closed_form`) without what the options add: f0, b0 without recompute and
                   without ZeRO-3's gathers, no gradient collectives, and the optimizer step of the most
@@ -30,7 +31,7 @@ import numpy as np
 
 from madmax.config.base import DType
 from madmax.config.strategy import Recompute
-from madmax.parallel.memory import ZERO3_GATHERED_UNITS
+from madmax.parallel.memory import group_sizes
 from madmax.search.context import Context
 from madmax.search.core import Clock, Outcome, _Layouts, _peak_memory, estimate_all, finish, groups
 from madmax.search.costs import combos_of, compute_costs
@@ -157,18 +158,22 @@ def _floors(ctx: Context, problem: Problem, limits: Limits, cols: dict[str, np.n
             split = [(params - experts[0], trainable - experts[1]), experts]
         sums = [((p - t) @ per_stage * weight_bytes)[inv] for p, t in split]  # untrainable weights [n, R]
         trained = [(t @ per_stage)[inv] for _, t in split]
-        largest = np.where((per_stage > 0).T[None], params[:, None, :], 0.0).max(axis=2)[inv] * weight_bytes
+        largest = np.where((per_stage > 0).T[None], params[:, None, :], 0.0).max(axis=2)[inv]
+        gathered = ctx.reserve.zero3_gathered_params(largest) * weight_bytes  # ZeRO-3's gathered weights
         held = None
         for z, state in states.items():
             bytes_ = sum(w + t * (s[idx, 0:1] + s[idx, 1:2] + s[idx, 2:3])
                          for w, t, s in zip(sums, trained, state, strict=False))
             if z >= 3:
-                bytes_ = bytes_ + ZERO3_GATHERED_UNITS * largest
+                bytes_ = bytes_ + gathered
             held = bytes_ if held is None else np.minimum(held, bytes_)
         kept = np.min([activations_by_stage(shape, memory.saved[k * len(triples) + here],
                                             memory.working[k * len(triples) + here])[inv]
                        for k in range(len(keeps))], axis=0) * scale[idx, None]
-        floor[idx] = (held + kept).max(axis=1) + ctx.reserved_bytes
+        # The reserve of the row's process groups (the degrees are the row's); fragmentation of the least kept.
+        degrees = (cols[c][idx] for c in ("tp", "cp", "pp", "dp", "ep", "etp"))
+        comm = ctx.reserve.communicators_bytes(group_sizes(*degrees, memory.has_experts))
+        floor[idx] = (held + (1 + ctx.reserve.fragmentation) * kept).max(axis=1) + ctx.reserve.context_bytes + comm
         most = states[max(limits.zero)]  # the optimizer moves 2o + g + w bytes per trainable parameter
         moved[idx] = sum(t * (2 * s[idx, 2:3] + s[idx, 1:2] + s[idx, 0:1])
                          for t, s in zip(trained, most, strict=False)).max(axis=1)

@@ -26,7 +26,7 @@ class Context:
     workload: Any  # madmax.workload.Workload
     compute: Any  # madmax.hardware.compute.ComputeModel
     network: Any  # madmax.hardware.collectives.NetworkModel
-    reserved_bytes: float
+    reserve: Any  # madmax.parallel.memory.Reserve: the software stack's HBM
     calibration: str | Path | None
     simulate_kwargs: dict[str, Any]
     plans: dict = field(default_factory=dict, compare=False, repr=False)  # units of the plans built so far
@@ -45,7 +45,7 @@ class Context:
 
     @property
     def capacity_bytes(self) -> float:
-        return self.system.gpu.hbm_bytes
+        return self.system.gpu.usable_memory_bytes
 
     @property
     def has_tables(self) -> bool:
@@ -89,7 +89,8 @@ def prepare(model: Any, system: Any, num_gpus: int | None = None, task: Any = "p
     """
     from madmax.hardware.collectives import network_model
     from madmax.hardware.compute import compute_model
-    from madmax.request import reserved_memory_bytes, resolve_request
+    from madmax.parallel.memory import runtime_reserve
+    from madmax.request import resolve_request
 
     request = resolve_request(model, system, num_gpus, task, calibration=calibration, global_batch=global_batch,
                               seq_len=seq_len, dtype=dtype, **task_fields)
@@ -105,4 +106,4 @@ def prepare(model: Any, system: Any, num_gpus: int | None = None, task: Any = "p
     return Context(spec=request.spec, system=sysm, task=t, seq_len=request.seq_len, global_batch=t.global_batch,
                    workload=request.workload, compute=compute,
                    network=network_model(sysm, compute.profile.network if calibration else ()),
-                   reserved_bytes=reserved_memory_bytes(), calibration=calibration, simulate_kwargs=kwargs)
+                   reserve=runtime_reserve(), calibration=calibration, simulate_kwargs=kwargs)

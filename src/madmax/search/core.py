@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from madmax.config.base import DType
+from madmax.parallel.memory import group_sizes
 from madmax.results import Result
 from madmax.search.context import Context
 from madmax.search.costs import combos_of, expert_state_bytes, state_bytes, unit_costs
@@ -195,6 +196,7 @@ def _peak_memory(ctx: Context, space: Space, memory, layouts: _Layouts) -> np.nd
     pairs, pair = unique_rows(cols, ("pp", "vp"))
     caps = np.array([inflight_cap(int(p), int(v)) for p, v in pairs], dtype=np.int64)
     flight = {"pp": cols["pp"], "vp": cols["vp"], "m": np.minimum(cols["m"], caps[pair])}
+    sizes = group_sizes(cols["tp"], cols["cp"], cols["pp"], cols["dp"], cols["ep"], cols["etp"], memory.has_experts)
     peak = np.empty(len(space))
     for (pp, vp, m), idx in groups(flight, ("pp", "vp", "m")):
         r = mem_row[idx]
@@ -202,7 +204,8 @@ def _peak_memory(ctx: Context, space: Space, memory, layouts: _Layouts) -> np.nd
                  "expert_trainable": memory.expert_trainable[r], "saved": memory.saved[r] * scale[idx, None],
                  "working": memory.working[r] * scale[idx, None]}
         peak[idx] = peak_memory(memory_shape(layouts[(pp, vp)], m), units, state[idx], cols["zero"][idx],
-                                weight_bytes, ctx.reserved_bytes, None if experts is None else experts[idx])
+                                weight_bytes, ctx.reserve, tuple(size[idx] for size in sizes),
+                                None if experts is None else experts[idx])
     return peak
 
 

@@ -5,11 +5,13 @@ For stage s of a candidate with N_sk units of key k (params P_k, trainable T_k p
     weights     = sum_k N_sk (P_k - T_k) w_0 + sum_k N_sk T_k w      (+ 2 max_k P_k w_0 under ZeRO-3)
     gradients   = sum_k N_sk T_k g,      optimizer = sum_k N_sk T_k o
     activations = max over the in-flight peaks V of sum_c V_c A_sc  +  max_k working_k
-    total       = weights + gradients + optimizer + activations + reserved
+    total       = weights + gradients + optimizer + (1 + f) activations + context + communicators
 
 w, g, o: bytes per trainable parameter after ZeRO sharding (`DataParallelPlan.state_bytes_per_param`);
 in an MoE model the routed experts' parameters (P/(ep*etp) per rank) have their own w, g, o, sharded
 over their expert-data-parallel ranks, and the weights, gradients and optimizer terms add over both;
+f: the allocator's fragmentation and communicators those of the candidate's process groups (both
+`parallel.memory.Reserve`, as `simulate` counts them); ZeRO-3's gathered weights are at most the live limit;
 w_0: bytes of an unsharded weight; A_sc = sum_k (units of k in chunk c) x saved_k, the activations one
 micro-batch leaves on chunk c (saved_k in proportion to the rank's tokens, mbs*seq/cp); V: the
 per-chunk micro-batch counts in flight at the steps that can be a peak (`search.pipeline.inflight`).
@@ -22,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from madmax.parallel.memory import ZERO3_GATHERED_UNITS
+from madmax.parallel.memory import Reserve
 from madmax.search.pipeline import inflight
 from madmax.search.units import StageLayout
 
@@ -62,10 +64,12 @@ def memory_shape(layout: StageLayout, m: int) -> MemoryShape:
 
 
 def peak_memory(shape: MemoryShape, units: dict[str, np.ndarray], state: np.ndarray, zero: np.ndarray,
-                weight_bytes: float, reserved_bytes: float, expert_state: np.ndarray | None = None) -> np.ndarray:
+                weight_bytes: float, reserve: Reserve, process_groups: tuple[np.ndarray, ...],
+                expert_state: np.ndarray | None = None) -> np.ndarray:
     """Peak bytes per GPU [n] of candidates of one shape; units: params, trainable, saved, working [n, K]
     per rank (and expert_params, expert_trainable, their routed experts' share, with `expert_state`, the
-    experts' bytes per trainable parameter [n, 3])."""
+    experts' bytes per trainable parameter [n, 3]); process_groups: the sizes of each candidate's groups
+    (`parallel.memory.group_sizes`, arrays [n])."""
     per_stage = shape.per_stage  # [R, K]
     present = per_stage > 0
     params, trainable = units["params"], units["trainable"]
@@ -73,16 +77,14 @@ def peak_memory(shape: MemoryShape, units: dict[str, np.ndarray], state: np.ndar
     if expert_state is not None:
         groups = [(params - units["expert_params"], trainable - units["expert_trainable"], state),
                   (units["expert_params"], units["expert_trainable"], expert_state)]
-    total = reserved_bytes
+    total = (reserve.context_bytes + reserve.communicators_bytes(process_groups) * np.ones(len(params)))[:, None]
     for p, t, group_state in groups:
         p_s, t_s = p @ per_stage.T, t @ per_stage.T  # [n, R]
         w, g, o = group_state[:, 0:1], group_state[:, 1:2], group_state[:, 2:3]
         total = (p_s - t_s) * weight_bytes + t_s * (w + g + o) + total
     largest = np.where(present[None], params[:, None, :], 0.0).max(axis=2)  # [n, R]
-    total += np.where(zero[:, None] >= 3, ZERO3_GATHERED_UNITS * largest * weight_bytes, 0.0)
-    type_act = np.einsum("nk,stk->nst", units["saved"], shape.type_units)
-    total += np.einsum("nst,svt->nsv", type_act, shape.vectors).max(axis=2)
-    total += np.where(present[None], units["working"][:, None, :], 0.0).max(axis=2)
+    total += np.where(zero[:, None] >= 3, reserve.zero3_gathered_params(largest) * weight_bytes, 0.0)
+    total += (1 + reserve.fragmentation) * activations_by_stage(shape, units["saved"], units["working"])
     return total.max(axis=1)
 
 

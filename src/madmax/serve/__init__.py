@@ -217,7 +217,7 @@ def _result(request: Request, dep: modes.Deployment, fmt: Formats, stack: Servin
 
 def _memory(request: Request, rep: Replica, batch: int, stack: ServingStack) -> tuple[dict, bool, str | None]:
     """Memory per GPU of the worst stage with `batch` requests' KV caches, and whether it fits."""
-    hbm = request.system.gpu.hbm_bytes
+    hbm = request.system.gpu.usable_memory_bytes
     held = min(batch, rep.max_sequences) if rep.max_sequences else batch
     kv = held * rep.kv_bytes_per_sequence
     memory = {"weights": rep.weights_bytes, "kv_cache": kv, "activations": rep.workspace_bytes,

@@ -27,9 +27,10 @@ from madmax.config.strategy import Strategy
 from madmax.config.task import ServingMode
 from madmax.errors import ConfigError, StrategyError
 from madmax.hardware.collectives import network_model
+from madmax.parallel.memory import runtime_reserve
 from madmax.parallel.serving import ServingPlan, attention_dp, build_serving_plan
 from madmax.program.serving import Runtime, make_runtime
-from madmax.request import Request, reserved_memory_bytes
+from madmax.request import Request
 
 # Strategy keys of a serving run; the rest are training's.
 SERVING_KEYS = ("tp", "pp", "dp", "order", "ep", "etp", "ep_overlap", "dispatch_fp8", "dispatcher")
@@ -208,11 +209,16 @@ def replica(request: Request, strategy: Strategy, stack: ServingStack, fmt: Form
                               act_dtype=fmt.act, gemm_dtype=fmt.gemm, weight_width=fmt.weight_width,
                               weight_bytes_per_param=fmt.weight_bytes_per_param, kv_dtype=fmt.kv,
                               routing=request.task.routing)
-    hbm, reserved = request.system.gpu.hbm_bytes, reserved_memory_bytes()
+    hbm = request.system.gpu.usable_memory_bytes
     weights = [plan.weights_bytes(s) for s in range(plan.num_stages)]
     workspace = [plan.workspace_bytes(s, step_tokens, step_sequences) for s in range(plan.num_stages)]
     per_sequence = [plan.kv_bytes(s, context) for s in range(plan.num_stages)]
-    rests = [w + a + reserved for w, a in zip(weights, workspace, strict=True)]
+    # The training reserve (parallel.memory.Reserve): the context, a communicator per group of the replica
+    # (tp, pp, ep) and the fragmentation of the step's workspace.
+    reserve = runtime_reserve()
+    held = reserve.context_bytes + float(reserve.communicators_bytes((strategy.tp, strategy.pp, strategy.ep)))
+    reserved = [held + reserve.fragmentation * a for a in workspace]
+    rests = [w + a + r for w, a, r in zip(weights, workspace, reserved, strict=True)]
     if stack.kv_pool_basis is KVPoolBasis.TOTAL:
         pools = [stack.kv_pool_fraction * hbm - rest for rest in rests]
     else:
@@ -220,7 +226,7 @@ def replica(request: Request, strategy: Strategy, stack: ServingStack, fmt: Form
     # The tightest stage: the one whose pool holds the fewest requests (the first on a tie).
     s = min(range(plan.num_stages), key=lambda s: pools[s] / per_sequence[s] if per_sequence[s] else math.inf)
     room = tuple(max(0.0, pool) for pool in pools)
-    return Replica(strategy, plan, weights[s], workspace[s], reserved, room[s], per_sequence[s], room)
+    return Replica(strategy, plan, weights[s], workspace[s], reserved[s], room[s], per_sequence[s], room)
 
 
 def runtime_of(request: Request, stack: ServingStack) -> Runtime:

@@ -51,6 +51,7 @@ def apply_whatif(system: System, scales: Mapping[str, float]) -> System:
         "flops_per_s": {d: v * s["flops"] for d, v in system.gpu.flops_per_s.items()},
         "hbm_bytes_per_s": system.gpu.hbm_bytes_per_s * s["hbm_bandwidth"],
         "hbm_bytes": system.gpu.hbm_bytes * s["hbm_capacity"],
+        "usable_bytes": None if system.gpu.usable_bytes is None else system.gpu.usable_bytes * s["hbm_capacity"],
     })
     up = system.scale_up.model_copy(update={"bytes_per_s": system.scale_up.bytes_per_s * s["nvlink_bandwidth"],
                                             "latency_s": system.scale_up.latency_s * s["nvlink_latency"]})
