@@ -74,7 +74,8 @@ def simulate(
     task: TaskOpt = "pretrain",
     global_batch: Annotated[int | None, typer.Option(help="Sequences per optimizer step.")] = None,
     seq_len: SeqLenOpt = None,
-    dtype: Annotated[str | None, typer.Option(help="Compute dtype: bf16, fp16, fp8, fp32 (default bf16, "
+    dtype: Annotated[str | None, typer.Option(help="Compute dtype: bf16, fp16, fp8, fp32; on Blackwell also "
+                                                    "mxfp8 (training) and nvfp4 (default bf16, "
                                                     "or fp16 on GPUs without bf16).")] = None,
     strategy: Annotated[str | None, typer.Option(help='e.g. "tp=8,pp=4,dp=32,vp=1,mbs=1,zero=1,'
                                                       'recompute=selective,sp=1"; mixture of experts: '

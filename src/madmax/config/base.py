@@ -21,20 +21,22 @@ class DType(StrEnum):
     TF32 = "tf32"
     BF16 = "bf16"
     FP16 = "fp16"
-    FP8 = "fp8"
+    FP8 = "fp8"  # per-tensor scaled FP8 (Transformer Engine's delayed-scaling recipe in training)
+    MXFP8 = "mxfp8"  # block-scaled FP8 on Blackwell: E4M3 values with an E8M0 scale per 32 (catalog formats.yaml)
     INT8 = "int8"
     FP4 = "fp4"  # NVFP4 on Blackwell: E2M1 values with an E4M3 scale per 16
     INT4 = "int4"  # weight-only quantization (W4A16): int4 weights read into 16-bit GEMMs
 
     @property
     def num_bytes(self) -> float:
-        """Bytes per element of a tensor stored in this format (tf32 is stored as fp32)."""
+        """Bytes per element of a tensor stored in this format (tf32 is stored as fp32; block scales of
+        mxfp8 and fp4 not included: catalog formats.yaml)."""
         return _DTYPE_BYTES[self]
 
 
 _DTYPE_BYTES = {
     DType.FP64: 8, DType.FP32: 4, DType.TF32: 4, DType.BF16: 2, DType.FP16: 2,
-    DType.FP8: 1, DType.INT8: 1, DType.FP4: 0.5, DType.INT4: 0.5,
+    DType.FP8: 1, DType.MXFP8: 1, DType.INT8: 1, DType.FP4: 0.5, DType.INT4: 0.5,
 }
 # Other spellings of a dtype that users write.
 DTYPE_ALIASES = {"nvfp4": "fp4"}

@@ -56,7 +56,8 @@ class Task(Schema):
         None, description="Sequences per optimizer step (training); default dp x mbs x pp."
     )
     seq_len: PositiveInt | None = Field(None, description="Tokens per training sequence; default the model's.")
-    dtype: DType = Field(DType.BF16, description="Compute dtype of the GEMMs (bf16, fp16, fp8, fp32, tf32).")
+    dtype: DType = Field(DType.BF16, description="Compute dtype of the GEMMs (bf16, fp16, fp8, fp32, tf32; mxfp8 and "
+                                                 "fp4 alias nvfp4 on Blackwell; int4 weight-only for inference).")
     finetune: FinetuneMethod = Field(FinetuneMethod.FULL, description="Fine-tuning method (finetune only).")
     frozen_layers: NonNegativeInt = Field(
         0, description="Bottom layers (and the embedding when > 0) without gradients or optimizer state."
@@ -145,6 +146,10 @@ class Task(Schema):
         if self.kind is not TaskKind.INFERENCE and self.dtype.value in INFERENCE_ONLY_DTYPES:
             raise ValueError(f"task.dtype={self.dtype.value} applies to inference (quantized weights); "
                              f"allowed for {self.kind.value}: {', '.join(COMPUTE_DTYPES)}")
+        if self.kind is TaskKind.INFERENCE and self.dtype.value in TRAINING_ONLY_DTYPES:
+            allowed = [d for d in COMPUTE_DTYPES + INFERENCE_ONLY_DTYPES if d not in TRAINING_ONLY_DTYPES]
+            raise ValueError(f"task.dtype={self.dtype.value} is a training recipe (block-scaled fp8 casts); allowed "
+                             f"for inference: {', '.join(allowed)}")
         return self
 
 
@@ -213,9 +218,11 @@ def parse_expert_load(text: str | float | None, capacity_factor: float | None = 
 
 
 LORA_TARGETS = {"qkv", "out", "up", "gate", "down"}
-COMPUTE_DTYPES = ("bf16", "fp16", "fp8", "fp32", "tf32")
-# Inference only: NVFP4 GEMMs (Blackwell) and int4 weight-only quantization into 16-bit GEMMs.
-INFERENCE_ONLY_DTYPES = ("fp4", "int4")
+COMPUTE_DTYPES = ("bf16", "fp16", "fp8", "fp32", "tf32", "mxfp8", "fp4")
+# Inference only: int4 weight-only quantization into 16-bit GEMMs.
+INFERENCE_ONLY_DTYPES = ("int4",)
+# Training only: MXFP8 (Blackwell block-scaled fp8, a Transformer Engine training recipe).
+TRAINING_ONLY_DTYPES = ("mxfp8",)
 KV_DTYPES = ("bf16", "fp16", "fp8")
 SERVING_FIELDS = ("batch", "prompt_len", "output_len", "mode", "kv_dtype", "request_rate", "num_requests", "arrivals",
                   "max_ttft_s", "max_tpot_s", "seed")

@@ -148,6 +148,7 @@ def stage_memory(plan: Plan, stage: int, reserve: Reserve | float) -> StageMemor
     if plan.data.zero >= 3:
         largest = max((u.params for u in units), default=0.0)  # a stage of empty chunks holds none
         weights += float(reserve.zero3_gathered_params(largest)) * plan.data.weight_bytes
+    weights += sum(u.cast_cache_bytes for u in units)  # low-precision weight copies cached for the step
     per_chunk = [sum(plan.units[key].saved_bytes for key in chunk) for chunk in chunks]
     steps = schedule(stage, plan.strategy.pp, plan.strategy.vp, plan.microbatches)
     activations = peak_in_flight(steps, per_chunk) + max((u.working_bytes for u in units), default=0.0)

@@ -23,9 +23,18 @@ from madmax.errors import StrategyError
 from madmax.parallel import experts
 from madmax.parallel.context import ring_kv
 from madmax.parallel.data import DataParallelPlan, data_parallel_plan
+from madmax.parallel.formats import high_precision, low_precision
 from madmax.parallel.kernels import CommOp, Kernel, KernelKind, Phase, Where
 from madmax.parallel.placement import span
-from madmax.parallel.tensor import Shape, backward_kernels, forward_kernels, saved_bytes
+from madmax.parallel.tensor import (
+    Shape,
+    backward_kernels,
+    cast_cache_bytes,
+    cast_sites,
+    forward_kernels,
+    saved_bytes,
+    weight_cast_kernels,
+)
 from madmax.workload.ops import EXPERT_SPLITS, Block, Op, OpKind, Placement, TPSplit, Workload
 
 # Megatron's vocabulary-parallel cross-entropy all-reduces three per-token fp32 values over tp
@@ -39,6 +48,8 @@ TP_GROUP = Axis.TP.value
 DATA_GROUP, EXPERT_DATA_GROUP = Axis.DP.value, "edp"
 # Key suffix of a layer's full-recompute variant when only the first recompute_layers of a chunk redo theirs.
 RECOMPUTED_SUFFIX = "_recompute"
+# Key suffix of a layer kept in bf16 under a low-precision format (the first and last layers of its recipe).
+HIGH_PRECISION_SUFFIX = "_bf16"
 
 
 @dataclass(frozen=True)
@@ -71,6 +82,8 @@ class UnitPlan:
     # expert-data-parallel ranks (`Plan.expert_data`), not the dense ones.
     expert_params: float = 0.0
     expert_trainable_params: float = 0.0
+    # Low-precision GEMMs: bytes of the cast weight copies (and delayed-scaling amax histories) kept all step.
+    cast_cache_bytes: float = 0.0
 
     def state_groups(self, plan: Plan) -> tuple[tuple[str, DataParallelPlan, float, float], ...]:
         """(process group, data-parallel plan, parameters, trainable parameters) of the unit's dense part
@@ -139,9 +152,14 @@ def build_plan(workload: Workload, strategy: Strategy, *, domain_size: int, seq_
     s = strategy
     routed = next((op for b in workload.blocks for op in b.ops if op.experts), None)
     expert_load = routing.factor(routed.experts, s.ep) if routing and routed else 1.0
-    act_bytes = DType.BF16.num_bytes if dtype in (DType.FP8, DType.BF16, DType.FP16) else dtype.num_bytes
+    fmt = low_precision(dtype)
+    act_bytes = DType.BF16.num_bytes if fmt or dtype in (DType.BF16, DType.FP16) else dtype.num_bytes
+    # Weights cast once per step (the first micro-batch's forward) are costed as 1/m of a cast per micro-batch.
+    casts = 1 / (global_batch // (s.dp * s.mbs)) if fmt and fmt.weight_cache else 1.0
     shape = Shape(batch=s.mbs, seq_len=seq_len, tp=s.tp, cp=s.cp, sp=s.sequence_parallel, act_bytes=act_bytes,
-                  fp8=dtype is DType.FP8, ep=s.ep, etp=s.etp, expert_load=expert_load)
+                  cast=fmt, weight_casts=casts, ep=s.ep, etp=s.etp, expert_load=expert_load)
+    # Outside the transformer layers (the LM head) and in the layers the recipe keeps: bf16 GEMMs, no casts.
+    high = dataclasses.replace(shape, cast=None, gemm_dtype=high_precision()) if fmt else shape
     tp_span = span(s, (Axis.TP,), domain_size)
     cp_span = span(s, (Axis.CP,), domain_size)
     moe_spans = experts.spans(s, domain_size)
@@ -159,13 +177,17 @@ def build_plan(workload: Workload, strategy: Strategy, *, domain_size: int, seq_
             units[key] = table_unit(key, block, workload.tables, s, shape, domain_size, table_budget_bytes,
                                     tp_span)
         else:
-            units[key] = _unit(key, block, shape, s, tp_span, cp_span, moe_spans, needs_backward=trainable_seen,
-                               recompute=Recompute.NONE if partial else mode)
+            units[key] = _unit(key, block, shape if block.is_layer else high, s, tp_span, cp_span, moe_spans,
+                               needs_backward=trainable_seen, recompute=Recompute.NONE if partial else mode)
             if partial and block.is_layer:
                 recomputed[key] = _unit(key, block, shape, s, tp_span, cp_span, moe_spans,
                                         needs_backward=trainable_seen, recompute=Recompute.FULL)
         order += [key] * block.count
     units = _with_edges(units, workload)
+    if fmt and (fmt.bf16_first or fmt.bf16_last):
+        order = _high_precision_ends(units, order, fmt.bf16_first, fmt.bf16_last, lambda key, block: _unit(
+            key, block, high, s, tp_span, cp_span, moe_spans, needs_backward=True,
+            recompute=Recompute.NONE if partial else mode), workload)
     data = data_parallel_plan(s, domain_size, dtype)
     stages = _stages(units, order, s)
     if partial:
@@ -178,6 +200,25 @@ def build_plan(workload: Workload, strategy: Strategy, *, domain_size: int, seq_
                 microbatches=global_batch // (s.dp * s.mbs), units=units, stages=stages, data=data,
                 pp_span=span(s, (Axis.PP,), domain_size), p2p_bytes=p2p, tied_sync_bytes=tied,
                 act_bytes=act_bytes, expert_data=expert_data)
+
+
+def _high_precision_ends(units: dict[str, UnitPlan], order: list[str], first: int, last: int, build,
+                         workload: Workload) -> list[str]:
+    """The execution order with the first `first` and last `last` transformer layers kept in bf16: units of
+    their own (key + HIGH_PRECISION_SUFFIX, made by `build(key, block)` and added to `units`), as Megatron's
+    --first-last-layers-bf16 and the NVFP4 recipe keep them. Frozen layers stay as they are (no gradients)."""
+    blocks = {b.name if b.trainable or not b.is_layer else f"{b.name}_frozen": b for b in workload.blocks}
+    layers = [i for i, key in enumerate(order) if units[key].placement is Placement.LAYERS]
+    ends = set(layers[:first]) | set(layers[max(len(layers) - last, 0):])
+    out = list(order)
+    for i in sorted(ends):
+        key = order[i]
+        if not blocks[key].trainable:
+            continue
+        out[i] = key + HIGH_PRECISION_SUFFIX
+        if out[i] not in units:
+            units[out[i]] = build(out[i], blocks[key])
+    return out
 
 
 def _with_edges(units: dict[str, UnitPlan], workload: Workload) -> dict[str, UnitPlan]:
@@ -341,8 +382,11 @@ def _unit(key: str, block: Block, shape: Shape, s: Strategy, tp_span: Span, cp_s
     """One block's unit; `recompute` is what its layers redo (the strategy's mode, or per layer with
     recompute_layers)."""
     flash = s.flash
-    fwd = [k for op in block.ops for k in forward_kernels(op, shape, flash=flash)]
-    bwd = [k for op in block.ops for k in backward_kernels(op, shape, flash=flash)] if needs_backward else []
+    sites = cast_sites(block.ops, shape.cast)  # where each low-precision GEMM's operands are cast
+    fwd = [k for op, (site, _) in zip(block.ops, sites, strict=True)
+           for k in forward_kernels(op, shape, flash=flash, cast=site)]
+    bwd = ([k for op, (_, site) in zip(block.ops, sites, strict=True)
+            for k in backward_kernels(op, shape, flash=flash, cast=site)] if needs_backward else [])
     keeps_s2 = not flash and not (recompute is Recompute.SELECTIVE and block.is_layer)
     saved = sum(saved_bytes(op, shape, flash=not keeps_s2) for op in block.ops) if needs_backward else 0.0
     tp_fwd, tp_bwd = tp_comm(block, shape, tp_span, gemm_where=Where.WITH_GEMMS if s.tp_overlap else Where.AFTER)
@@ -360,6 +404,9 @@ def _unit(key: str, block: Block, shape: Shape, s: Strategy, tp_span: Span, cp_s
         # the recomputed forward repeats its collectives before the backward's own
         tp_bwd = [dataclasses.replace(op, phase=Phase.BACKWARD) for op in tp_fwd] + tp_bwd
         moe_bwd = [dataclasses.replace(op, phase=Phase.BACKWARD) for op in moe_fwd] + moe_bwd
+    # Low-precision weights are cast in the forward (a recompute reuses the cast copies).
+    rank_params = [_rank_params(op, s) for op in block.ops]
+    fwd += weight_cast_kernels(block.ops, rank_params, shape, high_precision().num_bytes)
     cp_fwd: list[CommOp] = []
     cp_bwd: list[CommOp] = []
     for op in block.ops:
@@ -375,7 +422,8 @@ def _unit(key: str, block: Block, shape: Shape, s: Strategy, tp_span: Span, cp_s
                     params=sum(n for _, n in per_rank), trainable_params=sum(n for op, n in per_rank if op.trainable),
                     saved_bytes=saved, working_bytes=working, is_layer=block.is_layer, placement=block.placement,
                     expert_params=sum(n for _, n in expert),
-                    expert_trainable_params=sum(n for op, n in expert if op.trainable), info=info)
+                    expert_trainable_params=sum(n for op, n in expert if op.trainable), info=info,
+                    cast_cache_bytes=cast_cache_bytes(block.ops, rank_params, shape))
 
 
 def _rank_params(op: Op, s: Strategy) -> float:

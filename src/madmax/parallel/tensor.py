@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from enum import StrEnum
 
 from madmax.config.base import DType
+from madmax.parallel.formats import LowPrecision, high_precision
 from madmax.parallel.kernels import Kernel, KernelKind
 from madmax.workload.attention import attention_flops
 from madmax.workload.ops import EXPERT_SPLITS, Op, OpKind, TPSplit
@@ -54,7 +56,10 @@ class Shape:
     cp: int
     sp: bool
     act_bytes: float  # bytes per activation element
-    fp8: bool = False  # FP8 GEMMs (Transformer Engine recipe): inputs cast to fp8, attention in bf16
+    # Low-precision GEMMs (fp8, mxfp8, nvfp4; `parallel.formats`): operands cast to the format, attention and
+    # the GEMMs outside Transformer Engine in bf16. None: GEMM operands taken as they are.
+    cast: LowPrecision | None = None
+    weight_casts: float = 1.0  # weight casts per micro-batch: 1/m when cast once per step and cached
     calls: tuple[AttentionCall, ...] = ()
     gemm_dtype: DType | None = None  # None: the plan's dtype
     weight_width: float | None = None
@@ -107,29 +112,45 @@ def _gemm_shape(op: Op, shape: Shape) -> tuple[int, int, int, int]:
     return groups, math.ceil(rows / groups), k, n
 
 
-def forward_kernels(op: Op, shape: Shape, *, flash: bool) -> list[Kernel]:
-    """Kernels of the forward pass of `op` on one rank, with its auxiliary launches."""
-    return _main_forward(op, shape, flash=flash) + _aux(op)
+class CastSite(StrEnum):
+    """Where a low-precision GEMM's operand is cast (`cast_sites`).
+
+    OWN: its own cast kernel reads the bf16 tensor and writes the copies. FUSED: the op that produces the
+    tensor writes it in the format (Transformer Engine's LayerNormLinear writes the norm output in fp8); only
+    a transpose pass remains where the format needs one. SHARED: the GEMM before it read the same input
+    (a gated FFN's gate and up projections), already cast.
+    """
+
+    OWN = "own"
+    FUSED = "fused"
+    SHARED = "shared"
 
 
-def backward_kernels(op: Op, shape: Shape, *, flash: bool) -> list[Kernel]:
+def forward_kernels(op: Op, shape: Shape, *, flash: bool, cast: CastSite = CastSite.OWN) -> list[Kernel]:
+    """Kernels of the forward pass of `op` on one rank, with its auxiliary launches; `cast`: where a
+    low-precision GEMM's input is cast."""
+    return _main_forward(op, shape, flash=flash, cast=cast) + _aux(op)
+
+
+def backward_kernels(op: Op, shape: Shape, *, flash: bool, cast: CastSite = CastSite.OWN) -> list[Kernel]:
     """Kernels of the backward pass: input gradient always, weight gradient when trainable; each
-    auxiliary kernel of the forward has one in the backward."""
-    return _main_backward(op, shape, flash=flash) + _aux(op)
+    auxiliary kernel of the forward has one in the backward. `cast`: where a low-precision GEMM's output
+    gradient is cast."""
+    return _main_backward(op, shape, flash=flash, cast=cast) + _aux(op)
 
 
 def _aux(op: Op) -> list[Kernel]:
     return [Kernel(KernelKind.LAUNCH, op.kind.value, batch=op.aux_kernels)] if op.aux_kernels else []
 
 
-def _main_forward(op: Op, shape: Shape, *, flash: bool) -> list[Kernel]:
+def _main_forward(op: Op, shape: Shape, *, flash: bool, cast: CastSite = CastSite.OWN) -> list[Kernel]:
     cat = op.kind.value
     if op.kind is OpKind.GEMM:
         g, m, k, n = _gemm_shape(op, shape)
         flops = 2.0 * _model_rows(op, shape, g, m) * k * n
-        return [*_fp8_cast(shape, g * m * k), Kernel(KernelKind.GEMM, cat, flops=flops, m=m, k=k, n=n,
-                                                     batch=g, grouped=g > 1, dtype=shape.gemm_dtype,
-                                                     weight_width=shape.weight_width)]
+        return [*_operand_cast(op, shape, g * m * k, cast, backward=False),
+                Kernel(KernelKind.GEMM, cat, flops=flops, m=m, k=k, n=n, batch=g, grouped=g > 1,
+                       dtype=_gemm_dtype(op, shape), weight_width=shape.weight_width)]
     if op.kind is OpKind.ATTENTION and shape.calls:
         return _serving_attention(op, shape)
     if op.kind is OpKind.ATTENTION:
@@ -139,15 +160,17 @@ def _main_forward(op: Op, shape: Shape, *, flash: bool) -> list[Kernel]:
                    num_bytes=share * op.moved_elems_per_token * shape.act_bytes)]
 
 
-def _main_backward(op: Op, shape: Shape, *, flash: bool) -> list[Kernel]:
+def _main_backward(op: Op, shape: Shape, *, flash: bool, cast: CastSite = CastSite.OWN) -> list[Kernel]:
     cat = op.kind.value
     if op.kind is OpKind.GEMM:
         g, m, k, n = _gemm_shape(op, shape)
         flops = 2.0 * _model_rows(op, shape, g, m) * k * n
-        kernels = [*_fp8_cast(shape, g * m * n), Kernel(KernelKind.GEMM, cat, flops=flops, m=m, k=n, n=k, batch=g,
-                                                        grouped=g > 1)]
+        dtype = _gemm_dtype(op, shape)
+        kernels = [*_operand_cast(op, shape, g * m * n, cast, backward=True),
+                   Kernel(KernelKind.GEMM, cat, flops=flops, m=m, k=n, n=k, batch=g, grouped=g > 1, dtype=dtype)]
         if op.trainable:
-            kernels.append(Kernel(KernelKind.GEMM, cat, flops=flops, m=k, k=m, n=n, batch=g, grouped=g > 1))
+            kernels.append(Kernel(KernelKind.GEMM, cat, flops=flops, m=k, k=m, n=n, batch=g, grouped=g > 1,
+                                  dtype=dtype))
         return kernels
     if op.kind is OpKind.ATTENTION:
         return _attention(op, shape, flash=flash, backward=True)
@@ -155,18 +178,112 @@ def _main_backward(op: Op, shape: Shape, *, flash: bool) -> list[Kernel]:
     return [Kernel(KernelKind.MEMORY, cat, flops=fwd.flops, num_bytes=BACKWARD_BYTES_FACTOR * fwd.num_bytes)]
 
 
-FP8_COPIES = 2  # the fp8 tensor and its transpose
+CAST = "quantize"  # category of the kernels that cast GEMM operands to a low-precision format
+WEIGHT_CAST = "weight_quantize"  # category of the cast of the weights to the low-precision format
+# GEMMs outside Transformer Engine modules (the MoE router, LoRA adapters): plain torch linears in bf16.
+_TORCH_GEMMS = (TPSplit.SEQUENCE, TPSplit.REPLICATED)
 
 
-def _fp8_cast(shape: Shape, elements: int) -> list[Kernel]:
-    """The cast of a GEMM's activation input (forward) or output gradient (backward) to fp8: read the
-    bf16 tensor, write its fp8 copy and the transposed fp8 copy the other GEMM of the backward needs
-    (Transformer Engine's cast-transpose, delayed-scaling recipe; weights are cast once per iteration
-    and not counted)."""
-    if not shape.fp8:
+def _low_precision(op: Op, shape: Shape) -> LowPrecision | None:
+    """The format of `op`'s GEMM operands: the shape's, except for GEMMs outside Transformer Engine."""
+    return None if op.tp in _TORCH_GEMMS else shape.cast
+
+
+def _gemm_dtype(op: Op, shape: Shape) -> DType | None:
+    """The dtype a GEMM runs in: bf16 for a high-precision GEMM of a low-precision plan, else the shape's
+    (None: the plan's dtype)."""
+    return high_precision() if shape.cast is not None and op.tp in _TORCH_GEMMS else shape.gemm_dtype
+
+
+def _operand_cast(op: Op, shape: Shape, elements: int, site: CastSite, *, backward: bool) -> list[Kernel]:
+    """The cast of a low-precision GEMM's activation input (forward) or output gradient (backward).
+
+    With q bytes per cast element (scales included), a bf16 tensor of a bytes per element and c copies:
+    OWN reads the tensor (twice when a per-tensor amax is computed first: nvfp4) and writes c copies,
+    E (a (1 + amax) + c q); FUSED moves, beyond the producer's bf16 write, E (q - a + 2 q (c - 1)) when a
+    transpose pass makes the columnwise copies (per-tensor fp8) and nothing otherwise (the producer writes
+    the block-scaled copies; the difference, c q - a per element, is not costed); SHARED nothing. Delayed
+    scaling also reads and rolls the GEMM's amax histories each pass: their bytes join the cast kernel
+    (Transformer Engine updates them all in one fused kernel, whose launch is not counted apart).
+    """
+    fmt = _low_precision(op, shape)
+    if fmt is None or site is CastSite.SHARED:
         return []
-    moved = elements * (shape.act_bytes + FP8_COPIES * DType.FP8.num_bytes)
-    return [Kernel(KernelKind.MEMORY, "fp8_cast", num_bytes=moved)]
+    q, a = fmt.bytes_per_element, shape.act_bytes
+    history = 2 * fmt.history_bytes(backward)  # read and write
+    if site is CastSite.FUSED:
+        if not fmt.transpose_pass:
+            return []
+        moved = elements * (q - a + 2 * q * (fmt.copies - 1))
+    else:
+        moved = elements * (a * (1 + fmt.amax_pass) + fmt.copies * q)
+    return [Kernel(KernelKind.MEMORY, CAST, num_bytes=moved + history)]
+
+
+def weight_cast_bytes(params: float, fmt: LowPrecision, weight_bytes: float) -> float:
+    """Bytes one cast of `params` weights of `weight_bytes` each moves: read them (twice with a per-tensor
+    amax pass) and write the format's copies, P (w (1 + amax) + c q)."""
+    return params * (weight_bytes * (1 + fmt.amax_pass) + fmt.copies * fmt.bytes_per_element)
+
+
+def weight_cast_kernels(ops: tuple[Op, ...] | list[Op], params: list[float], shape: Shape,
+                        weight_bytes: float) -> list[Kernel]:
+    """The cast of a unit's low-precision GEMM weights (`params` per op on this rank), per micro-batch:
+    `shape.weight_casts` of a cast each (1/m when cast in the first micro-batch and cached for the step)."""
+    fmt = shape.cast
+    if fmt is None:
+        return []
+    cast = sum(n for op, n in zip(ops, params, strict=True) if op.kind is OpKind.GEMM and _low_precision(op, shape))
+    if not cast:
+        return []
+    return [Kernel(KernelKind.MEMORY, WEIGHT_CAST,
+                   num_bytes=shape.weight_casts * weight_cast_bytes(cast, fmt, weight_bytes))]
+
+
+def cast_cache_bytes(ops: tuple[Op, ...] | list[Op], params: list[float], shape: Shape) -> float:
+    """Bytes a unit keeps for its low-precision GEMMs through the step on one rank: the cast weight copies
+    (c q per parameter) and, under delayed scaling, every GEMM's amax histories (forward and backward)."""
+    fmt = shape.cast
+    if fmt is None:
+        return 0.0
+    gemms = [(op, n) for op, n in zip(ops, params, strict=True) if op.kind is OpKind.GEMM and _low_precision(op, shape)]
+    history = fmt.history_bytes(backward=False) + fmt.history_bytes(backward=True)
+    return sum(n * fmt.copies * fmt.bytes_per_element + history for _, n in gemms)
+
+
+def _role(op: Op) -> str:
+    """'norm' for a normalization, 'act' for an activation, else '': what may write a GEMM input directly."""
+    part = op.name.rsplit(".", 1)[-1]
+    if op.kind is not OpKind.ELEMENTWISE:
+        return ""
+    return "norm" if "norm" in part else "act" if part.endswith("act") else ""
+
+
+def cast_sites(ops: tuple[Op, ...] | list[Op], fmt: LowPrecision | None) -> list[tuple[CastSite, CastSite]]:
+    """(forward, backward) cast site of each op's GEMM operands in execution order (`CastSite`).
+
+    Forward: SHARED when the op before is a GEMM on the same input (same k, and this one saves nothing of
+    its own), FUSED when the op before is a producer the format fuses with (formats.yaml fused_producers),
+    else OWN. Backward: the output gradient comes from the next non-GEMM op's backward, FUSED when that op
+    is a fused producer of activations, else OWN.
+    """
+    sites = []
+    for i, op in enumerate(ops):
+        if fmt is None or op.kind is not OpKind.GEMM:
+            sites.append((CastSite.OWN, CastSite.OWN))
+            continue
+        prev = ops[i - 1] if i else None
+        if prev is not None and prev.kind is OpKind.GEMM and prev.k == op.k and not op.saved_elems_per_token:
+            fwd = CastSite.SHARED
+        elif prev is not None and _role(prev) and _role(prev) in fmt.fused_producers:
+            fwd = CastSite.FUSED
+        else:
+            fwd = CastSite.OWN
+        after = next((o for o in ops[i + 1:] if o.kind is not OpKind.GEMM), None)
+        bwd = CastSite.FUSED if after is not None and _role(after) == "act" and "act" in fmt.fused_producers \
+            else CastSite.OWN
+        sites.append((fwd, bwd))
+    return sites
 
 
 def _attention(op: Op, shape: Shape, *, flash: bool, backward: bool) -> list[Kernel]:
@@ -178,8 +295,8 @@ def _attention(op: Op, shape: Shape, *, flash: bool, backward: bool) -> list[Ker
     A non-fused attention (Megatron's baddbmm, fused softmax, bmm) computes the whole score matrix
     (no causal saving), costed like the fused kernel, plus passes over the b*h*q*kv score matrix in HBM: the scores are
     written, read and written by the softmax and read by the second product (4 passes forward, twice
-    that backward). Under FP8 training the attention stays in bf16 (Transformer Engine's default:
-    FP8 dot-product attention off).
+    that backward). Under low-precision training the attention stays in bf16 (Transformer Engine's
+    default: FP8 dot-product attention off), as it does in layers kept in bf16 (`gemm_dtype`).
     """
     heads = op.heads // shape.tp
     kv_heads = max(1, op.kv_heads // shape.tp)
@@ -190,7 +307,7 @@ def _attention(op: Op, shape: Shape, *, flash: bool, backward: bool) -> list[Ker
     # The unfused path computes the whole score matrix and masks it: no causal saving in time.
     kernels = [Kernel(KernelKind.ATTENTION, "attention", flops=flops, batch=b, heads=heads, kv_heads=kv_heads,
                       q_len=q, kv_len=kv, head_dim=d, causal=op.causal and flash, backward=backward,
-                      dtype=DType.BF16 if shape.fp8 else None, window=op.window)]
+                      dtype=high_precision() if shape.cast else shape.gemm_dtype, window=op.window)]
     if not flash:
         passes = SCORE_PASSES * (2 if backward else 1)
         kernels.append(Kernel(KernelKind.MEMORY, "attention",

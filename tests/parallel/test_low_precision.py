@@ -1,0 +1,176 @@
+"""Low-precision training formats (fp8, mxfp8, nvfp4): cast kernels, weight casts, bf16 layers, refusals.
+
+Numbers are hand-computed from catalog/formats.yaml: fp8 1 byte per element, per-tensor scale, a cast writes
+the fp8 copy and its transpose, amax history 1024 fp32 entries for 3 forward and 2 backward tensors per GEMM;
+mxfp8 1 byte + one 1-byte scale per 32 (1.03125 B); nvfp4 0.5 byte + one 1-byte scale per 16 (0.5625 B) and a
+per-tensor amax pass; activations in bf16 (2 B).
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from madmax.config.base import DType
+from madmax.config.loaders import load_model
+from madmax.config.strategy import parse_strategy, resolve_strategy
+from madmax.config.task import Task, TaskKind
+from madmax.errors import ConfigError, MadmaxError
+from madmax.parallel.formats import low_precision
+from madmax.parallel.kernels import KernelKind
+from madmax.parallel.memory import stage_memory
+from madmax.parallel.plan import HIGH_PRECISION_SUFFIX, build_plan
+from madmax.parallel.tensor import (
+    CAST,
+    WEIGHT_CAST,
+    CastSite,
+    Shape,
+    backward_kernels,
+    cast_sites,
+    forward_kernels,
+    weight_cast_bytes,
+)
+from madmax.request import make_task, resolve_request
+from madmax.validate.inputs import llama_model
+from madmax.workload import build_workload
+from madmax.workload.ops import Op, OpKind, TPSplit
+
+T, H, N = 2048, 4096, 12288  # tokens, GEMM input and output widths
+QKV = Op(name="layer.qkv", kind=OpKind.GEMM, tp=TPSplit.COLUMN, k=H, n=N, params=H * N, saved_elems_per_token=H)
+HISTORY_FWD = 2 * 1024 * 4 * 3  # read and roll-write 1024 fp32 amaxes of input, weight and output
+HISTORY_BWD = 2 * 1024 * 4 * 2  # of the output and input gradients
+
+
+def _shape(dtype: str) -> Shape:
+    return Shape(batch=1, seq_len=T, tp=1, cp=1, sp=False, act_bytes=2, cast=low_precision(DType(dtype)))
+
+
+def _cast_bytes(kernels) -> float:
+    return sum(k.num_bytes for k in kernels if k.category == CAST)
+
+
+def test_catalog_formats():
+    fp8, mx, nv = (low_precision(DType(d)) for d in ("fp8", "mxfp8", "fp4"))
+    assert (fp8.bytes_per_element, mx.bytes_per_element, nv.bytes_per_element) == (1, 1.03125, 0.5625)
+    assert (fp8.amax_history, mx.amax_history, nv.amax_history) == (1024, 0, 0)
+    assert (nv.bf16_first, nv.bf16_last) == (2, 8)
+    assert low_precision(DType.BF16) is None
+
+
+@pytest.mark.parametrize(("dtype", "per_element", "history"), [
+    ("fp8", 2 + 2 * 1, HISTORY_FWD),  # read bf16, write fp8 and its transpose
+    ("mxfp8", 2 + 2 * 1.03125, 0),  # rowwise and columnwise copies, each with its 1/32 B of scales
+    ("fp4", 2 * 2 + 2 * 0.5625, 0),  # amax pass + cast read, two nvfp4 copies
+])
+def test_forward_cast_of_one_gemm_input(dtype, per_element, history):
+    kernels = forward_kernels(QKV, _shape(dtype), flash=True)
+    assert _cast_bytes(kernels) == T * H * per_element + history
+    gemm = next(k for k in kernels if k.kind is KernelKind.GEMM)
+    assert gemm.dtype is None  # the plan's dtype: fp8, mxfp8 or fp4 peak
+
+
+def test_backward_cast_of_one_gemm_output_gradient():
+    # dY is T x N: 2048 * 12288 = 25,165,824 elements, 4 bytes each (read 2, write 1 + 1), plus 2 histories.
+    assert _cast_bytes(backward_kernels(QKV, _shape("fp8"), flash=True)) == 25_165_824 * 4 + HISTORY_BWD == 100_679_680
+
+
+def test_fused_norm_cast_leaves_the_transpose():
+    # LayerNormLinear: the norm writes fp8 (1 B instead of 2); the transpose reads it and writes 1 B.
+    kernels = forward_kernels(QKV, _shape("fp8"), flash=True, cast=CastSite.FUSED)
+    assert _cast_bytes(kernels) == T * H * (1 - 2 + 2 * 1) + HISTORY_FWD == 8_413_184
+    # mxfp8 quantizes both copies in the norm: no pass left; a shared input: no cast at all.
+    assert _cast_bytes(forward_kernels(QKV, _shape("mxfp8"), flash=True, cast=CastSite.FUSED)) == 0
+    assert _cast_bytes(forward_kernels(QKV, _shape("fp8"), flash=True, cast=CastSite.SHARED)) == 0
+
+
+def test_weight_cast_bytes_per_parameter():
+    fp8, mx, nv = (low_precision(DType(d)) for d in ("fp8", "mxfp8", "fp4"))
+    assert weight_cast_bytes(1e9, fp8, 2) == 4e9  # read bf16, write fp8 + transpose
+    assert weight_cast_bytes(1e9, mx, 2) == 4.0625e9
+    assert weight_cast_bytes(1e9, nv, 2) == 5.125e9  # amax pass, read, two nvfp4 copies
+
+
+SPEC = load_model(llama_model("tiny-llama", 16, 1024, 16, 8, 2816, 32000, 2048))
+# GEMM weights of one layer: qkv 1024 x (1024 + 2 * 512), out 1024^2, up, gate, down 1024 x 2816 each.
+LAYER_GEMM_PARAMS = 1024 * 2048 + 1024 * 1024 + 3 * 1024 * 2816
+assert LAYER_GEMM_PARAMS == 11_796_480
+
+
+def _plan(dtype: str, strategy: str = "tp=1,pp=1,mbs=1,recompute=none", global_batch: int = 4, spec=SPEC):
+    s, gb = resolve_strategy(parse_strategy(strategy), num_gpus=1, model_name=spec.name,
+                             constraints=spec.parallel_constraints(), num_pipeline_units=spec.num_pipeline_units,
+                             global_batch=global_batch, seq_len=2048)
+    return build_plan(build_workload(spec, Task(kind=TaskKind.PRETRAIN)), s, domain_size=8, seq_len=2048,
+                      global_batch=gb, dtype=DType(dtype))
+
+
+def test_llama_layer_cast_sites():
+    ops = next(b for b in build_workload(SPEC, Task(kind=TaskKind.PRETRAIN)).blocks if b.is_layer).ops
+    sites = {op.name.rsplit(".", 1)[-1]: s for op, s in zip(ops, cast_sites(ops, low_precision(DType.FP8)),
+                                                             strict=True) if op.kind is OpKind.GEMM}
+    own, fused, shared = CastSite.OWN, CastSite.FUSED, CastSite.SHARED
+    assert sites == {"qkv": (fused, own), "out": (own, own), "up": (fused, own), "gate": (shared, own),
+                     "down": (own, own)}
+
+
+def test_weights_cast_once_per_step_and_cached():
+    plan = _plan("fp8")  # 4 micro-batches: a quarter of the cast per micro-batch
+    layer = plan.units["layer"]
+    (cast,) = [k for k in layer.fwd if k.category == WEIGHT_CAST]
+    assert cast.num_bytes == LAYER_GEMM_PARAMS * 4 / 4
+    assert not [k for k in layer.bwd if k.category == WEIGHT_CAST]
+    # The fp8 weights and transposes (2 B per parameter) and 5 GEMMs' histories (1024 x 4 B x 5) stay all step.
+    assert layer.cast_cache_bytes == LAYER_GEMM_PARAMS * 2 + 5 * 1024 * 4 * 5 == 23_695_360
+    bf16 = stage_memory(_plan("bf16"), 0, 0.0)
+    assert stage_memory(plan, 0, 0.0).weights_bytes - bf16.weights_bytes == 16 * 23_695_360
+
+
+def test_lm_head_and_attention_stay_bf16():
+    plan = _plan("fp8")
+    head = plan.units["head"]
+    assert [k.dtype for k in head.fwd + head.bwd if k.kind is KernelKind.GEMM] == [DType.BF16] * 3
+    assert not [k for k in head.fwd + head.bwd if k.category in (CAST, WEIGHT_CAST)]
+    assert {k.dtype for k in plan.units["layer"].fwd if k.kind is KernelKind.ATTENTION} == {DType.BF16}
+
+
+def test_nvfp4_keeps_first_two_and_last_eight_layers_in_bf16():
+    plan = _plan("fp4")
+    (chunk,) = plan.stages[0]
+    layers = [k for k in chunk if k.startswith("layer")]
+    bf16 = "layer" + HIGH_PRECISION_SUFFIX
+    assert layers == [bf16] * 2 + ["layer"] * 6 + [bf16] * 8
+    low, high = plan.units["layer"], plan.units[bf16]
+    low_gemms = [k for k in low.fwd + low.bwd if k.kind is KernelKind.GEMM]
+    high_gemms = [k for k in high.fwd + high.bwd if k.kind is KernelKind.GEMM]
+    assert {k.dtype for k in low_gemms} == {None} and {k.dtype for k in high_gemms} == {DType.BF16}
+    # Same model FLOPs, only the rate differs: 6 layers at the fp4 peak, 10 at the bf16 peak.
+    assert sum(k.flops for k in low_gemms) == sum(k.flops for k in high_gemms)
+    assert not [k for k in high.fwd + high.bwd if k.category in (CAST, WEIGHT_CAST)] and not high.cast_cache_bytes
+
+
+@settings(max_examples=20, deadline=None)
+@given(layers=st.integers(min_value=1, max_value=24))
+def test_bf16_layer_count_for_any_depth(layers):
+    spec = load_model(llama_model("fuzz-llama", layers, 256, 4, 4, 512, 1000, 2048))
+    plan = _plan("fp4", spec=spec)
+    keys = [k for chunk in plan.stages[0] for k in chunk if k.startswith("layer")]
+    assert len(keys) == layers
+    assert sum(k.endswith(HIGH_PRECISION_SUFFIX) for k in keys) == min(layers, 10)
+
+
+@pytest.mark.parametrize("dtype", ["nvfp4", "mxfp8"])
+def test_block_scaled_formats_refused_on_hopper(dtype):
+    with pytest.raises(ConfigError, match=r"has no peak on gpu h100-sxm; allowed: .*fp8"):
+        resolve_request("llama-3.1-8b", "dgx-h100", task="pretrain", dtype=dtype)
+
+
+def test_blackwell_takes_them():
+    request = resolve_request("llama-3.1-8b", "dgx-b200", task="pretrain", dtype="nvfp4")
+    assert request.task.dtype is DType.FP4
+    assert request.system.gpu.peak_flops_per_s(DType.MXFP8) == request.system.gpu.peak_flops_per_s(DType.FP8)
+
+
+def test_mxfp8_is_a_training_recipe():
+    with pytest.raises(MadmaxError, match=r"task\.dtype=mxfp8 is a training recipe"):
+        make_task("inference", dtype="mxfp8", batch=1, prompt_len=8, output_len=8)
