@@ -114,7 +114,7 @@ def _simulate_training(run: TrainingRequest, keep_schedule: bool) -> Result:
                        strategy_text=strat.describe() + (_emb_keys(strat) if tables else ""),
                        global_batch=run.global_batch, seq_len=request.seq_len, hbm_bytes=sysm.gpu.usable_memory_bytes,
                        peak_flops_per_s=sysm.gpu.flops_per_s[request.task.dtype], has_tables=tables,
-                       assumptions=run.assumptions + notes,
+                       assumptions=run.assumptions + notes + tuple(built.assumptions),
                        recompute_choice=None if choice is None else choice.reason,
                        forward_flops_per_token=request.workload.forward_flops_per_token(request.seq_len))
     return training_result(info, plan, built, timeline, memories, band, keep_schedule)

@@ -80,6 +80,22 @@ class ScaleUp(Fabric):
     domain_size: PositiveInt = Field(description="GPUs in one scale-up domain, e.g. 8 (DGX) or 72 (NVL72).")
 
 
+class ScaleOut(Fabric):
+    """The scale-out network: a rail-optimized fat tree. Each node's GPU i has its own NIC on rail i;
+    the same-rail NICs of `nodes_per_leaf` nodes share one leaf switch, and leaves join through a
+    spine tier whose uplinks may be oversubscribed."""
+
+    nodes_per_leaf: PositiveInt | None = Field(
+        None, description="Nodes whose same-rail NICs share one leaf switch (a DGX SuperPOD scalable unit); "
+        "unset: one switch tier joins every node.")
+    spine_oversubscription: float | None = Field(
+        None, ge=1.0, description="Leaf downlinks per uplink (1 = non-blocking): traffic crossing the spine "
+        "gets bytes_per_s / this; unset: 1, an assumption when nodes_per_leaf is given.")
+    spine_latency_s: Seconds | None = Field(
+        None, ge=0, description="Extra latency of a message that crosses the spine (two more switch hops), s; "
+        "unset: 0.")
+
+
 class System(Schema):
     """A cluster of identical nodes; `num_gpus` may be changed per run (`--num-gpus`)."""
 
@@ -88,7 +104,7 @@ class System(Schema):
     gpus_per_node: PositiveInt = Field(description="GPUs in one node (server or tray).")
     num_gpus: PositiveInt | None = Field(None, description="Cluster size in GPUs; default one node.")
     scale_up: ScaleUp = Field(description="Intra-domain network (NVLink/NVSwitch or PCIe).")
-    scale_out: Fabric = Field(description="Inter-domain network; bandwidth is per GPU per direction.")
+    scale_out: ScaleOut = Field(description="Inter-domain network; bandwidth is per GPU per direction.")
     host_link: Fabric | None = Field(None, description="GPU-to-host link (PCIe/C2C), for offload.")
     price_per_gpu_hour_usd: float | None = Field(None, ge=0, description="On-demand price per GPU-hour, USD.")
     node_power_w: Watts | None = Field(None, gt=0, description="Power of one node at load (GPUs and rest), W.")

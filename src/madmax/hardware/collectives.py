@@ -25,6 +25,20 @@ alpha is the fabric's `latency_s` from the system description. B = fabric peak *
 fraction from `catalog/efficiency.yaml` by fabric kind, GPU and collective (nccl-tests measurements).
 Sources: Thakur, Rabenseifner, Gropp, IJHPCA 19(1), 2005 (ring algorithms); nccl-tests
 doc/PERFORMANCE.md (busbw); NCCL's hierarchical (tree/NVLS-tree) algorithms for the 2-level form.
+
+At scale (docs/model.md, "Behaviour at scale"):
+- The all-reduce across m > 1 domains is the faster of the ring above and NCCL's double binary tree,
+  as NCCL's tuner picks (src/graph/tuning.cc):
+      tree all_reduce             t = 2 floor(log2 m) alpha_tree + 2 * S / B_tree
+  alpha_tree = alpha * `tree.hop_latency_factor`, B_tree = B * `tree.busbw_factor` (efficiency.yaml).
+  The ring's latency grows with m, the tree's with log m: small all-reduces over thousands of GPUs
+  take the tree, large gradient buckets the ring.
+- The scale-out network is a rail-optimized fat tree (`ScaleOut`): the members of a group sit at the
+  same positions in every domain (the rank order of `madmax.parallel.placement`), so each GPU's
+  traffic stays on its own rail. A group whose nodes fit under one leaf switch (`nodes_per_leaf`)
+  stays on the leaf; a larger one crosses the spine: B / `spine_oversubscription` and alpha +
+  `spine_latency_s`. The group's nodes are counted as if packed (inter domains of
+  ceil(intra / gpus_per_node) nodes each).
 """
 
 from __future__ import annotations
@@ -64,6 +78,16 @@ def send_recv_s(size_bytes: float, bandwidth_bytes_per_s: float, latency_s: floa
     return latency_s + size_bytes / bandwidth_bytes_per_s
 
 
+def tree_all_reduce_s(size_bytes: float, n: int, busbw_bytes_per_s: float, hop_latency_s: float) -> float:
+    """Double-binary-tree all-reduce of `size_bytes` per GPU among `n` ranks (one per domain):
+    t = 2 floor(log2 n) alpha + 2 S / B -- a reduce up and a broadcast down trees of depth log2 n,
+    each rank sending and receiving S per direction (NCCL's tuning model, src/graph/tuning.cc: tree
+    latency 2 log2i(nNodes) hwLat, algorithm bandwidth busBw / 2)."""
+    if n == 1:
+        return 0.0
+    return 2 * max(1, n.bit_length() - 1) * hop_latency_s + 2 * size_bytes / busbw_bytes_per_s
+
+
 Steps = tuple[tuple[int, float], ...]  # ((min_ranks, fraction), ...) sorted by min_ranks
 
 
@@ -91,6 +115,36 @@ class _Level:
     def busbw(self, kind: str, n: int) -> float:
         return self.bytes_per_s * _fraction(self.fractions[kind], n)
 
+    def crossing_spine(self, oversubscription: float, extra_latency_s: float) -> _Level:
+        """The level as seen by traffic that crosses an oversubscribed, farther spine tier."""
+        return _Level(self.bytes_per_s / oversubscription, self.latency_s + extra_latency_s, self.fractions)
+
+
+@dataclass(frozen=True)
+class _Net:
+    """One system's network: its levels, the spine variant of the scale-out level and its layout."""
+
+    up: _Level
+    out: _Level
+    spine: _Level
+    domain: int
+    gpus_per_node: int
+    nodes_per_leaf: int | None
+    tree_hop_factor: float
+    tree_busbw_factor: float
+
+    def across(self, intra: int, inter: int) -> _Level:
+        """The scale-out level a group of `inter` domains uses: the leaf if its nodes fit under one."""
+        nodes = inter * -(-intra // self.gpus_per_node)
+        return self.out if self.nodes_per_leaf is None or nodes <= self.nodes_per_leaf else self.spine
+
+    def all_reduce_across_s(self, level: _Level, size_bytes: float, m: int) -> float:
+        """All-reduce over m domains: NCCL's choice of ring or tree, whichever is faster."""
+        busbw = level.busbw(Collective.ALL_REDUCE, m)
+        ring = ring_all_reduce_s(size_bytes, m, busbw, level.latency_s)
+        tree = tree_all_reduce_s(size_bytes, m, busbw * self.tree_busbw_factor, level.latency_s * self.tree_hop_factor)
+        return min(ring, tree)
+
 
 def _level(fabric: Fabric, gpu_names: set[str], label: str) -> tuple[_Level, list[str]]:
     """The fabric's busbw fractions: a GPU-specific entry, else the fabric kind's, else `default`."""
@@ -115,7 +169,7 @@ def _level(fabric: Fabric, gpu_names: set[str], label: str) -> tuple[_Level, lis
 _KINDS = tuple(str(c) for c in Collective)
 
 # Registry of networks, so that the per-message cache is keyed by small ints and plain numbers.
-_NETWORKS: list[tuple[_Level, _Level, int]] = []
+_NETWORKS: list[_Net] = []
 
 
 @lru_cache(maxsize=1 << 18)
@@ -124,29 +178,33 @@ def _collective_s(net: int, kind: str, size_bytes: float, intra: int, inter: int
         raise ConfigError(f"collective {kind!r} is unknown; allowed: {', '.join(_KINDS)}")
     if size_bytes < 0:
         raise ConfigError(f"collective size_bytes={size_bytes} must be >= 0")
-    up, out, domain = _NETWORKS[net]
-    if intra > domain:
-        raise ConfigError(f"span intra={intra} exceeds the scale-up domain of {domain} GPUs")
+    network = _NETWORKS[net]
+    if intra > network.domain:
+        raise ConfigError(f"span intra={intra} exceeds the scale-up domain of {network.domain} GPUs")
     n = intra * inter
     if n == 1 or size_bytes == 0:
         return 0.0
+    up, out = network.up, network.across(intra, inter)
     if kind == Collective.SEND_RECV:
         level = out if inter > 1 else up
         return send_recv_s(size_bytes, level.busbw(kind, 2), level.latency_s)
-    if inter == 1 or intra == 1:
-        level, m = (up, intra) if inter == 1 else (out, inter)
+    if inter == 1:
         ring = ring_all_reduce_s if kind == Collective.ALL_REDUCE else ring_gather_s
-        return ring(size_bytes, m, level.busbw(kind, m), level.latency_s)
-    return _hierarchical_s(up, out, kind, size_bytes, intra, inter)
+        return ring(size_bytes, intra, up.busbw(kind, intra), up.latency_s)
+    if intra == 1:
+        if kind == Collective.ALL_REDUCE:
+            return network.all_reduce_across_s(out, size_bytes, inter)
+        return ring_gather_s(size_bytes, inter, out.busbw(kind, inter), out.latency_s)
+    return _hierarchical_s(network, out, kind, size_bytes, intra, inter)
 
 
-def _hierarchical_s(up: _Level, out: _Level, kind: str, s: float, intra: int, inter: int) -> float:
+def _hierarchical_s(network: _Net, out: _Level, kind: str, s: float, intra: int, inter: int) -> float:
     """A group over intra > 1 GPUs in each of inter > 1 domains (see the module docstring)."""
+    up = network.up
     rs, ag = Collective.REDUCE_SCATTER, Collective.ALL_GATHER
     inside = {c: ring_gather_s(s, intra, up.busbw(c, intra), up.latency_s) for c in (rs, ag)}
     if kind == Collective.ALL_REDUCE:
-        across = ring_all_reduce_s(s / intra, inter, out.busbw(kind, inter), out.latency_s)
-        return inside[rs] + across + inside[ag]
+        return inside[rs] + network.all_reduce_across_s(out, s / intra, inter) + inside[ag]
     if kind in (rs, ag):
         return inside[kind] + ring_gather_s(s / intra, inter, out.busbw(kind, inter), out.latency_s)
     # all_to_all: (intra-1) peers inside the domain, n-intra outside, both fabrics at once
@@ -174,9 +232,17 @@ class NetworkModel:
         up, up_notes = _level(self.system.scale_up, names, "scale-up")
         out, out_notes = _level(self.system.scale_out, names, "scale-out")
         up, out = _with_fits(up, out, self.fits)
-        _NETWORKS.append((up, out, self.system.scale_up.domain_size))
+        fabric = self.system.scale_out
+        tree = efficiency_table()["collectives"]["tree"]
+        _NETWORKS.append(_Net(up=up, out=out,
+                              spine=out.crossing_spine(fabric.spine_oversubscription or 1.0,
+                                                       fabric.spine_latency_s or 0.0),
+                              domain=self.system.scale_up.domain_size, gpus_per_node=self.system.gpus_per_node,
+                              nodes_per_leaf=fabric.nodes_per_leaf,
+                              tree_hop_factor=float(tree["hop_latency_factor"]),
+                              tree_busbw_factor=float(tree["busbw_factor"])))
         object.__setattr__(self, "_net", len(_NETWORKS) - 1)
-        object.__setattr__(self, "assumptions", tuple(up_notes + out_notes))
+        object.__setattr__(self, "assumptions", tuple(up_notes + out_notes + _fabric_notes(self.system)))
 
     def collective_s(self, kind: Collective, size_bytes: float, span: Span) -> float:
         """Seconds of one collective of `size_bytes` (nccl-tests convention) over `span`; 0 for n = 1."""
@@ -195,8 +261,26 @@ class NetworkModel:
 
     def busbw_bytes_per_s(self, kind: Collective, span: Span) -> float:
         """Achievable bus bandwidth per GPU per direction of the fabric a pure group uses (bytes/s)."""
-        up, out, _ = _NETWORKS[self._net]
-        return up.busbw(kind, span.size) if span.inter == 1 else out.busbw(kind, span.inter)
+        network = _NETWORKS[self._net]
+        if span.inter == 1:
+            return network.up.busbw(kind, span.size)
+        return network.across(span.intra, span.inter).busbw(kind, span.inter)
+
+
+def _fabric_notes(system: System) -> list[str]:
+    """What the scale-out description leaves to defaults, for the result's assumptions (without
+    `nodes_per_leaf` the system describes one switch tier, which is no assumption of the model)."""
+    fabric = system.scale_out
+    if fabric.nodes_per_leaf is None:
+        return []
+    notes = []
+    if fabric.spine_oversubscription is None:
+        notes.append(f"scale-out fabric of {system.name}: the spine above {fabric.nodes_per_leaf} nodes is assumed "
+                     "non-blocking (no spine_oversubscription given)")
+    if str(system.sources.get("scale_out.spine_latency_s", "ESTIMATE")).startswith("ESTIMATE"):
+        notes.append(f"scale-out fabric of {system.name}: the spine's extra latency "
+                     f"{(fabric.spine_latency_s or 0.0) * 1e6:g} us per message is an estimate")
+    return notes
 
 
 def _with_fits(up: _Level, out: _Level, fits: tuple[Any, ...]) -> tuple[_Level, _Level]:
@@ -218,8 +302,9 @@ def _with_fits(up: _Level, out: _Level, fits: tuple[Any, ...]) -> tuple[_Level, 
 
 def _system_key(system: System) -> tuple:
     up, out = system.scale_up, system.scale_out
-    return (system.gpu.name, str(up.kind), up.bytes_per_s, up.latency_s, up.domain_size,
-            str(out.kind), out.bytes_per_s, out.latency_s)
+    return (system.name, system.gpu.name, system.gpus_per_node, str(up.kind), up.bytes_per_s, up.latency_s,
+            up.domain_size, str(out.kind), out.bytes_per_s, out.latency_s, out.nodes_per_leaf,
+            out.spine_oversubscription, out.spine_latency_s, system.sources.get("scale_out.spine_latency_s"))
 
 
 _MODELS: dict[tuple, NetworkModel] = {}

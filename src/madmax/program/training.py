@@ -26,10 +26,12 @@ from madmax.parallel.kernels import CommOp, Phase, Where
 from madmax.parallel.pipeline import schedule
 from madmax.parallel.plan import DATA_GROUP, TP_GROUP, Plan, UnitPlan
 from madmax.program.costs import GroupTimes, UnitTimes, unit_times
+from madmax.program.step_end import StepEnd, step_end_costs
 from madmax.sim import Program
 
 COMPUTE = "compute"
 DP, PP = DATA_GROUP, "pp"
+STEP, HOST = "step", "host"  # the step-end collectives' stream; the host's work the GPU waits for
 GEMM_CATEGORY = "gemm"  # the breakdown category of GEMM kernels (OpKind.GEMM)
 
 
@@ -93,6 +95,7 @@ class TrainingProgram:
     hardware_flops: list[float] = field(default_factory=list)
     optimizer_s: list[float] = field(default_factory=list)
     activation_events: list[list[tuple[int, float]]] = field(default_factory=list)
+    assumptions: list[str] = field(default_factory=list)  # what the program's costs assume (for the result)
 
 
 def rank_name(stage: int) -> str:
@@ -107,6 +110,8 @@ def build_training(plan: Plan, compute: ComputeModel, network: NetworkModel) -> 
     for stage in range(plan.num_stages):
         builder.stage(stage)
     builder.link_pipeline()
+    builder.link_step_end()
+    builder.out.assumptions += [*network.assumptions, *builder.step_end.assumptions]
     return builder.out
 
 
@@ -154,6 +159,12 @@ class _Builder:
         self.consumers: dict[str, list[str]] = defaultdict(list)  # unit -> producers whose output it reads
         # Whether any unit exchanges data with another (embedding tables); LLM plans skip the edge bookkeeping.
         self.exchanges = any(u.has_exchanges for u in plan.units.values())
+        strategy = plan.strategy
+        world = strategy.tp * strategy.cp * (strategy.dp or 1) * strategy.pp
+        self.step_end: StepEnd = step_end_costs(strategy, plan.data.zero, plan.data.grad_span, network,
+                                                min(network.system.scale_up.domain_size, world))
+        self.step_ready: list[tuple[int, int]] = []  # per stage: (gradients ready, gradient-norm all-reduce)
+        self.trains = any(unit.trainable_params for unit in plan.units.values())
         self._groups: dict[str, tuple] = {}
         self.contention = _Contention.of(plan.strategy.overlap_cost, plan.strategy.tp_overlap)
         self._unit_loads: dict[str, dict[str, float]] = {}
@@ -467,12 +478,36 @@ class _Builder:
             w, g, o = d.state_bytes_per_param()
             moved += trainable * (2 * o + g + w)
         optimizer_s = self.compute.memory_s(moved) if moved else 0.0
+        deps = self._step_end(streams, stage, deps, last_compute)
         opt = prog.add(streams[COMPUTE], optimizer_s, tuple(deps), category="optimizer", label="optimizer step")
         self.out.optimizer_s.append(optimizer_s)
         for group, d, _, trainable in groups:
             if d.zero in (1, 2) and not d.overlap and d.shard > 1 and trainable:
                 self.comm(streams[group], Collective.ALL_GATHER, trainable * d.weight_bytes, d.shard_span, group,
                           (opt,))
+
+    def _step_end(self, streams: _Streams, stage: int, deps: list[int], last_compute: int) -> list[int]:
+        """The step's work outside the passes' kernels (`madmax.program.step_end`): the last stage's loss
+        all-reduce, the gradient-norm all-reduce once every stage's gradients are ready (`link_step_end`),
+        the host's synchronisation that the optimizer step waits for, and beside the optimizer's kernels the
+        host's data loading and logging. Returns what the optimizer step waits for."""
+        costs, prog = self.step_end, self.prog
+        if not self.trains:  # inference: no loss to log, no gradients, no optimizer step
+            return deps
+        if stage == self.plan.num_stages - 1:
+            self.comm(streams[STEP], Collective.ALL_REDUCE, costs.loss_bytes, costs.loss_span, STEP, (last_compute,))
+        ready = prog.add(streams[STEP], 0.0, tuple(deps), category="sync", label="gradients ready")
+        norm = self.comm(streams[STEP], Collective.ALL_REDUCE, costs.grad_norm_bytes, costs.norm_span, STEP, (ready,))
+        self.step_ready.append((ready, norm))
+        sync = prog.add(streams[HOST], costs.host_sync_s, (norm,), category="host", label="host sync, optimizer launch")
+        prog.add(streams[HOST], costs.host_beside_s, (sync,), category="host", label="data loading and logging")
+        return [sync]
+
+    def link_step_end(self) -> None:
+        """The gradient norm is one all-reduce over every stage: each stage's starts when all are ready."""
+        for _, norm in self.step_ready:
+            for ready, _ in self.step_ready:
+                self.prog.wait(norm, ready)
 
     def link_pipeline(self) -> None:
         """Forward of virtual stage v waits for v-1's send; backward of v waits for v+1's."""

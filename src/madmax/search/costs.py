@@ -20,8 +20,10 @@ expert-data-parallel ranks, on a stream of their own):
              across replicas under hybrid sharding)
 
 with its parameters and trainable parameters per rank and its state bytes per trainable parameter
-(weights, gradients, optimizer); plus per candidate: p2p (one pipeline send) and tied (all-reduce of
-tied embeddings).
+(weights, gradients, optimizer); plus per candidate: p2p (one pipeline send), tied (all-reduce of
+tied embeddings) and the step's end (`madmax.program.step_end`): step (gradient-norm all-reduce + host
+sync before the optimizer), loss (the last stage's loss all-reduce), beside (host work beside the
+optimizer).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import numpy as np
 
 from madmax.collective import Collective, Span
 from madmax.config.base import DType
+from madmax.program.step_end import step_end_costs
 from madmax.search.context import Context
 from madmax.search.space import unique_rows
 from madmax.search.units import (
@@ -47,10 +50,12 @@ from madmax.search.units import (
     data_plans,
     expert_data_plans,
     layouts,
+    strategy,
     unit_table,
 )
 
 STATE_ARRAYS = ("params", "trainable", "state", "g1", "g3", "r_mid", "r_last")
+PER_CANDIDATE = ("f", "b", "xf", "xb", "p2p", "tied", "step", "loss", "beside")
 
 
 @dataclass
@@ -83,6 +88,9 @@ class Costs:
     p2p: np.ndarray
     tied: np.ndarray
     groups: tuple[StateCosts, ...]
+    step: np.ndarray
+    loss: np.ndarray
+    beside: np.ndarray
 
     @property
     def trainable(self) -> np.ndarray:
@@ -91,7 +99,7 @@ class Costs:
 
     def take(self, index: np.ndarray) -> Costs:
         return Costs(table=self.table, combo=self.combo[index], groups=tuple(g.take(index) for g in self.groups),
-                     **{name: getattr(self, name)[index] for name in ("f", "b", "xf", "xb", "p2p", "tied")})
+                     **{name: getattr(self, name)[index] for name in PER_CANDIDATE})
 
 
 def combos_of(ctx: Context, cols: dict[str, np.ndarray]) -> tuple[UnitTable, np.ndarray]:
@@ -133,7 +141,21 @@ def unit_costs(ctx: Context, cols: dict[str, np.ndarray], table: UnitTable, comb
         per_tp = np.array([ctx.network.collective_s(Collective.ALL_REDUCE, float(ctx.workload.tied_params / int(t)
                                                                                  * act), Span(1, 2)) for t in tps])
         tied = np.where(cols["pp"] > 1, per_tp[tp_idx.ravel()], 0.0)
-    return Costs(table=table, combo=combo, f=f, b=b, xf=xf, xb=xb, p2p=p2p, tied=tied, groups=tuple(groups))
+    step, loss, beside = _step_end_costs(ctx, cols, orders)
+    return Costs(table=table, combo=combo, f=f, b=b, xf=xf, xb=xb, p2p=p2p, tied=tied, groups=tuple(groups),
+                 step=step, loss=loss, beside=beside)
+
+
+def _step_end_costs(ctx: Context, cols: dict[str, np.ndarray], orders: tuple[str, ...]) -> tuple[np.ndarray, ...]:
+    """The engine's step end of each candidate [n] (`madmax.program.step_end`): gradient norm + host sync
+    before the optimizer, the loss all-reduce, the host's work beside the optimizer."""
+    values, idx = unique_rows(cols, DATA)
+    ends = [step_end_costs(strategy(row, orders), plan.zero, plan.grad_span, ctx.network, ctx.domain)
+            for row, plan in zip((dict(zip(DATA, (int(x) for x in v), strict=True)) for v in values),
+                                 data_plans(ctx, values, orders), strict=True)]
+    per_row = np.array([(e.norm_s + e.host_sync_s, e.loss_s, e.host_beside_s) for e in ends], dtype=float)
+    per_row = per_row.reshape(-1, 3)[idx.ravel()]
+    return per_row[:, 0], per_row[:, 1], per_row[:, 2]
 
 
 def compute_costs(ctx: Context, cols: dict[str, np.ndarray], table: UnitTable, combo: np.ndarray,

@@ -6,7 +6,8 @@ they serialize with the compute), m micro-batches and vp chunks per stage:
 
     1F1B          T_pipe = (m - 1) max_s P_s + sum_s P_s
     interleaved   T_pipe = m sum_c max_s P_sc + (pp - 1)/pp sum_s max_c P_sc
-    T ~ T_pipe + t_p2p (m + 2 (pp - 1)) + exposed gradient collectives + optimizer (+ tied embeddings)
+    T ~ T_pipe + t_p2p (m + 2 (pp - 1)) + exposed gradient collectives (+ tied embeddings)
+        + step end (gradient norm, host sync) + max(optimizer, host work beside it)
 
 Both pipeline forms are exact for identical chunks (Narayanan et al. 2021, Sec. 2.2: (m vp + pp - 1)
 chunk steps); with unequal chunks the interleaved one takes each chunk index at its slowest stage. The
@@ -24,7 +25,8 @@ Replay (the best candidates): each step of each stage becomes a max-plus map of 
 data-parallel clocks (one per state group), composed from its units (`maxplus`) with the exchange
 streams as clocks that the step's end folds back into c, and the schedule is replayed step by step
 (`pipeline.replay`); this reproduces `madmax.engine`'s task graph at step granularity. A stage ends at
-max(c, d.., tied-embedding all-reduce) + its optimizer step; the iteration at the latest stage. When
+max(c, d.., tied-embedding all-reduce); the step's end (`madmax.program.step_end`) waits for every stage, then
+each stage's optimizer step; the iteration at the latest stage. When
 m > 3 pp the replay runs m_a = 2 pp + (m mod pp) and m_a + pp micro-batches and extrapolates linearly:
 after the warm-up the schedule is periodic in pp micro-batches.
 """
@@ -88,8 +90,8 @@ def closed_form(layout: StageLayout, m: np.ndarray, costs: Costs, zero: np.ndarr
         busy = np.maximum(group.g1 @ per_stage, first_backward) + load
         exposed = late if exposed is None else np.maximum(exposed, late)
         stream = busy if stream is None else np.maximum(stream, busy)
-    end = np.maximum(pipe[:, None] + exposed, np.where(z3, 0.0, stream)) + opt
-    return end.max(axis=1) + costs.tied
+    end = np.maximum(pipe[:, None] + exposed, np.where(z3, 0.0, stream))
+    return end.max(axis=1) + costs.tied + costs.step + np.maximum(opt.max(axis=1), costs.beside)
 
 
 def _overlap_excess(layout: StageLayout, f: np.ndarray, b: np.ndarray, costs: Costs) -> np.ndarray | None:
@@ -282,7 +284,10 @@ def _replay_end(layout: StageLayout, m: int, maps: np.ndarray, d0: np.ndarray, c
         end[:, [0, -1]] = np.maximum(end[:, [0, -1]], tied[:, [0, -1]])
     for j in range(1, d.shape[2]):
         end = np.maximum(end, d[:, :, j])
-    return (end + opt).max(axis=1)
+    # The step's end: the gradient norm waits for every stage (and the last stage's loss all-reduce), then
+    # the host sync, then each stage's optimizer beside the host's work (`madmax.program.step_end`).
+    ready = np.maximum(end.max(axis=1), c[:, -1] + costs.loss)
+    return ready + costs.step + np.maximum(opt.max(axis=1), costs.beside)
 
 
 def refine(layout: StageLayout, m: int, costs: Costs, zero: np.ndarray, opt: np.ndarray) -> np.ndarray:
