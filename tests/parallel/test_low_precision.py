@@ -97,8 +97,9 @@ LAYER_GEMM_PARAMS = 1024 * 2048 + 1024 * 1024 + 3 * 1024 * 2816
 assert LAYER_GEMM_PARAMS == 11_796_480
 
 
-def _plan(dtype: str, strategy: str = "tp=1,pp=1,mbs=1,recompute=none", global_batch: int = 4, spec=SPEC):
-    s, gb = resolve_strategy(parse_strategy(strategy), num_gpus=1, model_name=spec.name,
+def _plan(dtype: str, strategy: str = "tp=1,pp=1,mbs=1,recompute=none", global_batch: int = 4, spec=SPEC,
+          num_gpus: int = 1):
+    s, gb = resolve_strategy(parse_strategy(strategy), num_gpus=num_gpus, model_name=spec.name,
                              constraints=spec.parallel_constraints(), num_pipeline_units=spec.num_pipeline_units,
                              global_batch=global_batch, seq_len=2048)
     return build_plan(build_workload(spec, Task(kind=TaskKind.PRETRAIN)), s, domain_size=8, seq_len=2048,
@@ -174,3 +175,12 @@ def test_blackwell_takes_them():
 def test_mxfp8_is_a_training_recipe():
     with pytest.raises(MadmaxError, match=r"task\.dtype=mxfp8 is a training recipe"):
         make_task("inference", dtype="mxfp8", batch=1, prompt_len=8, output_len=8)
+
+
+def test_bf16_layers_recompute_like_the_others():
+    # recompute_layers=1 with pp=2 (layers 0-7 and 8-15): the first layer of each stage recomputes; both
+    # are bf16 (layer 0 among the first two, layer 8 among the last eight).
+    plan = _plan("fp4", "tp=1,pp=2,mbs=1,recompute=full,recompute_layers=1", num_gpus=2)
+    firsts = [next(k for k in chunk if k.startswith("layer")) for (chunk,) in plan.stages]
+    assert firsts == ["layer" + HIGH_PRECISION_SUFFIX + "_recompute"] * 2
+    assert plan.units[firsts[0]].recompute and not plan.units["layer" + HIGH_PRECISION_SUFFIX].recompute
