@@ -78,3 +78,14 @@ def test_a_wider_head_never_takes_less_time(d, grow, s, backward):
     model = paper()
     assert (model.attention_s(2, 16, 4, s, s, d + grow, True, BF16, backward)
             >= model.attention_s(2, 16, 4, s, s, d, True, BF16, backward))
+
+
+def test_the_calibration_fit_counts_the_padded_flops():
+    # A measured 80-wide row is fitted with the FLOPs of the 96-wide kernel, as the model predicts it,
+    # and with the bytes of its real width: 4 * 8 * 96 * 2048^2 / 2 FLOP; 2 * 2 B * 80 * 2 * 8 * 2048 B.
+    from madmax.hardware.calibration import _prefill_columns
+
+    row = {"batch": 1, "heads": 8, "seq": 2048, "head_dim": 80, "fwd_s": 1e-3, "fwd_bwd_s": 3e-3}
+    flops, num_bytes, _, _ = _prefill_columns([row], backward=False)
+    assert flops[0] == pytest.approx(4 * 8 * 96 * 2048**2 / 2)
+    assert num_bytes[0] == pytest.approx(2 * 2 * 80 * 2 * 8 * 2048)
