@@ -12,6 +12,7 @@ from madmax.config.loaders import load_model
 from madmax.config.model import ModelSpec
 from madmax.config.strategy import Strategy, parse_strategy
 from madmax.config.task import Task, TaskKind
+from madmax.config.training_stack import load_training_stack
 from madmax.errors import ConfigError
 from madmax.program import SERVING, builder_for
 from madmax.request import TrainingRequest, resolve_request, resolve_training
@@ -52,6 +53,10 @@ def simulate(model: str | Path | dict | ModelSpec, system: str | Path | dict | S
     `request_rate` (requests/s) or an `arrivals` CSV (arrival_s, prompt_len, output_len), and
     `max_ttft`/`max_tpot` (s) for goodput. Returns a `ServingResult`.
 
+    Training takes `stack`, the training framework (`madmax.config.training_stack`): megatron-core
+    (default), megatron-lm-2021, pytorch, fsdp2, deepspeed or megatron-deepspeed, or a YAML file; it sets
+    which kernels are fused, the weight casts of each step and how ZeRO-3 gathers are issued.
+
     Mixture-of-experts models take `ep` (and `etp`, `ep_overlap`, `dispatch_fp8`) in the strategy, and
     `expert_load` ("balanced" default, a measured busiest-rank factor such as 1.3, or "zipf:ALPHA") and
     `capacity_factor` (tokens beyond it dropped; default dropless) for the routing.
@@ -70,11 +75,15 @@ def simulate(model: str | Path | dict | ModelSpec, system: str | Path | dict | S
         from madmax.serve import simulate_serving
 
         return simulate_serving(request, requested, stack, keep_schedule)
-    if stack is not None:
-        raise ConfigError(f"stack={stack!r} selects a serving engine; it applies to task=inference of a generative "
-                          "model; allowed for training: omit it")
+    training_stack = load_training_stack(stack)
+    if training_stack.calibration and calibration is None:  # the stack's runtime, unless a profile is given
+        request = dataclasses.replace(request, calibration=training_stack.calibration)
     with gc_paused():
-        return _simulate_training(resolve_training(request, requested), keep_schedule)
+        run = dataclasses.replace(resolve_training(request, requested), stack=training_stack)
+        if stack is not None:
+            named = f"software stack: {training_stack.name} ({training_stack.description})"
+            run = dataclasses.replace(run, assumptions=(*run.assumptions, named))
+        return _simulate_training(run, keep_schedule)
 
 
 def _simulate_training(run: TrainingRequest, keep_schedule: bool) -> Result:
@@ -147,7 +156,7 @@ def _plan(run: TrainingRequest, reserved: Reserve) -> tuple[Any, tuple[str, ...]
     def build(budget: float | None = None):
         return build_plan(request.workload, run.strategy, domain_size=request.system.scale_up_domain,
                           seq_len=request.seq_len, global_batch=run.global_batch, dtype=request.task.dtype,
-                          table_budget_bytes=budget, routing=request.task.routing)
+                          table_budget_bytes=budget, routing=request.task.routing, stack=run.stack)
 
     plan = build()
     if request.workload.tables and run.strategy.emb_offload:

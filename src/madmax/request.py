@@ -90,6 +90,7 @@ class TrainingRequest:
     strategy: Any  # madmax.config.strategy.Strategy
     global_batch: int
     assumptions: tuple[str, ...]
+    stack: Any = None  # madmax.config.training_stack.TrainingStack; None: the default (Megatron-Core)
 
 
 def resolve_training(request: Request, requested: Any) -> TrainingRequest:

@@ -19,6 +19,7 @@ from madmax.config import pipeline_layout as layout
 from madmax.config.base import DType
 from madmax.config.strategy import Axis, Recompute, Strategy
 from madmax.config.task import ExpertLoad
+from madmax.config.training_stack import TrainingStack, load_training_stack
 from madmax.errors import StrategyError
 from madmax.parallel import experts
 from madmax.parallel.context import ring_kv
@@ -26,6 +27,7 @@ from madmax.parallel.data import DataParallelPlan, data_parallel_plan
 from madmax.parallel.formats import high_precision, low_precision
 from madmax.parallel.kernels import CommOp, Kernel, KernelKind, Phase, Where
 from madmax.parallel.placement import span
+from madmax.parallel.stack_kernels import cast_kernels, kernels_of
 from madmax.parallel.tensor import (
     Shape,
     backward_kernels,
@@ -82,6 +84,9 @@ class UnitPlan:
     # expert-data-parallel ranks (`Plan.expert_data`), not the dense ones.
     expert_params: float = 0.0
     expert_trainable_params: float = 0.0
+    # ZeRO-3: parameters of each all-gather of the dense state when the stack gathers per parameter tensor
+    # (`TrainingStack.gather_sizes`); None: one gather of the whole unit.
+    gathers: tuple[float, ...] | None = None
     # Low-precision GEMMs: bytes of the cast weight copies (and delayed-scaling amax histories) kept all step.
     cast_cache_bytes: float = 0.0
 
@@ -135,6 +140,7 @@ class Plan:
     tied_sync_bytes: float
     act_bytes: float
     expert_data: DataParallelPlan | None = None  # the routed experts' gradients and state (MoE only)
+    stack: TrainingStack | None = None  # the training framework (None: the default, Megatron-Core)
 
     @property
     def num_stages(self) -> int:
@@ -142,14 +148,17 @@ class Plan:
 
 
 def build_plan(workload: Workload, strategy: Strategy, *, domain_size: int, seq_len: int, global_batch: int,
-               dtype: DType, table_budget_bytes: float | None = None, routing: ExpertLoad | None = None) -> Plan:
+               dtype: DType, table_budget_bytes: float | None = None, routing: ExpertLoad | None = None,
+               stack: TrainingStack | None = None) -> Plan:
     """Plan of a resolved strategy (dp filled in, rules checked by `resolve_strategy`).
 
     table_budget_bytes: HBM per rank that embedding tables and their optimizer state may use before
     the rest is offloaded to host memory (None: unlimited). routing: how unevenly the routed experts'
-    ranks are loaded (None: balanced).
+    ranks are loaded (None: balanced). stack: the training framework whose kernels, weight casts and ZeRO-3
+    gathers the units get (None: Megatron-Core, the workload's kernels as they are).
     """
     s = strategy
+    stack = stack or load_training_stack()
     routed = next((op for b in workload.blocks for op in b.ops if op.experts), None)
     expert_load = routing.factor(routed.experts, s.ep) if routing and routed else 1.0
     fmt = low_precision(dtype)
@@ -178,21 +187,17 @@ def build_plan(workload: Workload, strategy: Strategy, *, domain_size: int, seq_
                                     tp_span)
         else:
             units[key] = _unit(key, block, shape if block.is_layer else high, s, tp_span, cp_span, moe_spans,
-                               needs_backward=trainable_seen, recompute=Recompute.NONE if partial else mode)
+                               needs_backward=trainable_seen, recompute=Recompute.NONE if partial else mode,
+                               stack=stack)
             if partial and block.is_layer:
                 recomputed[key] = _unit(key, block, shape, s, tp_span, cp_span, moe_spans,
-                                        needs_backward=trainable_seen, recompute=Recompute.FULL)
+                                        needs_backward=trainable_seen, recompute=Recompute.FULL, stack=stack)
         order += [key] * block.count
     units = _with_edges(units, workload)
     if fmt and (fmt.bf16_first or fmt.bf16_last):
-        def kept(key: str, block: Block) -> UnitPlan:
-            """A layer the recipe keeps in bf16 (with recompute_layers, also its recomputing variant)."""
-            if partial:
-                recomputed[key] = _unit(key, block, high, s, tp_span, cp_span, moe_spans, needs_backward=True,
-                                        recompute=Recompute.FULL)
-            return _unit(key, block, high, s, tp_span, cp_span, moe_spans, needs_backward=True,
-                         recompute=Recompute.NONE if partial else mode)
-        order = _high_precision_ends(units, order, fmt.bf16_first, fmt.bf16_last, kept, workload)
+        order = _high_precision_ends(units, order, fmt.bf16_first, fmt.bf16_last, lambda key, block: _unit(
+            key, block, high, s, tp_span, cp_span, moe_spans, needs_backward=True,
+            recompute=Recompute.NONE if partial else mode, stack=stack), workload)
     data = data_parallel_plan(s, domain_size, dtype)
     stages = _stages(units, order, s)
     if partial:
@@ -204,7 +209,7 @@ def build_plan(workload: Workload, strategy: Strategy, *, domain_size: int, seq_
     return Plan(strategy=s, dtype=dtype, seq_len=seq_len, global_batch=global_batch,
                 microbatches=global_batch // (s.dp * s.mbs), units=units, stages=stages, data=data,
                 pp_span=span(s, (Axis.PP,), domain_size), p2p_bytes=p2p, tied_sync_bytes=tied,
-                act_bytes=act_bytes, expert_data=expert_data)
+                act_bytes=act_bytes, expert_data=expert_data, stack=stack)
 
 
 def _high_precision_ends(units: dict[str, UnitPlan], order: list[str], first: int, last: int, build,
@@ -383,15 +388,23 @@ def _recompute_first(units: dict[str, UnitPlan], recomputed: dict[str, UnitPlan]
 
 
 def _unit(key: str, block: Block, shape: Shape, s: Strategy, tp_span: Span, cp_span: Span,
-          moe_spans: experts.ExpertSpans, *, needs_backward: bool, recompute: Recompute) -> UnitPlan:
+          moe_spans: experts.ExpertSpans, *, needs_backward: bool, recompute: Recompute,
+          stack: TrainingStack) -> UnitPlan:
     """One block's unit; `recompute` is what its layers redo (the strategy's mode, or per layer with
-    recompute_layers)."""
+    recompute_layers). `stack` splits unfused element-wise ops into its kernels and adds its weight casts
+    (16-bit compute over fp32 weights: each GEMM weight cast in the forward, its gradient in the backward;
+    a full recompute, which re-enters autocast, casts again)."""
     flash = s.flash
     sites = cast_sites(block.ops, shape.cast)  # where each low-precision GEMM's operands are cast
     fwd = [k for op, (site, _) in zip(block.ops, sites, strict=True)
-           for k in forward_kernels(op, shape, flash=flash, cast=site)]
+           for k in kernels_of(stack, op, forward_kernels(op, shape, flash=flash, cast=site))]
     bwd = ([k for op, (_, site) in zip(block.ops, sites, strict=True)
-            for k in backward_kernels(op, shape, flash=flash, cast=site)] if needs_backward else [])
+            for k in kernels_of(stack, op, backward_kernels(op, shape, flash=flash, cast=site))]
+           if needs_backward else [])
+    if shape.act_bytes < DType.FP32.num_bytes:
+        fwd += cast_kernels(stack, [_rank_params(op, s) for op in block.ops if op.kind is OpKind.GEMM])
+        bwd += cast_kernels(stack, [_rank_params(op, s) for op in block.ops if op.kind is OpKind.GEMM
+                                    and op.trainable]) if needs_backward else []
     keeps_s2 = not flash and not (recompute is Recompute.SELECTIVE and block.is_layer)
     saved = sum(saved_bytes(op, shape, flash=not keeps_s2) for op in block.ops) if needs_backward else 0.0
     tp_fwd, tp_bwd = tp_comm(block, shape, tp_span, gemm_where=Where.WITH_GEMMS if s.tp_overlap else Where.AFTER)
@@ -428,7 +441,9 @@ def _unit(key: str, block: Block, shape: Shape, s: Strategy, tp_span: Span, cp_s
                     saved_bytes=saved, working_bytes=working, is_layer=block.is_layer, placement=block.placement,
                     expert_params=sum(n for _, n in expert),
                     expert_trainable_params=sum(n for op, n in expert if op.trainable), info=info,
-                    cast_cache_bytes=cast_cache_bytes(block.ops, rank_params, shape))
+                    cast_cache_bytes=cast_cache_bytes(block.ops, rank_params, shape),
+                    gathers=stack.gather_sizes([(op.params, n) for op, n in per_rank
+                                                if op.params and op.tp not in EXPERT_SPLITS]))
 
 
 def _rank_params(op: Op, s: Strategy) -> float:

@@ -201,6 +201,7 @@ class _Builder:
         self.out.activation_events.append(events)
         last_compute = None
         gathered: dict[str, list[int]] = {}
+        done: list[int] = []  # the last segment of each unit's pass, in order (ZeRO-3 prefetch depth)
         if data.zero in (1, 2) and data.overlap:
             for chunk in chunks:
                 for key in chunk:
@@ -223,8 +224,7 @@ class _Builder:
                     deps.append(tail)
                     tail = None
                 if data.zero >= 3 and unit.params > 0:
-                    deps += [self.comm(streams[group], Collective.ALL_GATHER, params * d.weight_bytes, d.shard_span,
-                                       group) for group, d, params, _ in self._state_groups(unit)]
+                    deps += self._weight_gathers(streams, unit, done)
                 if step.phase is Phase.FORWARD and step.microbatch == 0 and key in gathered:
                     deps += gathered[key]
                 passes[(key, step.phase)] += 1
@@ -235,6 +235,9 @@ class _Builder:
                     if t.recompute_s:
                         rec = prog.add(cs, t.recompute_s, tuple(deps), category="recompute", label="recompute")
                         deps = [rec]
+                        if data.zero >= 3 and unit.params > 0 and plan.stack and plan.stack.recompute_regathers:
+                            done.append(rec)  # the recomputed forward released its weights: gathered again
+                            deps += self._weight_gathers(streams, unit, done)
                     start, seg = self._compute(streams, key, Phase.BACKWARD, deps, "backward")
                     start = rec if rec is not None else start
                 if first_segment is None:
@@ -245,6 +248,7 @@ class _Builder:
                 if beside:
                     overlapped += self._overlapped(streams, beside, seg, self._loads(unit))
                 last_compute = seg
+                done.append(seg)
                 if self.exchanges:
                     self._edges_out(streams, step, key, seg)
                 if step.phase is Phase.BACKWARD and unit.trainable_params:
@@ -418,6 +422,29 @@ class _Builder:
         if cached is None:
             cached = self._groups[unit.name] = unit.state_groups(self.plan)
         return cached
+
+    def _weight_gathers(self, streams: _Streams, unit: UnitPlan, done: list[int]) -> list[int]:
+        """ZeRO-3: the unit's weights all-gathered over their shard before its pass, as the plan's training
+        stack issues them: one gather per state group, or per parameter tensor of the dense group
+        (`UnitPlan.gathers`); each followed by n copies of its pieces when the stack gathers into a list
+        of n tensors; started `prefetch_units` units ahead of the pass (after the end of the unit that
+        many places before the one before it), or as soon as the stream is free when it has no limit."""
+        stack = self.plan.stack
+        depth = stack.prefetch_units if stack is not None else None
+        start = (done[-depth - 1],) if depth is not None and len(done) > depth else ()
+        copies = stack is not None and stack.gather_peer_copies
+        segs = []
+        for group, d, params, _ in self._state_groups(unit):
+            sizes = unit.gathers if group == DATA_GROUP and unit.gathers is not None else (params,)
+            for size in sizes:
+                seg = self.comm(streams[group], Collective.ALL_GATHER, size * d.weight_bytes, d.shard_span, group,
+                                start)
+                if copies and d.shard > 1:
+                    piece = size * d.weight_bytes / d.shard
+                    seg = self.prog.add(streams[group], d.shard * self.compute.memory_s(2 * piece), (seg,),
+                                        category=f"{group}.gather_copies", label=f"{group} gather copies")
+                segs.append(seg)
+        return segs
 
     def _param_gather(self, streams: _Streams, unit: UnitPlan) -> list[int]:
         """ZeRO-1/2: the updated weights of each of the unit's state groups gathered over their shard."""

@@ -21,6 +21,17 @@ from madmax.search.tables import TableLimits, run_table_search
 from madmax.sim import gc_paused
 
 DEFAULT_EXACT = 20
+
+
+def _check_stack(stack: str | None) -> None:
+    """The training search costs its candidates with the default stack's kernels (Megatron-Core); another
+    training stack is refused rather than ignored."""
+    from madmax.config.training_stack import default_training_stack, load_training_stack
+
+    if stack is not None and load_training_stack(stack).name != default_training_stack():
+        raise ConfigError(f"stack={stack!r}: the training search costs every candidate under "
+                          f"{default_training_stack()}; allowed: omit it, or simulate a chosen strategy with stack")
+
 DEFAULT_REFINE = 2000
 
 
@@ -33,8 +44,10 @@ def find(model: Any, system: Any, num_gpus: int | None = None, task: Any = "pret
          zero: list[int] | None = None, recompute: list[str] | None = None, sp: list[bool] | None = None,
          hybrid: bool = True, orders: list[str] | str | None = None, emb: list[str] | None = None,
          max_ep: int | None = None, max_etp: int | None = None, ep_overlap: list[bool] | None = None,
-         calibration: str | Path | None = None, workers: int = 1, **task_fields: Any) -> Outcome:
+         calibration: str | Path | None = None, workers: int = 1, stack: str | None = None,
+         **task_fields: Any) -> Outcome:
     """Search every valid strategy; see `search` for the arguments. Returns the full `Outcome`."""
+    _check_stack(stack)
     ctx = prepare(model, system, num_gpus, task, global_batch, seq_len, dtype, calibration=calibration,
                   **{k: v for k, v in task_fields.items() if v is not None})
     if top < 1:

@@ -261,17 +261,31 @@ def _published(source_prefix: str, rows: Rows | None) -> Iterator[tuple[str, dic
 _MEGATRON_2021 = {"vp": 1, "mbs": 1, "zero": 0, "recompute": "full", "flash": False, "dp_overlap": False}
 
 
+def with_stack(case: Case, stack: str) -> Case:
+    """The case run under training stack `stack` (`madmax.config.training_stack`), named in its assumptions."""
+    return replace(case, kwargs={**case.kwargs, "stack": stack},
+                   assumptions=(*case.assumptions, f"software stack: {stack}"))
+
+
+# The software stack of each dataset's runs (catalog/training_stacks.yaml): Megatron-LM of 2021-22 (apex and
+# jit fusions, fp32 vocabulary-parallel loss), DeepSpeed ZeRO-3 for Narayanan's ZeRO-3 comparison rows.
+MEGATRON_2021_STACK, DEEPSPEED_STACK = "megatron-lm-2021", "deepspeed"
+
+
 def load_narayanan2021(rows: Rows | None = None) -> Dataset:
     """SC21 Tables 1-2: TFLOP/s per GPU with Eq. 3, which counts the recomputed forward (4 passes)."""
 
     def mapper(row_id: str, row: dict[str, str]) -> Case:
         defaults = dict(_MEGATRON_2021)
         notes = ["TFLOP/s by Eq. 3 (recompute forward counted): compared as Eq. 3 FLOPs / predicted time"]
+        stack = MEGATRON_2021_STACK
         if "ZeRO-3" in row["zero_or_fsdp"]:
-            defaults["dp_overlap"] = True  # DeepSpeed ZeRO-3 overlaps its gathers and reductions
+            defaults["dp_overlap"] = True  # DeepSpeed ZeRO-3 overlaps its gradient reductions
+            stack = DEEPSPEED_STACK
         if "Table 1" in row["source_detail"]:
             notes.append("Table 1 used the interleaved schedule with an unstated chunk count; vp=1 simulated")
-        return _published_case("narayanan2021", row_id, row, defaults=defaults, layer_passes=4, notes=notes)
+        return with_stack(_published_case("narayanan2021", row_id, row, defaults=defaults, layer_passes=4,
+                                          notes=notes), stack)
 
     return build_dataset("narayanan2021", "Narayanan et al. 2021 (SC21) Tables 1-2, GPT on A100 (Selene)",
                   _published("Narayanan", rows), mapper)
@@ -285,7 +299,8 @@ def load_korthikanti2022(rows: Rows | None = None) -> Dataset:
             raise NotMappable("one layer's forward+backward time; simulate() reports whole iterations")
         notes = ["MFU by Korthikanti Sec. 6 (72 B s l h^2 (1 + s/6h + V/12lh)) over 312 TFLOP/s"] \
             if row["metric"] == "mfu" else []
-        return _published_case("korthikanti2022", row_id, row, defaults=_MEGATRON_2021, notes=notes)
+        return with_stack(_published_case("korthikanti2022", row_id, row, defaults=_MEGATRON_2021, notes=notes),
+                          MEGATRON_2021_STACK)
 
     return build_dataset("korthikanti2022", "Korthikanti et al. 2022, GPT 22B-1T on A100 (Selene)",
                   _published("Korthikanti", rows), mapper)

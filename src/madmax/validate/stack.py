@@ -1,8 +1,9 @@
 """Validate vTrain's rows with a profile of their own software stack, fitted on a training split only.
 
-vTrain's runs use Megatron-DeepSpeed on A100s, whose host issues kernels more slowly than the eager
-PyTorch 2.11 that the shipped H200 profile measured; its small single-node models are host-bound. The
-profile `catalog/calibration/vtrain_megatron_deepspeed_a100.yaml` is the shipped H200 profile with its
+vTrain's runs use Megatron-DeepSpeed on A100s (training stack `megatron-deepspeed`), whose host issues
+kernels more slowly than the eager PyTorch 2.11 that the shipped H200 profile measured; its small
+single-node models are host-bound. The profile `catalog/calibration/vtrain_megatron_deepspeed_a100.yaml`
+is the shipped H200 profile with its
 launch floor fitted (`madmax.validate.launch_fit`) to the *fitted half* of vtrain_single's model shapes.
 Accuracy with it is reported only on rows it never saw:
 
@@ -21,6 +22,7 @@ from dataclasses import replace
 from madmax.validate.datasets import Dataset
 from madmax.validate.launch_fit import split_by_shape
 
+VTRAIN_STACK = "megatron-deepspeed"  # catalog/training_stacks.yaml; its compute profile is the one below
 VTRAIN_STACK_PROFILE = "calibration/vtrain_megatron_deepspeed_a100.yaml"
 SUFFIX = "+stack"
 STACK_COMMAND = (f"madmax calibrate src/madmax/validate/data/vtrain/ground_truth_single.csv "
@@ -29,7 +31,8 @@ STACK_COMMAND = (f"madmax calibrate src/madmax/validate/data/vtrain/ground_truth
 
 def _rerun(dataset: Dataset, cases: Sequence, description: str, profile: str) -> Dataset:
     name = dataset.name + SUFFIX
-    moved = tuple(replace(c, dataset=name, kwargs={**c.kwargs, "calibration": profile}) for c in cases)
+    moved = tuple(replace(c, dataset=name, kwargs={**c.kwargs, "stack": VTRAIN_STACK, "calibration": profile},
+                          assumptions=(*c.assumptions, f"software stack: {VTRAIN_STACK}")) for c in cases)
     return Dataset(name, description, moved, (), baseline=dataset.name)
 
 

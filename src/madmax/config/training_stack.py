@@ -1,0 +1,128 @@
+"""Training stacks: how a training framework runs the same model and strategy (catalog/training_stacks.yaml).
+
+The same model under the same strategy trains at different speeds under Megatron-Core with Transformer
+Engine, plain PyTorch, FSDP2 (torchtitan) and DeepSpeed, because they fuse different kernels, move
+different extra bytes each step and issue their collectives at different granularities. A
+`TrainingStack` holds those differences, each with its source; the plan builder applies it to the
+workload's kernels (`madmax.parallel.stack_kernels`) and to the ZeRO-3 gathers (`gather_sizes`), and the
+program builder to when a gather may start (`prefetch_units`). The default stack, Megatron-Core,
+changes nothing: the workload's kernels are its kernels.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Annotated
+
+import yaml
+from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveInt
+
+from madmax.config.base import Schema
+from madmax.errors import ConfigError
+
+Factor = Annotated[float, Field(ge=1, allow_inf_nan=False)]
+
+
+class OpRole(StrEnum):
+    """What an element-wise op is, for the kernels a stack splits it into."""
+
+    NORM = "norm"  # LayerNorm / RMSNorm (an element-wise op whose name says norm)
+    ACTIVATION = "activation"  # the FFN's activation (GELU, SwiGLU: silu(gate) * up)
+    LOSS = "loss"  # the cross-entropy over the logits
+
+
+class GatherIssue(StrEnum):
+    """How ZeRO-3 / FSDP all-gathers the sharded weights before each pass: one collective per block (a
+    transformer layer, FSDP's unit of wrapping), or one per parameter tensor (DeepSpeed ZeRO-3)."""
+
+    BLOCK = "block"
+    PARAMETER = "parameter"
+
+
+class Unfused(Schema):
+    """An element-wise op run as `kernels` eager kernels moving `bytes_factor` times the bytes of the fused one."""
+
+    kernels: PositiveInt = Field(description="Kernels per pass in place of the one fused kernel.")
+    bytes_factor: Factor = Field(description="Bytes moved over those of the fused kernel (intermediates written "
+                                             "and read back, fp32 upcasts).")
+
+
+class TrainingStack(Schema):
+    """A training framework's kernel fusion, per-step extra traffic and collective issue, each with its source."""
+
+    name: str = Field(description="Catalog name, e.g. 'megatron-core'.")
+    description: str = Field("", description="The framework and the versions these settings describe.")
+    unfused: dict[OpRole, Unfused] = Field(default_factory=dict,
+                                           description="Element-wise ops the stack runs unfused, by role.")
+    weight_cast_bytes_per_param: NonNegativeFloat = Field(
+        0.0, description="Bytes per parameter moved each micro-batch, in each of the forward and backward passes, "
+                         "casting fp32 master weights to the 16-bit compute dtype and the gradient back (autocast); "
+                         "0 when the optimizer keeps 16-bit copies (Megatron, DeepSpeed).")
+    zero3_gather: GatherIssue = Field(GatherIssue.BLOCK, description="ZeRO-3 all-gather granularity.")
+    persistence_threshold: NonNegativeInt = Field(
+        0, description="ZeRO-3: parameter tensors with fewer elements stay whole on every rank (never gathered); "
+                       "applies with per-parameter gathers.")
+    prefetch_units: NonNegativeInt | None = Field(
+        None, description="ZeRO-3: blocks whose gathers may run ahead of the compute that needs them (0: a gather "
+                          "starts when the compute before it ends); None: as soon as the stream is free.")
+    recompute_regathers: bool = Field(
+        False, description="ZeRO-3 with full recompute: the recomputed forward gathers the weights and releases them, "
+                           "and the backward gathers them again (three gathers per micro-batch, not two).")
+    gather_peer_copies: bool = Field(
+        False, description="Each all-gather lands in a list of one tensor per rank: n copy kernels after it.")
+    calibration: str | None = Field(None, description="Compute profile of the stack's runtime (its launch floor), "
+                                                      "a catalog path; None: the shipped default.")
+    sources: dict[str, str] = Field(default_factory=dict, description="Source of each field.")
+
+    def gather_sizes(self, params: list[tuple[int, float]]) -> tuple[float, ...] | None:
+        """ZeRO-3: the parameters of each all-gather of a block whose tensors have (elements, elements on this
+        rank) `params`; None means one gather of the whole block. Tensors below the persistence threshold
+        are not gathered (a block of such tensors only gathers nothing)."""
+        if self.zero3_gather is GatherIssue.BLOCK:
+            return None
+        return tuple(rank for whole, rank in params if rank and whole >= self.persistence_threshold)
+
+
+@cache
+def _catalog() -> dict:
+    text = resources.files("madmax.catalog").joinpath("training_stacks.yaml").read_text(encoding="utf-8")
+    return yaml.safe_load(text)
+
+
+def training_stack_names() -> list[str]:
+    """Names of the catalog's training stacks, the default first."""
+    return [entry["name"] for entry in _catalog()["stacks"]]
+
+
+def default_training_stack() -> str:
+    """Name of the default training stack (Megatron-Core)."""
+    return _catalog()["default"]
+
+
+def load_training_stack(spec: str | Path | dict | TrainingStack | None = None) -> TrainingStack:
+    """A training stack: a catalog name (None: the default, Megatron-Core), a TrainingStack, a mapping or a
+    YAML/JSON file."""
+    from madmax.config.loaders import read_file, validate
+
+    if isinstance(spec, TrainingStack):
+        return spec
+    if spec is None:
+        spec = _catalog()["default"]
+    if isinstance(spec, dict):
+        return validate(TrainingStack, spec, "stack")
+    for entry in _catalog()["stacks"]:
+        if str(spec).strip().lower() == entry["name"]:
+            return validate(TrainingStack, entry, "stack")
+    path = Path(spec)
+    if path.suffix in (".yaml", ".yml", ".json") and path.is_file():
+        return validate(TrainingStack, read_file(path, "stack"), "stack")
+    from madmax.config.stack import stack_names
+
+    if str(spec).strip().lower() in stack_names():
+        raise ConfigError(f"stack={str(spec)!r} is a serving engine, for task=inference of a generative model; "
+                          f"allowed for training: {', '.join(training_stack_names())}")
+    raise ConfigError(f"stack {str(spec)!r} is neither a catalog training stack nor a file; "
+                      f"allowed: {', '.join(training_stack_names())}")
