@@ -195,9 +195,14 @@ def build_plan(workload: Workload, strategy: Strategy, *, domain_size: int, seq_
         order += [key] * block.count
     units = _with_edges(units, workload)
     if fmt and (fmt.bf16_first or fmt.bf16_last):
-        order = _high_precision_ends(units, order, fmt.bf16_first, fmt.bf16_last, lambda key, block: _unit(
-            key, block, high, s, tp_span, cp_span, moe_spans, needs_backward=True,
-            recompute=Recompute.NONE if partial else mode, stack=stack), workload)
+        def kept(key: str, block: Block) -> UnitPlan:
+            """A layer the recipe keeps in bf16 (with recompute_layers, also its recomputing variant)."""
+            if partial:
+                recomputed[key] = _unit(key, block, high, s, tp_span, cp_span, moe_spans, needs_backward=True,
+                                        recompute=Recompute.FULL, stack=stack)
+            return _unit(key, block, high, s, tp_span, cp_span, moe_spans, needs_backward=True,
+                         recompute=Recompute.NONE if partial else mode, stack=stack)
+        order = _high_precision_ends(units, order, fmt.bf16_first, fmt.bf16_last, kept, workload)
     data = data_parallel_plan(s, domain_size, dtype)
     stages = _stages(units, order, s)
     if partial:
