@@ -8,6 +8,8 @@ per-tensor amax pass; activations in bf16 (2 B).
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -82,6 +84,15 @@ def test_fused_norm_cast_leaves_the_transpose():
     # mxfp8 quantizes both copies in the norm: no pass left; a shared input: no cast at all.
     assert _cast_bytes(forward_kernels(QKV, _shape("mxfp8"), flash=True, cast=CastSite.FUSED)) == 0
     assert _cast_bytes(forward_kernels(QKV, _shape("fp8"), flash=True, cast=CastSite.SHARED)) == 0
+
+
+def test_output_layer_and_router_stay_bf16_in_any_block():
+    # The multi-token-prediction block's own LM head ("mtp.lm") and the MoE router are not TE modules.
+    for op in (dataclasses.replace(QKV, name="mtp.lm"), dataclasses.replace(QKV, name="layer.router",
+                                                                             tp=TPSplit.SEQUENCE)):
+        kernels = forward_kernels(op, _shape("fp8"), flash=True) + backward_kernels(op, _shape("fp8"), flash=True)
+        assert _cast_bytes(kernels) == 0
+        assert {k.dtype for k in kernels if k.kind is KernelKind.GEMM} == {DType.BF16}
 
 
 def test_weight_cast_bytes_per_parameter():

@@ -186,7 +186,7 @@ def build_plan(workload: Workload, strategy: Strategy, *, domain_size: int, seq_
             units[key] = table_unit(key, block, workload.tables, s, shape, domain_size, table_budget_bytes,
                                     tp_span)
         else:
-            units[key] = _unit(key, block, shape if block.is_layer else high, s, tp_span, cp_span, moe_spans,
+            units[key] = _unit(key, block, shape if _transformer(block) else high, s, tp_span, cp_span, moe_spans,
                                needs_backward=trainable_seen, recompute=Recompute.NONE if partial else mode,
                                stack=stack)
             if partial and block.is_layer:
@@ -215,6 +215,12 @@ def build_plan(workload: Workload, strategy: Strategy, *, domain_size: int, seq_
                 microbatches=global_batch // (s.dp * s.mbs), units=units, stages=stages, data=data,
                 pp_span=span(s, (Axis.PP,), domain_size), p2p_bytes=p2p, tied_sync_bytes=tied,
                 act_bytes=act_bytes, expert_data=expert_data, stack=stack)
+
+
+def _transformer(block: Block) -> bool:
+    """Whether a block runs transformer layers (Transformer Engine modules, in the low-precision format): the
+    layers and the multi-token-prediction layers; not the embedding or the head."""
+    return block.is_layer or any(op.kind is OpKind.ATTENTION for op in block.ops)
 
 
 def _high_precision_ends(units: dict[str, UnitPlan], order: list[str], first: int, last: int, build,

@@ -180,19 +180,25 @@ def _main_backward(op: Op, shape: Shape, *, flash: bool, cast: CastSite = CastSi
 
 CAST = "quantize"  # category of the kernels that cast GEMM operands to a low-precision format
 WEIGHT_CAST = "weight_quantize"  # category of the cast of the weights to the low-precision format
-# GEMMs outside Transformer Engine modules (the MoE router, LoRA adapters): plain torch linears in bf16.
+# GEMMs outside Transformer Engine modules (the MoE router, LoRA adapters): plain torch linears in bf16;
+# so is the output layer (Megatron-Core's ColumnParallelLinear), named "<block>.lm" by the workload.
 _TORCH_GEMMS = (TPSplit.SEQUENCE, TPSplit.REPLICATED)
+OUTPUT_LAYER = ".lm"
+
+
+def _outside_te(op: Op) -> bool:
+    return op.tp in _TORCH_GEMMS or op.name.endswith(OUTPUT_LAYER)
 
 
 def _low_precision(op: Op, shape: Shape) -> LowPrecision | None:
     """The format of `op`'s GEMM operands: the shape's, except for GEMMs outside Transformer Engine."""
-    return None if op.tp in _TORCH_GEMMS else shape.cast
+    return None if _outside_te(op) else shape.cast
 
 
 def _gemm_dtype(op: Op, shape: Shape) -> DType | None:
     """The dtype a GEMM runs in: bf16 for a high-precision GEMM of a low-precision plan, else the shape's
     (None: the plan's dtype)."""
-    return high_precision() if shape.cast is not None and op.tp in _TORCH_GEMMS else shape.gemm_dtype
+    return high_precision() if shape.cast is not None and _outside_te(op) else shape.gemm_dtype
 
 
 def _operand_cast(op: Op, shape: Shape, elements: int, site: CastSite, *, backward: bool) -> list[Kernel]:
