@@ -1,15 +1,26 @@
 """Seconds of a plan's kernels and collectives: the cost models applied to one unit of one micro-batch.
 
 Program builders use these to give their segments durations; the search uses them for its estimates.
+
+Eager frameworks issue kernels from the host one at a time, and the host runs ahead of the GPU: a long
+GEMM hides the issue time of the small kernels behind it. A pass's kernels therefore form a queue
+(`issue_queue_s`): kernel i is issued h_{i-1} after kernel i-1 (h: the profile's launch floor, the
+host's time per kernel, measured back to back) and runs on the GPU from max(its issue, the end of kernel
+i-1) for g_i (its roofline time, at least the device's own floor `device_floor_s`). A pass made of
+tiny kernels is host-bound (n*h); one made of long kernels costs the sum of their GPU times. Under a
+CUDA-graph floor (`ComputeModel.floor_s`) the host does not issue kernels one by one: no queue.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from functools import cache
 
+from madmax.config.units import parse_quantity
 from madmax.hardware.collectives import NetworkModel
-from madmax.hardware.compute import ComputeModel
+from madmax.hardware.compute import ComputeModel, compute_model
+from madmax.hardware.profile import efficiency_table
 from madmax.parallel.kernels import CommOp, Kernel, KernelKind, Phase, Where
 from madmax.parallel.plan import UnitPlan
 
@@ -66,6 +77,65 @@ def kernel_s(compute: ComputeModel, k: Kernel, dtype) -> float:
     return compute.memory_s(k.num_bytes)
 
 
+@cache
+def device_floor_s() -> float:
+    """Shortest time of one kernel on the GPU itself, once issued (efficiency.yaml `compute.device_floor_s`)."""
+    return parse_quantity(efficiency_table()["compute"]["device_floor"]["seconds"], "s")
+
+
+def issue_queue_s(host_s: list[float], gpu_s: list[float]) -> float:
+    """End of a queue of kernels issued by the host: kernel i is issued at sum(host_s[:i]) and runs for
+    gpu_s[i] from max(its issue, the end of kernel i-1). The first kernel is issued as the pass begins
+    (the host ran ahead of the previous pass), so n tiny kernels cost (n-1) h + g."""
+    issued = end = 0.0
+    for h, g in zip(host_s, gpu_s, strict=True):
+        end = max(end, issued) + g
+        issued += h
+    return end
+
+
+def pass_cost(kernels: tuple[Kernel, ...], compute: ComputeModel, network: NetworkModel,
+              dtype) -> tuple[float, dict[str, float], float]:
+    """Seconds of one pass of kernels, those seconds by breakdown category, and its model FLOPs.
+
+    Eagerly issued kernels go through `issue_queue_s`: the GPU time of each kernel is reported under
+    its category, and the time the GPU waits for the host under "launch_wait". Host work (a host-memory
+    copy) blocks the queue for its own time.
+    """
+    by: dict[str, float] = defaultdict(float)
+    flops = sum(k.flops for k in kernels)
+    if compute.floor_s is not None:  # a CUDA-graph replay: the floor is already the kernel's minimum
+        for k in kernels:
+            by[k.category] += network.host_s(k.num_bytes) if k.kind is KernelKind.HOST else kernel_s(compute, k, dtype)
+        return sum(by.values()), dict(by), flops
+    device = compute_model(compute.gpu, compute.profile, floor_s=device_floor_s())
+    p = compute.profile
+    host: list[float] = []
+    gpu: list[float] = []
+    host_work = 0.0
+    for k in kernels:
+        if k.kind is KernelKind.HOST:
+            t = network.host_s(k.num_bytes)
+            host.append(t)
+            gpu.append(0.0)
+            by[k.category] += t
+            host_work += t
+            continue
+        if k.kind is KernelKind.LAUNCH:
+            h, g = k.batch * p.launch_s, k.batch * device.launch_s
+        else:
+            h = p.attention.launch_s if k.kind is KernelKind.ATTENTION else p.launch_s
+            g = kernel_s(device, k, dtype)
+        host.append(h)
+        gpu.append(g)
+        by[k.category] += g
+    total = issue_queue_s(host, gpu)
+    waiting = total - sum(gpu) - host_work
+    if waiting > 1e-9 * total:
+        by["launch_wait"] += waiting
+    return total, dict(by), flops
+
+
 def group_times(ops: tuple[CommOp, ...], network: NetworkModel) -> GroupTimes:
     """Seconds of `ops` summed per (group, kind), in the order each pair first appears."""
     by: dict[tuple[str, str], float] = {}
@@ -77,10 +147,7 @@ def group_times(ops: tuple[CommOp, ...], network: NetworkModel) -> GroupTimes:
 
 def unit_times(unit: UnitPlan, compute: ComputeModel, network: NetworkModel, dtype) -> UnitTimes:
     def cost(kernels: tuple[Kernel, ...]) -> tuple[float, dict[str, float], float]:
-        by: dict[str, float] = defaultdict(float)
-        for k in kernels:
-            by[k.category] += network.host_s(k.num_bytes) if k.kind is KernelKind.HOST else kernel_s(compute, k, dtype)
-        return sum(by.values()), dict(by), sum(k.flops for k in kernels)
+        return pass_cost(kernels, compute, network, dtype)
 
     fwd, fwd_by, fwd_flops = cost(unit.fwd)
     bwd, bwd_by, bwd_flops = cost(unit.bwd)
