@@ -89,3 +89,43 @@ def test_the_calibration_fit_counts_the_padded_flops():
     flops, num_bytes, _, _ = _prefill_columns([row], backward=False)
     assert flops[0] == pytest.approx(4 * 8 * 96 * 2048**2 / 2)
     assert num_bytes[0] == pytest.approx(2 * 2 * 80 * 2 * 8 * 2048)
+
+
+# ---- k0 and n0 scaled by a dtype's peak (GemmFit.shape_scaling = "peak") -------------------------------------
+
+def _two_dtype_profile(scaling: str) -> ComputeProfile:
+    data = ROUND_PROFILE.model_dump()
+    data["reference_peaks"]["flops_per_s"] = {"bf16": 1e15, "fp8": 2e15}
+    data["gemm"]["peak_fraction"] = {"bf16": 0.5, "fp8": 0.5}
+    data["gemm"]["shape_scaling"] = scaling
+    return ComputeProfile.model_validate(data)
+
+
+TWO_DTYPE_GPU = GPU(name="paper-gpu-fp8", flops_per_s={"bf16": 1e15, "fp8": 2e15}, hbm_bytes=80 * GiB,
+                    hbm_bytes_per_s=1e12, tdp_w=700)
+
+
+def test_peak_scaling_doubles_k0_and_n0_for_a_dtype_twice_as_fast():
+    import math
+    cm = compute_model(TWO_DTYPE_GPU, _two_dtype_profile("peak"))
+    m = k = n = 2000
+    # fp8: k0 = n0 = 1000 * 2e15/1e15 = 2000, e = 0.5 (1 - e^-1)^2; t = 2 m k n / (2e15 e)
+    e = 0.5 * (1 - math.exp(-1)) ** 2
+    assert cm.gemm_s(m, k, n, DType.FP8) == pytest.approx(2 * m * k * n / (2e15 * e))
+    # bf16 keeps the fitted k0 = n0 = 1000: e = 0.5 (1 - e^-2)^2
+    e16 = 0.5 * (1 - math.exp(-2)) ** 2
+    assert cm.gemm_s(m, k, n, BF16) == pytest.approx(2 * m * k * n / (1e15 * e16))
+    # 'shared' (profiles fitted before the rule): fp8 uses bf16's shape
+    shared = compute_model(TWO_DTYPE_GPU, _two_dtype_profile("shared"))
+    assert shared.gemm_s(m, k, n, DType.FP8) == pytest.approx(2 * m * k * n / (2e15 * e16))
+
+
+def test_shipped_fp8_gemms_within_six_percent_of_the_h200_measurements():
+    from madmax.hardware.calibration import load_records, predictions
+    from madmax.hardware.profile import load_profile
+
+    rows = [r for r in load_records() if r.get("kind") == "gemm" and r["dtype"].startswith("fp8")]
+    pairs = predictions(load_profile(None), rows)["gemm"]
+    assert len(pairs) == 3
+    for predicted, measured in pairs:
+        assert predicted / measured - 1 == pytest.approx(0, abs=0.06)

@@ -10,8 +10,11 @@ positive and every efficiency in (0, 1):
 
 1. GEMMs of the reference dtype (bf16, 91 shapes incl. decode-sized m = 1..512): e_d, k0, n0,
    the launch floor t_launch, the streaming latency t_lat and the memory-roof fraction e_read.
-2. Other dtypes (fp8, tf32, fp32: 2-3 large square-ish shapes each): e_d only, shape from step 1,
-   by least squares in log time (with two rows the median is not unique).
+2. Other dtypes (fp8, tf32, fp32: 2-3 large square-ish shapes each): e_d only, with the shape of step 1
+   scaled by the dtype's peak over bf16's (k0 and n0 times P_d / P_bf16: a tile's prologue and epilogue
+   take the same time while its math runs at the dtype's rate; `GemmFit.shape_scale`), by least squares
+   in log time (with two rows the median is not unique). Sharing bf16's k0 and n0 instead left fp8 4096^3
+   15% too fast and 8192^3 9% too slow; scaled, both are within 5%.
 3. Memory: e_copy = bytes / ((t - t_lat) * H) of the device-to-device copy (median over rows).
 4. Decode attention (9 rows, memory-bound): the attention launch floor and e_read of K/V streaming.
 5. Flash attention forward and backward (backward = fwd_bwd - fwd): e_max and kv0 of each pass.
@@ -188,13 +191,15 @@ def _fit_gemm(rows: list[dict], peaks: ReferencePeaks, hbm_read_fraction: float)
         dm, dk, dn, dt = _columns(dtype_rows, "m", "k", "n", "time_s")
         dpeak = peaks.flops_per_s[dtype]
 
-        def dloss(z, dm=dm, dk=dk, dn=dn, dt=dt, dpeak=dpeak, dwidth=dtype.num_bytes):
-            return _log_l2(_gemm_predict(dm, dk, dn, dwidth, dpeak, (_sigmoid(z[0]), k0, n0),
+        scale = dpeak / peak  # GemmFit.shape_scale under 'peak' scaling
+
+        def dloss(z, dm=dm, dk=dk, dn=dn, dt=dt, dpeak=dpeak, dwidth=dtype.num_bytes, scale=scale):
+            return _log_l2(_gemm_predict(dm, dk, dn, dwidth, dpeak, (_sigmoid(z[0]), k0 * scale, n0 * scale),
                                          hbm * read, lat, launch), dt)
 
         start = np.median(gemm_flops(dm, dk, dn) / (dpeak * dt))
         fractions[dtype] = _sigmoid(minimize(dloss, [_logit(start)])[0])
-    return {"reference_dtype": ref, "peak_fraction": fractions, "k0": k0, "n0": n0,
+    return {"reference_dtype": ref, "peak_fraction": fractions, "k0": k0, "n0": n0, "shape_scaling": "peak",
             "read_fraction": read, "launch_s": launch, "latency_s": lat,
             "min_k": float(min(r["k"] for r in rows)), "min_n": float(min(r["n"] for r in rows))}
 

@@ -256,8 +256,9 @@ class ComputeModel:
                 notes.append(f"{dtype} GEMM efficiency taken from {fitted} (no {dtype} measurements)")
             width = dtype.num_bytes
             g = p.gemm
+            scale = g.shape_scale(fitted, ref)
             gemm[str(dtype)] = _register((
-                peak, g.peak_fraction[fitted], g.k0, g.n0, width,
+                peak, g.peak_fraction[fitted], g.k0 * scale, g.n0 * scale, width,
                 hbm * g.read_fraction, latency, launch, g.min_k, g.min_n))
             # Attention was measured in bf16 only: its fractions of peak are used for every dtype.
             a = p.attention

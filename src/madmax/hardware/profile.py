@@ -17,7 +17,7 @@ from __future__ import annotations
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import Field
@@ -49,6 +49,19 @@ class GemmFit(Schema):
     min_k: float = Field(0, ge=0, description="Smallest inner dimension measured: below it the k factor is "
                                              "held at its value there instead of extrapolated.")
     min_n: float = Field(0, ge=0, description="Smallest output width measured: below it the n factor is held.")
+    shape_scaling: Literal["shared", "peak"] = Field(
+        "shared", description="k0 and n0 of a dtype other than the reference: 'shared' uses them as fitted; "
+        "'peak' scales them by the dtype's peak over the reference dtype's (on the calibration device), "
+        "because a tile's fixed prologue and epilogue take the same time while its math runs at the dtype's "
+        "rate (`shape_scale`).")
+
+    def shape_scale(self, dtype: DType, peaks: ReferencePeaks) -> float:
+        """Factor on k0 and n0 for GEMMs of `dtype` (a fitted dtype): P_dtype / P_reference under 'peak'
+        scaling, else 1. fp8 on Hopper: 1979 / 989 = 2, so an fp8 GEMM needs twice the k and n of a bf16
+        one to reach the same fraction of its (twice as high) peak."""
+        if self.shape_scaling == "shared" or dtype == self.reference_dtype:
+            return 1.0
+        return peaks.flops_per_s[dtype] / peaks.flops_per_s[self.reference_dtype]
 
 
 class AttentionPassFit(Schema):
