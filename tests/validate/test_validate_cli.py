@@ -53,7 +53,7 @@ def test_validate_json_shape_on_a_user_csv(tiny_csv, tmp_path):
     (ds,) = data["datasets"]
     assert ds["name"] == "mine" and ds["mapped"] == ds["run"] == 4 and ds["failed"] == 0
     assert set(ds["stats"]) == {"rows", "median_abs_pct", "mean_abs_pct", "p90_abs_pct", "max_abs_pct",
-                                "mean_signed_pct"}
+                                "mean_signed_pct", "median_signed_pct"}
     assert len(ds["worst"]) == 4 and {"kwargs", "measured", "predicted", "signed_error_pct"} <= set(ds["worst"][0])
     assert set(data["groups"]) == {"family", "gpu", "parallelism", "metric"} and data["groups"]["family"]["gpt"]
     assert data["comparisons"] == []  # a user file is not a vTrain dataset: no stack re-run

@@ -11,7 +11,7 @@ from madmax.validate.conventions import direction
 if TYPE_CHECKING:
     from madmax.validate.runner import Report, RowResult, Stats, Summary
 
-STAT_HEAD = ["median abs %", "mean abs %", "p90 abs %", "max abs %", "bias %"]
+STAT_HEAD = ["median abs %", "mean abs %", "p90 abs %", "max abs %", "bias %", "mean signed %"]
 
 
 def _table(head: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
@@ -28,7 +28,7 @@ def _stats_cells(s: Stats | None) -> list[str]:
     if s is None:
         return ["-"] * len(STAT_HEAD)
     return [_num(v, ".1f") for v in (s.median_abs_pct, s.mean_abs_pct, s.p90_abs_pct, s.max_abs_pct,
-                                     s.mean_signed_pct)]
+                                     s.median_signed_pct, s.mean_signed_pct)]
 
 
 def _summary_row(s: Summary) -> list[Any]:
@@ -135,7 +135,7 @@ def report_markdown(report: Report, all_rows_up_to: int = 40) -> str:
     """The whole report: summary, comparisons, datasets with their worst rows and inputs, groupings."""
     head = ["dataset", "mapped", "unmapped", "run", "failed", *STAT_HEAD]
     lines = ["## Training and serving validation", "",
-             "Error e = 100 (predicted - measured) / measured; bias is the mean signed e (e > 0: too slow for "
+             "Error e = 100 (predicted - measured) / measured; bias is the median signed e (e > 0: too slow for "
              "times such as iteration time, TTFT and TPOT; too fast for throughputs). Datasets ending in "
              "`+stack` re-run held-out vTrain rows with the vTrain-stack profile; `all` and the groupings "
              "leave them out. The last row counts every dataset with its software stack's profile: the "

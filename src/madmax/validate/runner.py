@@ -70,6 +70,7 @@ class Stats:
     p90_abs_pct: float
     max_abs_pct: float
     mean_signed_pct: float
+    median_signed_pct: float  # the bias: a median of errors all of one sign is a missing mechanism
 
     @staticmethod
     def of(results: Iterable[RowResult]) -> Stats | None:
@@ -80,7 +81,7 @@ class Stats:
         a = np.abs(signed)
         return Stats(rows=int(a.size), median_abs_pct=float(np.median(a)), mean_abs_pct=float(a.mean()),
                      p90_abs_pct=float(np.percentile(a, 90)), max_abs_pct=float(a.max()),
-                     mean_signed_pct=float(signed.mean()))
+                     mean_signed_pct=float(signed.mean()), median_signed_pct=float(np.median(signed)))
 
 
 @dataclass(frozen=True)
