@@ -27,8 +27,8 @@ from pathlib import Path
 
 from madmax.validate import run_validation
 from madmax.validate.datasets import LOADERS
-from madmax.validate.stack import SUFFIX
 from madmax.validate.runner import Report, RowResult
+from madmax.validate.stack import SUFFIX
 
 KORTHIKANTI_MEAN_ABS_PCT = 5.0
 DENSE_MEDIAN_ABS_PCT = 5.0
