@@ -57,8 +57,14 @@ LoraRankOpt = Annotated[int | None, typer.Option(help="LoRA rank r.")]
 FrozenLayersOpt = Annotated[int | None, typer.Option(help="Bottom layers frozen (finetune).")]
 LoraTargetsOpt = Annotated[str | None, typer.Option(help="LoRA projections, e.g. qkv,out,up,gate,down.")]
 CalibrationOpt = Annotated[Path | None, typer.Option(help="Compute profile from `madmax calibrate`.")]
-StackOpt = Annotated[str | None, typer.Option(help="Serving stack (inference): trtllm (default), vllm, sglang, "
-                                                   "trtllm-0.9, or a YAML file.")]
+StackOpt = Annotated[str | None, typer.Option(help="Software stack. Inference: the serving stack, trtllm (default), "
+                                                   "vllm, sglang, trtllm-0.9; training: the training framework, "
+                                                   "megatron-core (default), megatron-lm-2021, pytorch, fsdp2, "
+                                                   "deepspeed, megatron-deepspeed; or a YAML file.")]
+SearchStackOpt = Annotated[str | None, typer.Option(help="Software stack. Inference: the serving stack every layout "
+                                                         "is costed under, trtllm (default), vllm, sglang, trtllm-0.9, "
+                                                         "or a YAML file; training: megatron-core only (the default; "
+                                                         "simulate a chosen strategy under another stack).")]
 
 ExpertLoadOpt = Annotated[str | None, typer.Option(help="MoE routing load: balanced (default), the busiest expert "
                                                         "rank's tokens over the mean (e.g. 1.3), or zipf:ALPHA.")]
@@ -360,7 +366,7 @@ def search(
     output_len: OutputLenOpt = None,
     mode: Annotated[str, typer.Option(help="Serving mode simulated for the best (inference): static, "
                                            "concurrency, saturation.")] = "static",
-    stack: StackOpt = None,
+    stack: SearchStackOpt = None,
     dtypes: Annotated[str | None, typer.Option(help='Weight formats to try (inference), e.g. "bf16,fp8" '
                                                     '(default all the GPU has).')] = None,
     kv_dtypes: Annotated[str | None, typer.Option(help='KV-cache formats to try (inference), e.g. "fp8".')] = None,
@@ -380,12 +386,12 @@ def search(
                      "objective": None if objective == "throughput" else objective, "hybrid": None if hybrid else False,
                      "refine": None if refine == 2000 else refine, "workers": None if workers == 1 else workers}
     serving_only = {"prompt_len": prompt_len, "output_len": output_len, "mode": None if mode == "static" else mode,
-                    "stack": stack, "dtypes": dtypes, "kv_dtypes": kv_dtypes, "max_ttft": max_ttft,
+                    "dtypes": dtypes, "kv_dtypes": kv_dtypes, "max_ttft": max_ttft,
                     "max_tpot": max_tpot, "max_batch": max_batch}
     if task == "inference":
         if given := [name for name, value in training_only.items() if value is not None]:
             _fail(f"{given[0]} applies to training searches; allowed with --task inference: "
-                  f"{', '.join(serving_only)}, max_tp, max_pp, top, exact, calibration, json")
+                  f"{', '.join(serving_only)}, stack, max_tp, max_pp, top, exact, calibration, json")
         _search_serving(model, system, num_gpus, prompt_len, output_len, mode=mode, stack=stack, dtypes=dtypes,
                         kv_dtypes=kv_dtypes, max_ttft=max_ttft, max_tpot=max_tpot, max_tp=max_tp, max_pp=max_pp,
                         max_batch=max_batch, top=top, exact=exact, calibration=calibration, as_json=as_json)
@@ -419,7 +425,7 @@ def search(
                        lora_targets=lora_targets.split(",") if lora_targets else None,
                        emb=emb.split(",") if emb else None, max_ep=max_ep, max_etp=max_etp,
                        ep_overlap=numbers(ep_overlap, "ep_overlap"), expert_load=expert_load,
-                       capacity_factor=capacity_factor)
+                       capacity_factor=capacity_factor, stack=stack)
         wall = time.perf_counter() - start
         if out is not None:
             try:

@@ -143,11 +143,12 @@ def test_unit_times_from_shared_plans_equal_their_own_plan(moe):
     # first (tp, cp, mbs) routing as many tokens per tensor-parallel rank (units.unit_table).
     from madmax.search.units import _base, unit_table
 
-    combos = np.array([(1, 1, 1, 0, 0, 2, 2), (2, 1, 2, 1, 0, 2, 2), (4, 2, 8, 1, 0, 2, 2), (1, 2, 2, 0, 0, 2, 2),
-                       (2, 2, 4, 1, 0, 4, 1)])
+    # (tp, cp, mbs, sp, rec, ep, etp, casts): bf16 casts no weights, so casts is 0 (units.cast_microbatches).
+    combos = np.array([(1, 1, 1, 0, 0, 2, 2, 0), (2, 1, 2, 1, 0, 2, 2, 0), (4, 2, 8, 1, 0, 2, 2, 0),
+                       (1, 2, 2, 0, 0, 2, 2, 0), (2, 2, 4, 1, 0, 4, 1, 0)])
     table = unit_table(moe.ctx, combos)
-    for row, (tp, cp, mbs, sp, _, ep, etp) in enumerate(combos.tolist()):
-        for k, (_, t, _, exchange) in enumerate(_base(moe.ctx, tp, cp, mbs, sp, ep, etp)[1]):
+    for row, (tp, cp, mbs, sp, _, ep, etp, casts) in enumerate(combos.tolist()):
+        for k, (_, t, _, exchange) in enumerate(_base(moe.ctx, tp, cp, mbs, sp, ep, etp, casts)[1]):
             assert table.fwd[row, k] == pytest.approx(t.fwd_s, rel=1e-12)
             assert table.bwd[row, k] == pytest.approx(t.bwd_s, rel=1e-12)
             assert table.flops_model[row, k] == pytest.approx(t.flops_fwd + t.flops_bwd, rel=1e-12)

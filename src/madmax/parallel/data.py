@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from madmax.collective import Span
 from madmax.config.base import DType
 from madmax.config.strategy import Axis, Strategy
-from madmax.parallel.formats import low_precision
+from madmax.parallel.formats import tensor_bytes
 from madmax.parallel.placement import span
 
 ADAM_MOMENTS = 2
@@ -66,7 +66,7 @@ def data_parallel_plan(s: Strategy, domain_size: int, dtype: DType, grad_span: S
     those of the routed experts over their expert-data-parallel ranks (sharded over all of them with
     ZeRO >= 1, as Megatron-Core's distributed optimizer does)."""
     # Low-precision formats (fp8, mxfp8, nvfp4) keep bf16 weights and gradients; the cast copies are the units'.
-    weight = DType.BF16.num_bytes if low_precision(dtype) else dtype.num_bytes
+    weight = tensor_bytes(dtype)
     fp32 = DType.FP32.num_bytes
     master = 0 if dtype is DType.FP32 else fp32
     experts = grad_span is not None

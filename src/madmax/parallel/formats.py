@@ -73,3 +73,11 @@ def low_precision(dtype: DType) -> LowPrecision | None:
         bf16_first=int(entry["bf16_layers"]["first"]), bf16_last=int(entry["bf16_layers"]["last"]),
         weight_cache=bool(table["weight_cache"]["per_step"]), meta_forward=int(meta["forward"]),
         meta_backward=int(meta["backward"]))
+
+
+def tensor_bytes(dtype: DType) -> float:
+    """Bytes per element of the weights, gradients and activations a `dtype` run keeps and sends: a
+    low-precision format (fp8, mxfp8, nvfp4) casts its GEMM operands from high-precision tensors, which it
+    keeps (`high_precision`, bf16); any other dtype keeps its own width. The plan, the data plan and the
+    search's closed forms all take it from here."""
+    return high_precision().num_bytes if low_precision(dtype) else dtype.num_bytes

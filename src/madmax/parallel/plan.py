@@ -24,7 +24,7 @@ from madmax.errors import StrategyError
 from madmax.parallel import experts
 from madmax.parallel.context import ring_kv
 from madmax.parallel.data import DataParallelPlan, data_parallel_plan
-from madmax.parallel.formats import high_precision, low_precision
+from madmax.parallel.formats import high_precision, low_precision, tensor_bytes
 from madmax.parallel.kernels import CommOp, Kernel, KernelKind, Phase, Where
 from madmax.parallel.placement import span
 from madmax.parallel.stack_kernels import cast_kernels, kernels_of
@@ -162,7 +162,7 @@ def build_plan(workload: Workload, strategy: Strategy, *, domain_size: int, seq_
     routed = next((op for b in workload.blocks for op in b.ops if op.experts), None)
     expert_load = routing.factor(routed.experts, s.ep) if routing and routed else 1.0
     fmt = low_precision(dtype)
-    act_bytes = DType.BF16.num_bytes if fmt or dtype in (DType.BF16, DType.FP16) else dtype.num_bytes
+    act_bytes = tensor_bytes(dtype)
     # Weights cast once per step (the first micro-batch's forward) are costed as 1/m of a cast per micro-batch.
     casts = 1 / (global_batch // (s.dp * s.mbs)) if fmt and fmt.weight_cache else 1.0
     shape = Shape(batch=s.mbs, seq_len=seq_len, tp=s.tp, cp=s.cp, sp=s.sequence_parallel, act_bytes=act_bytes,

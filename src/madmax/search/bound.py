@@ -6,9 +6,10 @@ vp and mbs (`space.Rows`), its candidates the options ZeRO x shard, recompute, s
 of each row, below every one of its options, decide which rows are evaluated:
 
     memory floor  max over its stages of (min over ZeRO stages of the weights, gradients and optimizer
-                  state, sharded over the whole group) + (1 + f) (min over recompute of the activations)
-                  + the reserve of the row's process groups (`parallel.memory.Reserve`): above the usable
-                  memory, no option fits, and the row's candidates are rejected under `memory`.
+                  state, sharded over the whole group, and the low-precision weight copies) + (1 + f)
+                  (min over recompute of the activations) + the reserve of the row's process groups
+                  (`parallel.memory.Reserve`): above the usable memory, no option fits, and the row's
+                  candidates are rejected under `memory`.
     time floor    T_floor = T_pipe(f0 + b0) + t_p2p (m + 2 (pp - 1)) + max_s opt_s, the closed form
                   (`timing.closed_form`) without what the options add: f0, b0 without recompute and
                   without ZeRO-3's gathers, no gradient collectives, and the optimizer step of the most
@@ -29,8 +30,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from madmax.config.base import DType
 from madmax.config.strategy import Recompute
+from madmax.parallel.formats import tensor_bytes
 from madmax.parallel.memory import group_sizes
 from madmax.search.context import Context
 from madmax.search.core import Clock, Outcome, _Layouts, _peak_memory, estimate_all, finish, groups
@@ -139,7 +140,7 @@ def _floors(ctx: Context, problem: Problem, limits: Limits, cols: dict[str, np.n
     memory = memory_table(ctx, values)
     ranks = cols["tp"] * cols["cp"] * cols["dp"]
     states = {z: _state_per_row(ctx, limits, cols, ranks, z) for z in limits.zero}
-    weight_bytes = DType.BF16.num_bytes if ctx.dtype is DType.FP8 else ctx.dtype.num_bytes
+    weight_bytes = tensor_bytes(ctx.dtype)
     scale = cols["mbs"] / cols["cp"]
     m = problem.global_batch // (cols["dp"] * cols["mbs"])
     pairs, pair = unique_rows(cols, ("pp", "vp"))
@@ -157,6 +158,7 @@ def _floors(ctx: Context, problem: Problem, limits: Limits, cols: dict[str, np.n
             experts = (memory.expert_params[here], memory.expert_trainable[here])
             split = [(params - experts[0], trainable - experts[1]), experts]
         sums = [((p - t) @ per_stage * weight_bytes)[inv] for p, t in split]  # untrainable weights [n, R]
+        sums[0] = sums[0] + (memory.cast_cache[here] @ per_stage)[inv]  # low-precision weight copies
         trained = [(t @ per_stage)[inv] for _, t in split]
         largest = np.where((per_stage > 0).T[None], params[:, None, :], 0.0).max(axis=2)[inv]
         gathered = ctx.reserve.zero3_gathered_params(largest) * weight_bytes  # ZeRO-3's gathered weights

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from madmax.config.base import DType
+from madmax.parallel.formats import tensor_bytes
 from madmax.parallel.memory import group_sizes
 from madmax.results import Result
 from madmax.search.context import Context
@@ -190,7 +190,7 @@ def _peak_memory(ctx: Context, space: Space, memory, layouts: _Layouts) -> np.nd
     _, mem_row = unique_rows(cols, MEMORY)
     state = state_bytes(ctx, cols, space.orders)[0]
     experts = expert_state_bytes(ctx, cols)[0] if memory.has_experts else None
-    weight_bytes = DType.BF16.num_bytes if ctx.dtype is DType.FP8 else ctx.dtype.num_bytes
+    weight_bytes = tensor_bytes(ctx.dtype)
     scale = cols["mbs"] / cols["cp"]  # activations scale with the tokens of a rank's micro-batch
     # Memory depends on m only through the micro-batches in flight, which stop changing beyond a cap.
     pairs, pair = unique_rows(cols, ("pp", "vp"))
@@ -202,7 +202,7 @@ def _peak_memory(ctx: Context, space: Space, memory, layouts: _Layouts) -> np.nd
         r = mem_row[idx]
         units = {"params": memory.params[r], "trainable": memory.trainable[r], "expert_params": memory.expert_params[r],
                  "expert_trainable": memory.expert_trainable[r], "saved": memory.saved[r] * scale[idx, None],
-                 "working": memory.working[r] * scale[idx, None]}
+                 "working": memory.working[r] * scale[idx, None], "cast_cache": memory.cast_cache[r]}
         peak[idx] = peak_memory(memory_shape(layouts[(pp, vp)], m), units, state[idx], cols["zero"][idx],
                                 weight_bytes, ctx.reserve, tuple(size[idx] for size in sizes),
                                 None if experts is None else experts[idx])

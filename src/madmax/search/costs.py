@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from madmax.collective import Collective, Span
-from madmax.config.base import DType
+from madmax.parallel.formats import tensor_bytes
 from madmax.program.step_end import step_end_costs
 from madmax.search.context import Context
 from madmax.search.space import unique_rows
@@ -46,6 +46,7 @@ from madmax.search.units import (
     Layouts,
     MemoryTable,
     UnitTable,
+    cast_microbatches,
     comm_s,
     data_plans,
     expert_data_plans,
@@ -103,8 +104,8 @@ class Costs:
 
 
 def combos_of(ctx: Context, cols: dict[str, np.ndarray]) -> tuple[UnitTable, np.ndarray]:
-    """The unit table of every (tp, cp, mbs, sp, rec, ep, etp) among `cols` and each candidate's row in it."""
-    values, combo = unique_rows(cols, COMBO)
+    """The unit table of every (tp, cp, mbs, sp, rec, ep, etp, casts) among `cols` and each candidate's row in it."""
+    values, combo = unique_rows({**cols, "casts": cast_microbatches(ctx, cols["m"])}, COMBO)
     return unit_table(ctx, values), combo
 
 
@@ -136,7 +137,7 @@ def unit_costs(ctx: Context, cols: dict[str, np.ndarray], table: UnitTable, comb
         groups.append(_expert_costs(ctx, cols, memory))
     tied = np.zeros(len(combo))
     if ctx.workload.tied_params:  # the engine's all-reduce of tied embeddings between the first and last stage
-        act = DType.BF16.num_bytes if ctx.dtype in (DType.FP8, DType.BF16, DType.FP16) else ctx.dtype.num_bytes
+        act = tensor_bytes(ctx.dtype)
         tps, tp_idx = np.unique(cols["tp"], return_inverse=True)
         per_tp = np.array([ctx.network.collective_s(Collective.ALL_REDUCE, float(ctx.workload.tied_params / int(t)
                                                                                  * act), Span(1, 2)) for t in tps])

@@ -2,7 +2,8 @@
 
 For stage s of a candidate with N_sk units of key k (params P_k, trainable T_k per rank):
 
-    weights     = sum_k N_sk (P_k - T_k) w_0 + sum_k N_sk T_k w      (+ 2 max_k P_k w_0 under ZeRO-3)
+    weights     = sum_k N_sk (P_k - T_k) w_0 + sum_k N_sk T_k w + sum_k N_sk C_k
+                                                                    (+ 2 max_k P_k w_0 under ZeRO-3)
     gradients   = sum_k N_sk T_k g,      optimizer = sum_k N_sk T_k o
     activations = max over the in-flight peaks V of sum_c V_c A_sc  +  max_k working_k
     total       = weights + gradients + optimizer + (1 + f) activations + context + communicators
@@ -12,9 +13,11 @@ in an MoE model the routed experts' parameters (P/(ep*etp) per rank) have their 
 over their expert-data-parallel ranks, and the weights, gradients and optimizer terms add over both;
 f: the allocator's fragmentation and communicators those of the candidate's process groups (both
 `parallel.memory.Reserve`, as `simulate` counts them); ZeRO-3's gathered weights are at most the live limit;
-w_0: bytes of an unsharded weight; A_sc = sum_k (units of k in chunk c) x saved_k, the activations one
-micro-batch leaves on chunk c (saved_k in proportion to the rank's tokens, mbs*seq/cp); V: the
-per-chunk micro-batch counts in flight at the steps that can be a peak (`search.pipeline.inflight`).
+w_0: bytes of an unsharded weight; C_k: the unit's low-precision weight copies (and amax histories) kept
+through the step (fp8, mxfp8, nvfp4: `UnitPlan.cast_cache_bytes`, 0 otherwise); A_sc = sum_k (units
+of k in chunk c) x saved_k, the activations one micro-batch leaves on chunk c (saved_k in proportion to
+the rank's tokens, mbs*seq/cp); V: the per-chunk micro-batch counts in flight at the steps that can be
+a peak (`search.pipeline.inflight`).
 The peak is the worst stage's total, as `simulate` reports it; it matches `simulate` to rounding.
 """
 
@@ -66,10 +69,10 @@ def memory_shape(layout: StageLayout, m: int) -> MemoryShape:
 def peak_memory(shape: MemoryShape, units: dict[str, np.ndarray], state: np.ndarray, zero: np.ndarray,
                 weight_bytes: float, reserve: Reserve, process_groups: tuple[np.ndarray, ...],
                 expert_state: np.ndarray | None = None) -> np.ndarray:
-    """Peak bytes per GPU [n] of candidates of one shape; units: params, trainable, saved, working [n, K]
-    per rank (and expert_params, expert_trainable, their routed experts' share, with `expert_state`, the
-    experts' bytes per trainable parameter [n, 3]); process_groups: the sizes of each candidate's groups
-    (`parallel.memory.group_sizes`, arrays [n])."""
+    """Peak bytes per GPU [n] of candidates of one shape; units: params, trainable, saved, working,
+    cast_cache [n, K] per rank (and expert_params, expert_trainable, their routed experts' share, with
+    `expert_state`, the experts' bytes per trainable parameter [n, 3]); process_groups: the sizes of each
+    candidate's groups (`parallel.memory.group_sizes`, arrays [n])."""
     per_stage = shape.per_stage  # [R, K]
     present = per_stage > 0
     params, trainable = units["params"], units["trainable"]
@@ -84,6 +87,7 @@ def peak_memory(shape: MemoryShape, units: dict[str, np.ndarray], state: np.ndar
         total = (p_s - t_s) * weight_bytes + t_s * (w + g + o) + total
     largest = np.where(present[None], params[:, None, :], 0.0).max(axis=2)  # [n, R]
     total += np.where(zero[:, None] >= 3, reserve.zero3_gathered_params(largest) * weight_bytes, 0.0)
+    total += units["cast_cache"] @ per_stage.T  # low-precision weight copies cached for the step
     total += (1 + reserve.fragmentation) * activations_by_stage(shape, units["saved"], units["working"])
     return total.max(axis=1)
 

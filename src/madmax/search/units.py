@@ -16,6 +16,11 @@ etp-ep-edp from innermost, `parallel.placement.expert_span`), so the plan of (tp
 times it exactly, whatever dp and the order. Its plan is built with the overlap on: its exchange is
 then the unit's OVERLAPPED collectives, which a candidate without the overlap waits for after the
 unit's kernels instead (`Where.AFTER`, the same collectives).
+
+A low-precision format that caches its cast weights for the step (formats.yaml `weight_cache`) casts them
+in the first of the m micro-batches, which `parallel.plan` costs as 1/m of a cast in every micro-batch's
+forward: its units' kernels depend on m as well, so m joins their key as `casts` (0 for every candidate
+when no cast is cached, so that they share one plan whatever their m).
 """
 
 from __future__ import annotations
@@ -28,12 +33,15 @@ import numpy as np
 
 from madmax.collective import Collective, Span
 from madmax.config.strategy import DEFAULT_ORDER, Axis, Recompute, Strategy
+from madmax.parallel.formats import low_precision
 from madmax.parallel.kernels import Phase, Where
+from madmax.parallel.tensor import WEIGHT_CAST
 from madmax.search.context import Context
 from madmax.search.space import RECOMPUTES
 
 MEMORY = ("tp", "sp", "rec", "ep", "etp")
-COMBO = ("tp", "cp", "mbs", "sp", "rec", "ep", "etp")
+COMBO = ("tp", "cp", "mbs", "sp", "rec", "ep", "etp", "casts")
+DENSE = [COMBO.index(name) for name in ("tp", "cp", "mbs", "sp", "casts")]  # the columns of a plan without experts
 LAYOUT = ("order", "tp", "cp", "pp", "dp")
 DATA = ("order", "tp", "cp", "pp", "dp", "zero", "shard")
 # The routed experts' data plan: ranks = tp*cp*dp of a stage, whatever the order (`expert_data_plans`).
@@ -56,11 +64,21 @@ def strategy(row: dict[str, int], orders: tuple[str, ...] = (DEFAULT_ORDER,)) ->
         ep_overlap=bool(row.get("epo", 0)))
 
 
-def _plan(ctx: Context, row: dict[str, int]):
+def cast_microbatches(ctx: Context, m: np.ndarray) -> np.ndarray:
+    """The `casts` column of candidates with m micro-batches: m where the format caches its cast weights
+    for the step (their cast is spread over the m micro-batches), else 0 (every micro-batch casts alike)."""
+    fmt = low_precision(ctx.dtype)
+    return m if fmt is not None and fmt.weight_cache else np.zeros_like(m)
+
+
+def _plan(ctx: Context, row: dict[str, int], microbatches: int = 0):
+    """The plan of `row`'s strategy with `microbatches` micro-batches (0: those of the context's global batch)."""
     from madmax.parallel.plan import build_plan
 
-    plan = build_plan(ctx.workload, strategy(row), domain_size=ctx.domain, seq_len=ctx.seq_len,
-                      global_batch=ctx.global_batch, dtype=ctx.dtype, routing=ctx.task.routing)
+    s = strategy(row)
+    batch = microbatches * s.dp * s.mbs if microbatches else ctx.global_batch
+    plan = build_plan(ctx.workload, s, domain_size=ctx.domain, seq_len=ctx.seq_len,
+                      global_batch=batch, dtype=ctx.dtype, routing=ctx.task.routing)
     for unit in plan.units.values():
         # Exchanges between units and embedding tables (other families) have no closed form here.
         assert not unit.has_exchanges and not unit.state_bytes, f"unit {unit.name} has parts the search does not model"
@@ -70,9 +88,10 @@ def _plan(ctx: Context, row: dict[str, int]):
 @dataclass
 class MemoryTable:
     """Arrays [row of (tp, sp, rec, ep, etp) `values`, unit key]: parameters per rank (with the routed
-    experts' share of them), and the activation bytes of a micro-batch of one sequence without context
-    parallelism. Saved and working bytes are proportional to the tokens of a rank's micro-batch,
-    mbs*seq/cp (`parallel.tensor.saved_bytes`), so one plan per row serves every (mbs, cp)."""
+    experts' share of them), the activation bytes of a micro-batch of one sequence without context
+    parallelism, and the low-precision weight copies kept through the step (`UnitPlan.cast_cache_bytes`,
+    set by the parameters per rank alone). Saved and working bytes are proportional to the tokens of a
+    rank's micro-batch, mbs*seq/cp (`parallel.tensor.saved_bytes`), so one plan per row serves every (mbs, cp)."""
 
     keys: tuple[str, ...]
     values: np.ndarray
@@ -82,6 +101,7 @@ class MemoryTable:
     expert_trainable: np.ndarray
     saved: np.ndarray
     working: np.ndarray
+    cast_cache: np.ndarray
 
     @property
     def has_experts(self) -> bool:
@@ -108,12 +128,12 @@ def memory_table(ctx: Context, values: np.ndarray) -> MemoryTable:
             ctx.plans[key] = tuple(plan.units), [
                 [u.params for u in units], [u.trainable_params for u in units], [u.expert_params for u in units],
                 [u.expert_trainable_params for u in units], [u.saved_bytes for u in units],
-                [u.working_bytes for u in units]]
+                [u.working_bytes for u in units], [u.cast_cache_bytes for u in units]]
         keys, row = ctx.plans[key]
         rows.append(row)
-    arr = np.array(rows, dtype=float).reshape(len(values), 6, len(keys))
+    arr = np.array(rows, dtype=float).reshape(len(values), 7, len(keys))
     return MemoryTable(keys=keys, values=values, params=arr[:, 0], trainable=arr[:, 1], expert_params=arr[:, 2],
-                       expert_trainable=arr[:, 3], saved=arr[:, 4], working=arr[:, 5])
+                       expert_trainable=arr[:, 3], saved=arr[:, 4], working=arr[:, 5], cast_cache=arr[:, 6])
 
 
 @dataclass
@@ -158,18 +178,23 @@ def _exchange_s(ctx: Context, ops) -> dict[str, float]:
     return out
 
 
-def _base(ctx: Context, tp: int, cp: int, mbs: int, sp: int, ep: int, etp: int) -> tuple[tuple[str, ...], list, float]:
-    """Plan without recompute of one (tp, cp, mbs, sp, ep, etp): its units with their kernel times, their
+def _base(ctx: Context, tp: int, cp: int, mbs: int, sp: int, ep: int, etp: int,
+          casts: int) -> tuple[tuple[str, ...], list, float]:
+    """Plan without recompute of one (tp, cp, mbs, sp, ep, etp, casts): its units with their kernel times, their
     tensor- and context-parallel collectives, and their expert exchange (OVERLAPPED: see the module
-    docstring)."""
+    docstring); casts: its micro-batches where they set the weight casts' share (`cast_microbatches`).
+    Each unit's `recompute_s` is what a full recompute redoes: its forward but the low-precision weight
+    casts, whose cached copies the recompute reuses (`parallel.plan`)."""
     from madmax.program.costs import unit_times
 
     exchanged = ep > 1 or etp > 1
-    plan = _plan(ctx, {"tp": tp, "cp": cp, "mbs": mbs, "sp": sp, "ep": ep, "etp": etp, "epo": int(exchanged)})
+    plan = _plan(ctx, {"tp": tp, "cp": cp, "mbs": mbs, "sp": sp, "ep": ep, "etp": etp, "epo": int(exchanged)},
+                 microbatches=casts)
     units = []
     for unit in plan.units.values():
         # The kernels alone: collectives are timed per span by the caller.
-        t = unit_times(replace(unit, comm=()), ctx.compute, ctx.network, ctx.dtype)
+        redone = tuple(k for k in unit.fwd if k.category != WEIGHT_CAST)
+        t = unit_times(replace(unit, comm=(), recompute=redone), ctx.compute, ctx.network, ctx.dtype)
         comm = {name: unit.collectives(*place) for name, place in COMM.items()}
         for name, ops in comm.items():
             assert all(op.group == name[:2] for op in ops), f"unit {unit.name} has {name} collectives off its group"
@@ -180,14 +205,16 @@ def _base(ctx: Context, tp: int, cp: int, mbs: int, sp: int, ep: int, etp: int) 
 
 @dataclass(frozen=True)
 class _Units:
-    """The units of one plan without recompute as arrays over the unit keys [K]: kernel seconds, FLOPs,
-    whether each has a backward pass and is a layer that recompute redoes; their collectives by name of
-    COMM, plus `tp_full` (the backward's with a full recompute: the forward's first); and the expert
-    exchange's seconds per group after the forward, the backward, and the backward with a full recompute."""
+    """The units of one plan without recompute as arrays over the unit keys [K]: kernel seconds (refwd: the
+    forward a full recompute redoes), FLOPs, whether each has a backward pass and is a layer that recompute
+    redoes; their collectives by name of COMM, plus `tp_full` (the backward's with a full recompute: the
+    forward's first); and the expert exchange's seconds per group after the forward, the backward, and the
+    backward with a full recompute."""
 
     keys: tuple[str, ...]
     fwd: np.ndarray
     bwd: np.ndarray
+    refwd: np.ndarray
     attn_f: np.ndarray
     attn_b: np.ndarray
     flops: np.ndarray
@@ -200,7 +227,7 @@ class _Units:
 
 
 def _units(ctx: Context, *key: int) -> _Units:
-    """`_base` of (tp, cp, mbs, sp, ep, etp) as arrays (kept in `ctx.plans`)."""
+    """`_base` of (tp, cp, mbs, sp, ep, etp, casts) as arrays (kept in `ctx.plans`)."""
     if ("units", key) in ctx.plans:
         return ctx.plans[("units", key)]
     keys, units, p2p_bytes = _base(ctx, *key)
@@ -217,6 +244,7 @@ def _units(ctx: Context, *key: int) -> _Units:
 
     out = _Units(keys=keys, fwd=np.array([t.fwd_s for _, t, _, _ in units]),
                  bwd=np.array([t.bwd_s for _, t, _, _ in units]),
+                 refwd=np.array([t.recompute_s for _, t, _, _ in units]),
                  attn_f=np.array([t.attention_fwd_s for _, t, _, _ in units]),
                  attn_b=np.array([t.attention_bwd_s for _, t, _, _ in units]),
                  flops=np.array([t.flops_fwd + t.flops_bwd for _, t, _, _ in units]),
@@ -228,7 +256,7 @@ def _units(ctx: Context, *key: int) -> _Units:
 
 
 def unit_table(ctx: Context, combos: np.ndarray) -> UnitTable:
-    """Compute times, FLOPs and collectives of each (tp, cp, mbs, sp, rec, ep, etp) row of `combos`.
+    """Compute times, FLOPs and collectives of each (tp, cp, mbs, sp, rec, ep, etp, casts) row of `combos`.
 
     One plan per (tp, cp, mbs, sp) without recompute; recompute adds, to each layer that has a backward
     pass, its attention forward (selective) or its whole forward with the TP collectives and the expert
@@ -246,31 +274,31 @@ def unit_table(ctx: Context, combos: np.ndarray) -> UnitTable:
     The plans are kept in `ctx.plans` for later calls.
     """
     c = combos.astype(np.int64).reshape(-1, len(COMBO))
-    tp, cp, mbs, _, rec, ep, etp = c.T
-    dense_keys, d_idx = np.unique(c[:, :4], axis=0, return_inverse=True)
+    tp, cp, mbs, _, rec, ep, etp, casts = c.T
+    dense_keys, d_idx = np.unique(c[:, DENSE], axis=0, return_inverse=True)
     d_idx = d_idx.ravel()
-    dense = [_units(ctx, *(int(x) for x in k), 1, 1) for k in dense_keys]
+    dense = [_units(ctx, *(int(x) for x in k[:4]), 1, 1, int(k[4])) for k in dense_keys]
     keys = dense[0].keys if dense else ()
 
     def stack(name: str, units: list[_Units]) -> np.ndarray:
         return np.array([getattr(u, name) for u in units]).reshape(len(units), len(keys))
 
-    fwd, bwd, flops = (stack(name, dense)[d_idx] for name in ("fwd", "bwd", "flops"))
+    fwd, bwd, refwd, flops = (stack(name, dense)[d_idx] for name in ("fwd", "bwd", "refwd", "flops"))
     attn_f, attn_b, has_bwd, redo = (stack(name, dense)[d_idx] for name in ("attn_f", "attn_b", "has_bwd", "redo"))
     spread = np.flatnonzero((ep > 1) | (etp > 1))
     groups: tuple[str, ...] = ()
     x_fwd = x_bwd = np.zeros((len(c), 0, len(keys)))
     if len(spread):
         tokens, ranks = mbs[spread] * ctx.seq_len, cp[spread] * tp[spread]
-        share = np.stack([tokens // np.gcd(tokens, ranks), ranks // np.gcd(tokens, ranks), ep[spread], etp[spread]],
-                         axis=1)
+        share = np.stack([tokens // np.gcd(tokens, ranks), ranks // np.gcd(tokens, ranks), ep[spread], etp[spread],
+                          casts[spread]], axis=1)
         shares, first, e_idx = np.unique(share, axis=0, return_index=True, return_inverse=True)
         pairs = []
-        for (a, b, e, t), j in zip(shares.tolist(), first, strict=True):
-            rep = ctx.plans.setdefault(("rep", a, b), tuple(int(x) for x in c[spread[j], :4]))
-            pairs.append((_units(ctx, *rep, e, t), _units(ctx, *rep, 1, 1)))
+        for (a, b, e, t, n), j in zip(shares.tolist(), first, strict=True):
+            rep = ctx.plans.setdefault(("rep", a, b, n), tuple(int(x) for x in c[spread[j], :4]))
+            pairs.append((_units(ctx, *rep, e, t, n), _units(ctx, *rep, 1, 1, n)))
         e_idx = e_idx.ravel()
-        for name, arr in (("fwd", fwd), ("bwd", bwd), ("flops", flops)):
+        for name, arr in (("fwd", fwd), ("bwd", bwd), ("refwd", refwd), ("flops", flops)):
             arr[spread] += np.array([getattr(s, name) - getattr(r, name) for s, r in pairs])[e_idx]
         groups = tuple(sorted({g for s, _ in pairs for g in (*s.x_fwd, *s.x_bwd)}))
         x_fwd, x_bwd = (np.zeros((len(c), len(groups), len(keys))) for _ in range(2))
@@ -279,7 +307,7 @@ def unit_table(ctx: Context, combos: np.ndarray) -> UnitTable:
             arr[spread] = per[e_idx]
     full = (rec == RECOMPUTES.index(Recompute.FULL))[:, None] & redo
     selective = (rec == RECOMPUTES.index(Recompute.SELECTIVE))[:, None] & redo
-    rec_s = np.where(selective, attn_f, np.where(full, fwd, 0.0))
+    rec_s = np.where(selective, attn_f, np.where(full, refwd, 0.0))
     x_bwd = x_bwd + np.where(full[:, None, :], x_fwd, 0.0)  # the recomputed forward's exchange first
     comm = [entry for u in dense for entry in ({k: v for k, v in u.comm.items() if k != "tp_full"},
                                                {**{k: v for k, v in u.comm.items() if k != "tp_full"},
