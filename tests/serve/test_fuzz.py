@@ -63,9 +63,20 @@ def test_arrivals_csv_bad_and_good(tmp_path):
                         ("arrival_s,prompt_len,output_len\n0,10.5,5\n", "out of range"),
                         ("arrival_s,prompt_len,output_len\n0,ten,5\n", "is not a number"),
                         ("arrival_s,prompt_len\n0,10\n", "output_len=''"),
-                        ("arrival_s,prompt_len,output_len\n0,131000,1000\n", "exceeds max_seq_len")]:
+                        ("arrival_s,prompt_len,output_len\n0,131000,1000\n", "exceeds max_seq_len"),
+                        # beyond ~32 years the float clock loses the microsecond: refused, not hung
+                        ("arrival_s,prompt_len,output_len\n0,10,5\n1e300,10,5\n", "out of range")]:
         with pytest.raises(MadmaxError, match=words):
             run(text)
     # Three requests, the trace's order by arrival; the first arrives at t = 0 after the shift.
     r = run("arrival_s,prompt_len,output_len\n5.0,100,10\n3.0,200,20\n3.5,50,5\n")
     assert r.mode == "rate" and r.requests_per_s > 0 and math.isfinite(r.ttft_s)
+
+
+def test_a_vanishing_request_rate_is_refused_not_simulated_forever():
+    import pytest
+
+    # 6e-228 requests/s puts arrivals near 1e228 s, where a step added to the clock vanishes (a hang).
+    with pytest.raises(MadmaxError, match="request_rate"):
+        madmax.simulate("llama-3.1-8b", "dgx-h100", 1, task="inference", mode="rate", request_rate=6e-228,
+                        num_requests=10, prompt_len=100, output_len=10)

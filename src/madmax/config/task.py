@@ -46,6 +46,11 @@ Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 
 
 MAX_REQUESTS = 10_000_000  # requests a serving simulation takes (memory of its request arrays)
+# Latest arrival a serving simulation takes, seconds (~32 years): beyond it the float64 clock's spacing
+# (2.2e-16 t) grows past a microsecond and a step added to the clock can vanish.
+MAX_ARRIVAL_S = 1e9
+# Slowest Poisson arrival rate: its mean gap, 1000 s, times MAX_REQUESTS stays within ten horizons.
+MIN_REQUEST_RATE = 1e-3
 
 
 class Task(Schema):
@@ -76,8 +81,8 @@ class Task(Schema):
                                                               "saturation, rate or disaggregated.")
     kv_dtype: DType | None = Field(None, description="Format of the KV cache (inference): bf16, fp16 or fp8; "
                                                      "default the 16-bit activation format.")
-    request_rate: Positive | None = Field(None, description="Requests per second arriving at the deployment "
-                                                            "(rate mode; Poisson arrivals).")
+    request_rate: Positive | None = Field(None, ge=MIN_REQUEST_RATE, description="Requests per second arriving at "
+                                          "the deployment (rate mode; Poisson arrivals), at least 0.001.")
     num_requests: PositiveInt | None = Field(
         None, le=MAX_REQUESTS, description="Requests simulated (rate, concurrency and disaggregated modes).")
     arrivals: str | None = Field(None, description="CSV of requests (rate mode): columns arrival_s, prompt_len, "

@@ -16,7 +16,7 @@ import numpy as np
 from madmax.collective import Collective, Span
 from madmax.config.stack import ServingStack, load_stack
 from madmax.config.strategy import Strategy
-from madmax.config.task import ServingMode
+from madmax.config.task import MAX_ARRIVAL_S, ServingMode
 from madmax.errors import ConfigError
 from madmax.program.serving import build_step, stage_times
 from madmax.request import Request
@@ -112,9 +112,10 @@ def _read_arrivals(path: Path, max_seq_len: int) -> tuple[np.ndarray, np.ndarray
             except ValueError:
                 raise ConfigError(f"task.arrivals line {line}: {name}={text!r} is not a number; allowed: columns "
                                   "arrival_s (s, >= 0), prompt_len and output_len (positive integers)") from None
-            if not math.isfinite(value) or value < 0 or (name != "arrival_s" and (value < 1 or value != int(value))):
+            if (not math.isfinite(value) or value < 0 or (name == "arrival_s" and value > MAX_ARRIVAL_S)
+                    or (name != "arrival_s" and (value < 1 or value != int(value)))):
                 raise ConfigError(f"task.arrivals line {line}: {name}={text!r} is out of range; allowed: "
-                                  "arrival_s >= 0, prompt_len and output_len positive integers")
+                                  f"arrival_s in [0, {MAX_ARRIVAL_S:g}] s, prompt_len and output_len positive integers")
             values.append(value)
         if cols["prompt_len"][-1] + cols["output_len"][-1] > max_seq_len:
             raise ConfigError(f"task.arrivals line {line}: prompt_len + output_len exceeds max_seq_len={max_seq_len}")
