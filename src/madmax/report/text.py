@@ -57,6 +57,9 @@ def print_result(result: Result, console: Console | None = None) -> None:
     for kind, c in sorted(b["communication_s"].items()):
         table.add_row(f"comm: {kind}", _ms(c["total"]), _ms(c["exposed"]), _ms(c["overlapped"]))
     table.add_row("exposed communication", _ms(b["exposed_communication_s"]), "", "")
+    if b.get("host_s", {}).get("total"):
+        h = b["host_s"]
+        table.add_row("host: sync, data, logging", _ms(h["total"]), _ms(h["exposed"]), _ms(h["overlapped"]))
     if b.get("overlap_slowdown_s"):
         table.add_row("overlap slowdown", _ms(b["overlap_slowdown_s"]), "", "")
     table.add_row("pipeline bubble", _ms(b["pipeline_bubble_s"]), "", "")

@@ -15,6 +15,7 @@ from typing import Any
 from madmax.sim import Schedule
 
 COMPUTE_STREAM = "compute"
+HOST_CATEGORY = "host"  # tasks of the host stream (program.training.HOST, program.serving.HOST)
 
 
 def _busy(intervals: list[tuple[float, float]]):
@@ -35,11 +36,13 @@ def _busy(intervals: list[tuple[float, float]]):
 
 
 def stream_breakdown(schedule: Schedule, process: str) -> dict[str, Any]:
-    """Compute, exposed/overlapped communication by kind, and bubble of one process (rank).
+    """Compute, exposed/overlapped communication by kind, host time, and bubble of one process (rank).
 
     A communication task of [a, b) overlaps compute for busy(b) - busy(a); the rest is exposed. The
     total exposed time is measured on the union of all communication intervals, so concurrent
-    collectives are not counted twice; the bubble is what remains of the rank's iteration.
+    collectives are not counted twice. Tasks of category "host" (the host's work the GPU waits for or
+    runs beside: synchronisation, data loading) are reported apart as `host` ({total, exposed,
+    overlapped}), not as communication; the bubble is what remains of the rank's iteration.
     """
     ids = {i for i, (p, _) in enumerate(schedule.stream_names) if p == process}
     compute_id = schedule.stream_names.index((process, COMPUTE_STREAM))
@@ -66,12 +69,14 @@ def stream_breakdown(schedule: Schedule, process: str) -> dict[str, Any]:
         entry["total"] += b - a
         entry["overlapped"] += overlapped
         entry["exposed"] += b - a - overlapped
+    host = by_kind.pop(HOST_CATEGORY, {"total": 0.0, "exposed": 0.0, "overlapped": 0.0})
     exposed = 0.0
-    for a, b in _union(sorted((a, b) for a, b, _ in comm)):
+    for a, b in _union(sorted((a, b) for a, b, cat in comm if cat != HOST_CATEGORY)):
         exposed += max(0.0, (b - a) - (busy(b) - busy(a)))
     compute_s = sum(b - a for a, b in compute)
     return {"time_s": end, "compute_s": compute_s, "exposed_communication_s": exposed,
-            "pipeline_bubble_s": max(0.0, end - compute_s - exposed), "communication": dict(by_kind)}
+            "pipeline_bubble_s": max(0.0, end - compute_s - exposed - host["exposed"]),
+            "communication": dict(by_kind), "host": host}
 
 
 def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:

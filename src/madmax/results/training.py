@@ -113,6 +113,8 @@ def training_result(run: TrainingRun, plan: Plan, built: TrainingProgram, schedu
         "compute_s": compute_summary(built.compute_by_kind[critical], built.optimizer_s[critical]),
         "communication_s": stage_view["communication"],
         "exposed_communication_s": stage_view["exposed_communication_s"],
+        # the host's work of the step (synchronisation, data loading, logging): the GPU waits for `exposed`
+        "host_s": stage_view["host"],
         "pipeline_bubble_s": stage_view["pipeline_bubble_s"],
         # with overlap_cost or tp_overlap: the compute lost to the collectives beside it
         **({"overlap_slowdown_s": overlap_slowdown_s(schedule, f"stage{critical}")}
