@@ -9,21 +9,10 @@ from madmax.config.hardware import GPU
 from madmax.hardware.compute import compute_model, flash_head_dim, flash_head_dims
 from madmax.hardware.profile import ComputeProfile
 
+from .test_compute import PAPER_GPU, ROUND_PROFILE  # round numbers, redone on paper
+
 GiB = 2**30
 BF16 = DType.BF16
-
-# Round numbers (as tests/hardware/test_compute.py) so that every value below can be redone on paper.
-ROUND_PROFILE = ComputeProfile.model_validate({
-    "device": "paper", "software": "none", "source": "this test",
-    "reference_peaks": {"flops_per_s": {"bf16": 1e15}, "hbm_bytes_per_s": 1e12},
-    "launch_s": 10e-6,
-    "memory": {"latency_s": 2e-6, "copy_fraction": 0.8},
-    "gemm": {"reference_dtype": "bf16", "peak_fraction": {"bf16": 0.5}, "k0": 1000, "n0": 1000,
-             "read_fraction": 0.9},
-    "attention": {"launch_s": 20e-6, "read_fraction": 0.9, "forward": {"peak_fraction": 0.6, "kv0": 1000},
-                  "backward": {"peak_fraction": 0.5, "kv0": 2000}},
-})
-PAPER_GPU = GPU(name="paper-gpu", flops_per_s={"bf16": 1e15}, hbm_bytes=80 * GiB, hbm_bytes_per_s=1e12, tdp_w=700)
 
 
 def paper():
