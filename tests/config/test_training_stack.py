@@ -140,3 +140,15 @@ def test_training_search_refuses_another_stack_in_one_sentence():
         find("llama-3-8b", "dgx-h100", 8, global_batch=8, stack="deepspeed")
     with pytest.raises(ConfigError, match="allowed: megatron-core"):
         find("llama-3-8b", "dgx-h100", 8, global_batch=8, stack="nope")
+
+
+def test_the_result_names_its_stack_in_json_and_in_the_heading_when_not_the_default():
+    import json
+
+    args = ["simulate", "-m", "llama-3.1-8b", "-s", "dgx-h100", "--num-gpus", "8", "--global-batch", "16"]
+    plain = CliRunner().invoke(app, args, env={"COLUMNS": "120"})
+    assert plain.exit_code == 0 and "stack" not in plain.output.splitlines()[0]
+    chosen = CliRunner().invoke(app, [*args, "--stack", "pytorch"], env={"COLUMNS": "120"})
+    assert chosen.exit_code == 0 and chosen.output.splitlines()[0].endswith("(pretrain, bf16, stack pytorch)")
+    data = json.loads(CliRunner().invoke(app, [*args, "--json"]).stdout)
+    assert data["stack"] == "megatron-core"

@@ -7,6 +7,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from madmax.config.training_stack import load_training_stack
 from madmax.parallel.memory import RESERVE_PARTS
 from madmax.results import Result
 from madmax.results.serving import ServingResult
@@ -21,8 +22,10 @@ def _ms(seconds: float) -> str:
 def print_result(result: Result, console: Console | None = None) -> None:
     """Headline metrics, the compute/communication breakdown and memory of one simulation."""
     console = console or Console()
+    # The training stack is named when it is not the default (Megatron-Core), as a serving run names its engine.
+    stack = f", stack {result.stack}" if result.stack and result.stack != load_training_stack().name else ""
     console.print(f"[bold]{result.model}[/bold] on {result.num_gpus} x {result.system} "
-                  f"({result.task}, {result.dtype})\nstrategy {result.strategy}", soft_wrap=True)
+                  f"({result.task}, {result.dtype}{stack})\nstrategy {result.strategy}", soft_wrap=True)
     if result.recompute_choice:
         console.print(result.recompute_choice, soft_wrap=True)
     head = Table(show_header=False)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from madmax.config.training_stack import load_training_stack
 from madmax.parallel.memory import RESERVE_PARTS, StageMemory
 from madmax.parallel.plan import Plan
 from madmax.program.training import TrainingProgram, overlap_assumptions
@@ -50,6 +51,8 @@ class Result:
     error_band: dict[str, Any] | None = None
     # What recompute was chosen and why, when the strategy left it unset (also in `assumptions`).
     recompute_choice: str | None = None
+    # The training stack whose profile the prediction used (catalog/training_stacks.yaml).
+    stack: str = ""
     schedule: Schedule | None = field(default=None, repr=False, compare=False)
     memory_timeline: dict[int, list[tuple[float, float]]] | None = field(default=None, repr=False, compare=False)
 
@@ -64,7 +67,7 @@ class Result:
             "fits": self.fits, "fits_reason": self.fits_reason,
             "breakdown": self.breakdown,
             "memory": self.memory, "assumptions": list(self.assumptions), "error_band": self.error_band,
-            "recompute_choice": self.recompute_choice,
+            "recompute_choice": self.recompute_choice, "stack": self.stack,
         }
 
 
@@ -132,6 +135,7 @@ def training_result(run: TrainingRun, plan: Plan, built: TrainingProgram, schedu
         memory={"stage": worst, **memories[worst].to_dict(), "capacity": run.hbm_bytes},
         assumptions=list(run.assumptions) + overlap_assumptions(strat.overlap_cost, strat.tp_overlap),
         error_band=error_band, recompute_choice=run.recompute_choice,
+        stack=(plan.stack or load_training_stack()).name,
         schedule=schedule if keep_schedule else None,
         memory_timeline=memory_timeline(built, schedule, memories) if keep_schedule else None)
 
