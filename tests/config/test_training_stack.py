@@ -152,3 +152,13 @@ def test_the_result_names_its_stack_in_json_and_in_the_heading_when_not_the_defa
     assert chosen.exit_code == 0 and chosen.output.splitlines()[0].endswith("(pretrain, bf16, stack pytorch)")
     data = json.loads(CliRunner().invoke(app, [*args, "--json"]).stdout)
     assert data["stack"] == "megatron-core"
+
+
+@pytest.mark.parametrize("spec", ["x" * 5000, 3, "a\0b", ["pytorch"]])
+def test_a_stack_that_is_no_name_nor_file_is_refused_in_one_sentence(spec):
+    # A name too long for a path or holding a NUL byte, or not a name at all: never an OSError or TypeError.
+    from madmax.config.stack import load_stack
+
+    for load in (load_training_stack, load_stack):
+        with pytest.raises(ConfigError, match="neither a catalog"):
+            load(spec)

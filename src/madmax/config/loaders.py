@@ -91,6 +91,28 @@ def validate(schema: type[BaseModel], data: dict[str, Any], field: str) -> Any:
         raise ConfigError(_sentence(schema, exc, field, data)) from None
 
 
+def load_profile_entry(schema: type[BaseModel], spec: Any, catalog: dict[str, Any], field: str) -> Any | None:
+    """A profile of a small catalog (`catalog["stacks"]`, `catalog["default"]`: the training and serving
+    stacks) from `spec`: an instance of `schema` as it is, None (the default entry), a mapping, an entry's
+    name (any case), or a YAML/JSON file. None when `spec` is none of these: the caller says what is allowed."""
+    if isinstance(spec, schema):
+        return spec
+    if spec is None:
+        spec = catalog["default"]
+    if isinstance(spec, dict):
+        return validate(schema, spec, field)
+    for entry in catalog["stacks"]:
+        if str(spec).strip().lower() == entry["name"]:
+            return validate(schema, entry, field)
+    if not isinstance(spec, (str, Path)):
+        return None
+    try:
+        is_file = Path(spec).is_file()
+    except (OSError, ValueError):  # a name too long for a path, or one with a NUL byte
+        return None
+    return validate(schema, read_file(Path(spec), field), field) if is_file else None
+
+
 def _sentence(schema: type[BaseModel], exc: ValidationError, field: str, data: dict[str, Any]) -> str:
     """The first validation error as one sentence naming the field, the value given and what is allowed."""
     err = exc.errors()[0]

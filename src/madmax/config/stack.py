@@ -109,20 +109,11 @@ def stack_names() -> list[str]:
 
 def load_stack(spec: str | Path | dict | ServingStack | None = None) -> ServingStack:
     """A serving stack: a catalog name (None: the default), a ServingStack, a mapping or a YAML/JSON file."""
-    from madmax.config.loaders import read_file, validate
+    from madmax.config.loaders import load_profile_entry
 
-    if isinstance(spec, ServingStack):
-        return spec
-    if spec is None:
-        spec = _catalog()["default"]
-    if isinstance(spec, dict):
-        return validate(ServingStack, spec, "stack")
-    for entry in _catalog()["stacks"]:
-        if str(spec).strip().lower() == entry["name"]:
-            return validate(ServingStack, entry, "stack")
-    path = Path(spec)
-    if path.is_file():
-        return validate(ServingStack, read_file(path, "stack"), "stack")
+    found = load_profile_entry(ServingStack, spec, _catalog(), "stack")
+    if found is not None:
+        return found
     raise ConfigError(f"stack {str(spec)!r} is neither a catalog serving stack nor a file; "
                       f"allowed: {', '.join(stack_names())}")
 

@@ -105,20 +105,11 @@ def default_training_stack() -> str:
 def load_training_stack(spec: str | Path | dict | TrainingStack | None = None) -> TrainingStack:
     """A training stack: a catalog name (None: the default, Megatron-Core), a TrainingStack, a mapping or a
     YAML/JSON file."""
-    from madmax.config.loaders import read_file, validate
+    from madmax.config.loaders import load_profile_entry
 
-    if isinstance(spec, TrainingStack):
-        return spec
-    if spec is None:
-        spec = _catalog()["default"]
-    if isinstance(spec, dict):
-        return validate(TrainingStack, spec, "stack")
-    for entry in _catalog()["stacks"]:
-        if str(spec).strip().lower() == entry["name"]:
-            return validate(TrainingStack, entry, "stack")
-    path = Path(spec)
-    if path.suffix in (".yaml", ".yml", ".json") and path.is_file():
-        return validate(TrainingStack, read_file(path, "stack"), "stack")
+    found = load_profile_entry(TrainingStack, spec, _catalog(), "stack")
+    if found is not None:
+        return found
     from madmax.config.stack import stack_names
 
     if str(spec).strip().lower() in stack_names():
