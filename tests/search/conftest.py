@@ -23,6 +23,7 @@ TINY = {"name": "tiny", "num_layers": 4, "hidden_size": 512, "num_heads": 8, "nu
 def small_node() -> dict:
     gpu = dict(find_in_catalog("gpus", "h100-sxm"))
     gpu["hbm_bytes"] = "3 GiB"
+    gpu.pop("usable_bytes", None)  # the driver's figure is of the real part
     node = dict(find_in_catalog("systems", "dgx-h100"))
     node.update(name="small-h100", gpu=gpu)
     return node

@@ -39,6 +39,7 @@ TINY_DLRM = {"family": "dlrm", "name": "tiny-dlrm", "num_dense_features": 64, "b
 def small_zionex() -> dict:
     gpu = dict(find_in_catalog("gpus", "a100-40gb"))
     gpu["hbm_bytes"] = "1316 MiB"
+    gpu.pop("usable_bytes", None)  # the driver's figure is of the real part
     node = dict(find_in_catalog("systems", "zionex"))
     node.update(name="small-zionex", gpu=gpu)
     return node

@@ -32,6 +32,7 @@ def small_b200() -> dict:
     """The catalog dgx-b200 with 4 GiB per GPU (some candidates do not fit), as conftest cuts the H100."""
     gpu = dict(find_in_catalog("gpus", "b200"))
     gpu["hbm_bytes"] = "4 GiB"
+    gpu.pop("usable_bytes", None)  # the driver's figure is of the real part
     node = dict(find_in_catalog("systems", "dgx-b200"))
     node.update(name="small-b200", gpu=gpu)
     return node

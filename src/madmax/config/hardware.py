@@ -39,6 +39,9 @@ class GPU(Schema):
                 raise ValueError(f"flops_per_s.{dtype} must be > 0, got {value}")
         if not self.flops_per_s:
             raise ValueError("flops_per_s must name at least one dtype")
+        if self.usable_bytes is not None and self.usable_bytes > self.hbm_bytes:
+            raise ValueError(f"usable_bytes={self.usable_bytes:.4g} exceeds hbm_bytes={self.hbm_bytes:.4g}; allowed: "
+                             "at most hbm_bytes (the driver's allocatable part of the HBM), or omit usable_bytes")
         return self
 
     @property
@@ -89,8 +92,8 @@ class ScaleOut(Fabric):
         None, description="Nodes whose same-rail NICs share one leaf switch (a DGX SuperPOD scalable unit); "
         "unset: one switch tier joins every node.")
     spine_oversubscription: float | None = Field(
-        None, ge=1.0, description="Leaf downlinks per uplink (1 = non-blocking): traffic crossing the spine "
-        "gets bytes_per_s / this; unset: 1, an assumption when nodes_per_leaf is given.")
+        None, ge=1.0, allow_inf_nan=False, description="Leaf downlinks per uplink (1 = non-blocking): traffic "
+        "crossing the spine gets bytes_per_s / this; unset: 1, an assumption when nodes_per_leaf is given.")
     spine_latency_s: Seconds | None = Field(
         None, ge=0, description="Extra latency of a message that crosses the spine (two more switch hops), s; "
         "unset: 0.")
