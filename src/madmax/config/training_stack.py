@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Annotated
 
 import yaml
-from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveInt
+from pydantic import Field, NonNegativeInt, PositiveInt
 
 from madmax.config.base import Schema
 from madmax.errors import ConfigError
@@ -57,10 +57,11 @@ class TrainingStack(Schema):
     description: str = Field("", description="The framework and the versions these settings describe.")
     unfused: dict[OpRole, Unfused] = Field(default_factory=dict,
                                            description="Element-wise ops the stack runs unfused, by role.")
-    weight_cast_bytes_per_param: NonNegativeFloat = Field(
-        0.0, description="Bytes per parameter moved each micro-batch, in each of the forward and backward passes, "
-                         "casting fp32 master weights to the 16-bit compute dtype and the gradient back (autocast); "
-                         "0 when the optimizer keeps 16-bit copies (Megatron, DeepSpeed).")
+    weight_cast_bytes_per_param: float = Field(
+        0.0, ge=0, allow_inf_nan=False,
+        description="Bytes per parameter moved each micro-batch, in each of the forward and backward passes, "
+        "casting fp32 master weights to the 16-bit compute dtype and the gradient back (autocast); "
+        "0 when the optimizer keeps 16-bit copies (Megatron, DeepSpeed).")
     zero3_gather: GatherIssue = Field(GatherIssue.BLOCK, description="ZeRO-3 all-gather granularity.")
     persistence_threshold: NonNegativeInt = Field(
         0, description="ZeRO-3: parameter tensors with fewer elements stay whole on every rank (never gathered); "
