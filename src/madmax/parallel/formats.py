@@ -14,6 +14,7 @@ from importlib import resources
 import yaml
 
 from madmax.config.base import DType
+from madmax.config.training_stack import OpRole
 
 FP32_BYTES = DType.FP32.num_bytes  # amax history entries are fp32
 
@@ -29,7 +30,7 @@ class LowPrecision:
     transpose_pass: bool
     amax_pass: bool
     amax_history: int
-    fused_producers: tuple[str, ...]
+    fused_producers: tuple[OpRole, ...]
     bf16_first: int
     bf16_last: int
     weight_cache: bool
@@ -69,7 +70,8 @@ def low_precision(dtype: DType) -> LowPrecision | None:
         name=str(dtype), element_bytes=float(entry["element_bytes"]),
         scale_bytes_per_element=entry["scale_bytes"] / entry["block"] if entry["block"] else 0.0,
         copies=int(entry["copies"]), transpose_pass=bool(entry["transpose_pass"]), amax_pass=bool(entry["amax_pass"]),
-        amax_history=int(entry["amax_history"]), fused_producers=tuple(entry["fused_producers"]),
+        amax_history=int(entry["amax_history"]),
+        fused_producers=tuple(OpRole(role) for role in entry["fused_producers"]),
         bf16_first=int(entry["bf16_layers"]["first"]), bf16_last=int(entry["bf16_layers"]["last"]),
         weight_cache=bool(table["weight_cache"]["per_step"]), meta_forward=int(meta["forward"]),
         meta_backward=int(meta["backward"]))

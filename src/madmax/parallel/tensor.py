@@ -23,8 +23,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from madmax.config.base import DType
+from madmax.config.training_stack import OpRole
 from madmax.parallel.formats import LowPrecision, high_precision
 from madmax.parallel.kernels import Kernel, KernelKind
+from madmax.parallel.stack_kernels import op_role
 from madmax.workload.attention import attention_flops
 from madmax.workload.ops import EXPERT_SPLITS, Op, OpKind, TPSplit
 
@@ -257,14 +259,6 @@ def cast_cache_bytes(ops: tuple[Op, ...] | list[Op], params: list[float], shape:
     return sum(n * fmt.copies * fmt.bytes_per_element + history for _, n in gemms)
 
 
-def _role(op: Op) -> str:
-    """'norm' for a normalization, 'act' for an activation, else '': what may write a GEMM input directly."""
-    part = op.name.rsplit(".", 1)[-1]
-    if op.kind is not OpKind.ELEMENTWISE:
-        return ""
-    return "norm" if "norm" in part else "act" if part.endswith("act") else ""
-
-
 def cast_sites(ops: tuple[Op, ...] | list[Op], fmt: LowPrecision | None) -> list[tuple[CastSite, CastSite]]:
     """(forward, backward) cast site of each op's GEMM operands in execution order (`CastSite`).
 
@@ -281,13 +275,13 @@ def cast_sites(ops: tuple[Op, ...] | list[Op], fmt: LowPrecision | None) -> list
         prev = ops[i - 1] if i else None
         if prev is not None and prev.kind is OpKind.GEMM and prev.k == op.k and not op.saved_elems_per_token:
             fwd = CastSite.SHARED
-        elif prev is not None and _role(prev) and _role(prev) in fmt.fused_producers:
+        elif prev is not None and op_role(prev) in fmt.fused_producers:
             fwd = CastSite.FUSED
         else:
             fwd = CastSite.OWN
         after = next((o for o in ops[i + 1:] if o.kind is not OpKind.GEMM), None)
-        bwd = CastSite.FUSED if after is not None and _role(after) == "act" and "act" in fmt.fused_producers \
-            else CastSite.OWN
+        activation = after is not None and op_role(after) is OpRole.ACTIVATION
+        bwd = CastSite.FUSED if activation and OpRole.ACTIVATION in fmt.fused_producers else CastSite.OWN
         sites.append((fwd, bwd))
     return sites
 
