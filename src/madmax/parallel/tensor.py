@@ -241,7 +241,7 @@ def weight_cast_kernels(ops: tuple[Op, ...] | list[Op], params: list[float], sha
     fmt = shape.cast
     if fmt is None:
         return []
-    cast = sum(n for op, n in zip(ops, params, strict=True) if op.kind is OpKind.GEMM and _low_precision(op, shape))
+    cast = sum(_cast_params(ops, params, shape))
     if not cast:
         return []
     return [Kernel(KernelKind.MEMORY, WEIGHT_CAST,
@@ -254,9 +254,13 @@ def cast_cache_bytes(ops: tuple[Op, ...] | list[Op], params: list[float], shape:
     fmt = shape.cast
     if fmt is None:
         return 0.0
-    gemms = [(op, n) for op, n in zip(ops, params, strict=True) if op.kind is OpKind.GEMM and _low_precision(op, shape)]
     history = fmt.history_bytes(backward=False) + fmt.history_bytes(backward=True)
-    return sum(n * fmt.copies * fmt.bytes_per_element + history for _, n in gemms)
+    return sum(n * fmt.copies * fmt.bytes_per_element + history for n in _cast_params(ops, params, shape))
+
+
+def _cast_params(ops: tuple[Op, ...] | list[Op], params: list[float], shape: Shape) -> list[float]:
+    """`params` (per op on this rank) of the ops whose weights are cast: the low-precision GEMMs."""
+    return [n for op, n in zip(ops, params, strict=True) if op.kind is OpKind.GEMM and _low_precision(op, shape)]
 
 
 def cast_sites(ops: tuple[Op, ...] | list[Op], fmt: LowPrecision | None) -> list[tuple[CastSite, CastSite]]:
