@@ -371,6 +371,11 @@ def _stages(units: dict[str, UnitPlan], order: list[str], s: Strategy) -> tuple[
     return tuple(tuple(tuple(chunks[c * pp + stage]) for c in range(vp)) for stage in range(pp))
 
 
+def largest_chunk_layers(units: dict[str, UnitPlan], stages: tuple[tuple[tuple[str, ...], ...], ...]) -> int:
+    """Layers (LAYERS units) of the largest pipeline chunk of `stages`."""
+    return max(sum(units[k].placement is Placement.LAYERS for k in chunk) for chunks in stages for chunk in chunks)
+
+
 def _recompute_first(units: dict[str, UnitPlan], recomputed: dict[str, UnitPlan],
                      stages: tuple[tuple[tuple[str, ...], ...], ...],
                      layers: int) -> tuple[dict[str, UnitPlan], tuple[tuple[tuple[str, ...], ...], ...]]:
@@ -378,7 +383,7 @@ def _recompute_first(units: dict[str, UnitPlan], recomputed: dict[str, UnitPlan]
     each chunk of each stage run their forward again before their backward and keep only their input;
     the others keep all their activations. The recomputing layers are units of their own (key suffixed
     RECOMPUTED_SUFFIX, same name)."""
-    most = max(sum(units[k].placement is Placement.LAYERS for k in chunk) for chunks in stages for chunk in chunks)
+    most = largest_chunk_layers(units, stages)
     if layers > most:
         raise StrategyError(f"strategy.recompute_layers={layers} exceeds the {most} layers of the largest pipeline "
                             f"chunk; allowed: 1 to {most}")

@@ -24,8 +24,7 @@ from dataclasses import dataclass
 
 from madmax.config.strategy import Recompute, Strategy
 from madmax.parallel.memory import StageMemory
-from madmax.parallel.plan import Plan, UnitPlan
-from madmax.workload.ops import Placement
+from madmax.parallel.plan import Plan, UnitPlan, largest_chunk_layers
 
 GIB = 2**30
 
@@ -65,8 +64,7 @@ class Choice:
 
 def chunk_layers(plan: Plan) -> int:
     """Layers of the largest pipeline chunk: the most that `recompute_layers` can name."""
-    return max(sum(plan.units[k].placement is Placement.LAYERS for k in chunk)
-               for chunks in plan.stages for chunk in chunks)
+    return largest_chunk_layers(plan.units, plan.stages)
 
 
 def busy_s(plan: Plan, pass_s: Callable[[UnitPlan], float]) -> float:
