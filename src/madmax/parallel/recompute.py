@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cache
 
 from madmax.config.strategy import Recompute, Strategy
 from madmax.parallel.memory import StageMemory
@@ -84,6 +85,7 @@ def choose_recompute(strategy: Strategy, *, build: Callable[[Strategy], Plan],
     """
     assert strategy.recompute is None, "an explicit recompute is honoured, not chosen"
 
+    @cache  # the bisection's candidates are named again in the reason
     def plan(recompute: Recompute, layers: int | None = None) -> Candidate:
         s = strategy.model_copy(update={"recompute": recompute, "recompute_layers": layers})
         p = build(s)
