@@ -163,8 +163,9 @@ def build_plan(workload: Workload, strategy: Strategy, *, domain_size: int, seq_
     expert_load = routing.factor(routed.experts, s.ep) if routing and routed else 1.0
     fmt = low_precision(dtype)
     act_bytes = tensor_bytes(dtype)
+    microbatches = global_batch // (s.dp * s.mbs)
     # Weights cast once per step (the first micro-batch's forward) are costed as 1/m of a cast per micro-batch.
-    casts = 1 / (global_batch // (s.dp * s.mbs)) if fmt and fmt.weight_cache else 1.0
+    casts = 1 / microbatches if fmt and fmt.weight_cache else 1.0
     shape = Shape(batch=s.mbs, seq_len=seq_len, tp=s.tp, cp=s.cp, sp=s.sequence_parallel, act_bytes=act_bytes,
                   cast=fmt, weight_casts=casts, ep=s.ep, etp=s.etp, expert_load=expert_load)
     # Outside the transformer layers (the LM head) and in the layers the recipe keeps: bf16 GEMMs, no casts.
@@ -212,7 +213,7 @@ def build_plan(workload: Workload, strategy: Strategy, *, domain_size: int, seq_
     expert_data = (data_parallel_plan(s, domain_size, dtype, grad_span=moe_spans.edp)
                    if any(u.expert_params for u in units.values()) else None)
     return Plan(strategy=s, dtype=dtype, seq_len=seq_len, global_batch=global_batch,
-                microbatches=global_batch // (s.dp * s.mbs), units=units, stages=stages, data=data,
+                microbatches=microbatches, units=units, stages=stages, data=data,
                 pp_span=span(s, (Axis.PP,), domain_size), p2p_bytes=p2p, tied_sync_bytes=tied,
                 act_bytes=act_bytes, expert_data=expert_data, stack=stack)
 
@@ -411,6 +412,8 @@ def _unit(key: str, block: Block, shape: Shape, s: Strategy, tp_span: Span, cp_s
     (16-bit compute over fp32 weights: each GEMM weight cast in the forward, its gradient in the backward;
     a full recompute, which re-enters autocast, casts again)."""
     flash = s.flash
+    rank_params = [_rank_params(op, s) for op in block.ops]
+    per_rank = list(zip(block.ops, rank_params, strict=True))
     sites = cast_sites(block.ops, shape.cast)  # where each low-precision GEMM's operands are cast
     fwd = [k for op, (site, _) in zip(block.ops, sites, strict=True)
            for k in kernels_of(stack, op, forward_kernels(op, shape, flash=flash, cast=site))]
@@ -418,8 +421,8 @@ def _unit(key: str, block: Block, shape: Shape, s: Strategy, tp_span: Span, cp_s
             for k in kernels_of(stack, op, backward_kernels(op, shape, flash=flash, cast=site))]
            if needs_backward else [])
     if shape.act_bytes < DType.FP32.num_bytes:
-        fwd += cast_kernels(stack, [_rank_params(op, s) for op in block.ops if op.kind is OpKind.GEMM])
-        bwd += cast_kernels(stack, [_rank_params(op, s) for op in block.ops if op.kind is OpKind.GEMM
+        fwd += cast_kernels(stack, [n for op, n in per_rank if op.kind is OpKind.GEMM])
+        bwd += cast_kernels(stack, [n for op, n in per_rank if op.kind is OpKind.GEMM
                                     and op.trainable]) if needs_backward else []
     keeps_s2 = not flash and not (recompute is Recompute.SELECTIVE and block.is_layer)
     saved = sum(saved_bytes(op, shape, flash=not keeps_s2) for op in block.ops) if needs_backward else 0.0
@@ -439,7 +442,6 @@ def _unit(key: str, block: Block, shape: Shape, s: Strategy, tp_span: Span, cp_s
         tp_bwd = [dataclasses.replace(op, phase=Phase.BACKWARD) for op in tp_fwd] + tp_bwd
         moe_bwd = [dataclasses.replace(op, phase=Phase.BACKWARD) for op in moe_fwd] + moe_bwd
     # Low-precision weights are cast in the forward (a recompute reuses the cast copies).
-    rank_params = [_rank_params(op, s) for op in block.ops]
     fwd += weight_cast_kernels(block.ops, rank_params, shape, high_precision().num_bytes)
     cp_fwd: list[CommOp] = []
     cp_bwd: list[CommOp] = []
@@ -449,7 +451,6 @@ def _unit(key: str, block: Block, shape: Shape, s: Strategy, tp_span: Span, cp_s
         cp_bwd += b if needs_backward else []
     comm = (tuple(tp_fwd) + (tuple(tp_bwd) if needs_backward else ()) + tuple(cp_fwd) + tuple(cp_bwd)
             + tuple(moe_fwd) + (tuple(moe_bwd) if needs_backward else ()))
-    per_rank = [(op, _rank_params(op, s)) for op in block.ops]
     expert = [(op, n) for op, n in per_rank if op.tp in EXPERT_SPLITS]
     info = experts.unit_info(block, shape, moe_spans) if expert else ()
     return UnitPlan(name=key, fwd=tuple(fwd), bwd=tuple(bwd), recompute=tuple(redone), comm=comm,
