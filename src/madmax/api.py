@@ -135,9 +135,14 @@ def _choose_recompute(run: TrainingRequest, reserved: Reserve, compute, network)
     from madmax.parallel.recompute import choose_recompute
     from madmax.program.costs import unit_times
 
+    timed: dict[int, tuple[Any, float]] = {}  # by unit object: a plan's chunks name each unit once per layer
+
     def pass_s(unit) -> float:
-        t = unit_times(unit, compute, network, run.request.task.dtype)
-        return t.fwd_s + t.bwd_s + t.recompute_s + sum(seconds for *_, seconds in t.after_fwd + t.after_bwd)
+        if id(unit) not in timed:  # the unit is kept beside its time, so its id is not reused
+            t = unit_times(unit, compute, network, run.request.task.dtype)
+            timed[id(unit)] = unit, (t.fwd_s + t.bwd_s + t.recompute_s
+                                     + sum(seconds for *_, seconds in t.after_fwd + t.after_bwd))
+        return timed[id(unit)][1]
 
     return choose_recompute(
         run.strategy, build=lambda s: _plan(dataclasses.replace(run, strategy=s), reserved)[0],
