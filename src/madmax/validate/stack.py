@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from madmax.validate.datasets import Dataset
+from madmax.validate.datasets import Dataset, with_stack
 from madmax.validate.launch_fit import split_by_shape
 
 VTRAIN_STACK = "megatron-deepspeed"  # catalog/training_stacks.yaml; its compute profile is the one below
@@ -31,8 +31,8 @@ STACK_COMMAND = (f"madmax calibrate src/madmax/validate/data/vtrain/ground_truth
 
 def _rerun(dataset: Dataset, cases: Sequence, description: str, profile: str) -> Dataset:
     name = dataset.name + SUFFIX
-    moved = tuple(replace(c, dataset=name, kwargs={**c.kwargs, "stack": VTRAIN_STACK, "calibration": profile},
-                          assumptions=(*c.assumptions, f"software stack: {VTRAIN_STACK}")) for c in cases)
+    moved = tuple(with_stack(replace(c, dataset=name, kwargs={**c.kwargs, "calibration": profile}), VTRAIN_STACK)
+                  for c in cases)
     return Dataset(name, description, moved, (), baseline=dataset.name)
 
 
