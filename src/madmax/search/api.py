@@ -21,6 +21,7 @@ from madmax.search.tables import TableLimits, run_table_search
 from madmax.sim import gc_paused
 
 DEFAULT_EXACT = 20
+DEFAULT_REFINE = 2000
 
 
 def _check_stack(stack: str | None) -> None:
@@ -31,8 +32,6 @@ def _check_stack(stack: str | None) -> None:
     if stack is not None and load_training_stack(stack).name != default_training_stack():
         raise ConfigError(f"stack={stack!r}: the training search costs every candidate under "
                           f"{default_training_stack()}; allowed: omit it, or simulate a chosen strategy with stack")
-
-DEFAULT_REFINE = 2000
 
 
 @gc_paused()
