@@ -186,6 +186,10 @@ _DTYPES = {"fp16 (mixed)": "fp16", "fp16/bf16 (mixed)": "bf16", "fp8": "fp8", "b
 _ZERO = {"none": 0, "": None, "distributed optimizer": 1, "ZeRO-3 (DeepSpeed)": 3}
 
 
+# The note of a row that does not state its recompute, run with recompute=auto.
+RECOMPUTE_CHOSEN = "recompute not stated; the cheapest that fits is chosen (recompute=auto)"
+
+
 def _published_case(dataset: str, row_id: str, row: dict[str, str], *, defaults: dict[str, Any],
                     layer_passes: int = 3, vocab: int | None = None, notes: Iterable[str] = (),
                     task: str | dict | None = None) -> Case:
@@ -237,8 +241,8 @@ def _published_case(dataset: str, row_id: str, row: dict[str, str], *, defaults:
         notes.append(f"optimizer sharding not stated; zero={s['zero']} assumed")
     s["recompute"] = row["recompute"] or defaults["recompute"]
     if not row["recompute"]:
-        notes.append("recompute not stated; the cheapest that fits is chosen (recompute=auto)"
-                     if s["recompute"] == RECOMPUTE_AUTO else f"recompute not stated; {s['recompute']} assumed")
+        notes.append(RECOMPUTE_CHOSEN if s["recompute"] == RECOMPUTE_AUTO
+                     else f"recompute not stated; {s['recompute']} assumed")
     s["sp"] = {"yes": True, "no": False}.get(row["sp"])
     s.update({k: defaults[k] for k in ("flash", "dp_overlap") if k in defaults})
     intra, inter = (float(row[k]) if row[k] else None for k in ("intra_bw_GBps", "inter_bw_GBps"))

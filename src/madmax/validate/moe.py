@@ -22,6 +22,7 @@ from madmax.config.strategy import RECOMPUTE_AUTO
 from madmax.errors import MadmaxError
 from madmax.validate.datasets import (
     PUBLISHED_CSV,
+    RECOMPUTE_CHOSEN,
     Case,
     Dataset,
     Rows,
@@ -37,7 +38,6 @@ from madmax.validate.inputs import NotMappable, peak_flops_per_s, system_for
 CATALOG = {"Qwen3-30B-A3B": "qwen3-30b-a3b", "Qwen3-235B-A22B": "qwen3-235b-a22b", "GPT-OSS-120B": "gpt-oss-120b",
            "GPT-OSS-20B": "gpt-oss-20b", "DeepSeek-V3": "deepseek-v3", "Mixtral-8x7B": "mixtral-8x7b"}
 _DTYPES = {"fp8": "fp8", "fp8-cs": "fp8", "bf16": "bf16"}
-RECOMPUTE_CHOSEN = "recompute not stated; the cheapest that fits is chosen (recompute=auto)"
 ASSUMED = ("all-to-all overlap not stated; not overlapped (ep_overlap=0)",
            "token dispatch precision not stated; 16 bits assumed")
 # Megatron-MoE-ModelZoo, the Megatron-Core MoE team's best-practice scripts (read in the copy
