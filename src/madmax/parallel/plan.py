@@ -182,7 +182,7 @@ def build_plan(workload: Workload, strategy: Strategy, *, domain_size: int, seq_
     order: list[str] = []
     for block in workload.blocks:
         trainable_seen = trainable_seen or any(op.trainable for op in block.ops)
-        key = block.name if block.trainable or not block.is_layer else f"{block.name}_frozen"
+        key = _unit_key(block)
         if any(op.tp is TPSplit.TABLE for op in block.ops):
             units[key] = table_unit(key, block, workload.tables, s, shape, domain_size, table_budget_bytes,
                                     tp_span)
@@ -218,6 +218,11 @@ def build_plan(workload: Workload, strategy: Strategy, *, domain_size: int, seq_
                 act_bytes=act_bytes, expert_data=expert_data, stack=stack)
 
 
+def _unit_key(block: Block) -> str:
+    """The key of a block's unit: its name, suffixed for a frozen layer (the trainable one may share its name)."""
+    return block.name if block.trainable or not block.is_layer else f"{block.name}_frozen"
+
+
 def _transformer(block: Block) -> bool:
     """Whether a block runs transformer layers (Transformer Engine modules, in the low-precision format): the
     layers and the multi-token-prediction layers; not the embedding or the head."""
@@ -229,7 +234,7 @@ def _high_precision_ends(units: dict[str, UnitPlan], order: list[str], first: in
     """The execution order with the first `first` and last `last` transformer layers kept in bf16: units of
     their own (key + HIGH_PRECISION_SUFFIX, made by `build(key, block)` and added to `units`), as Megatron's
     --first-last-layers-bf16 and the NVFP4 recipe keep them. Frozen layers stay as they are (no gradients)."""
-    blocks = {b.name if b.trainable or not b.is_layer else f"{b.name}_frozen": b for b in workload.blocks}
+    blocks = {_unit_key(b): b for b in workload.blocks}
     layers = [i for i, key in enumerate(order) if units[key].placement is Placement.LAYERS]
     ends = set(layers[:first]) | set(layers[max(len(layers) - last, 0):])
     out = list(order)
