@@ -177,6 +177,15 @@ def build_plan(workload: Workload, strategy: Strategy, *, domain_size: int, seq_
     mode = s.recompute or Recompute.NONE
     partial = mode is Recompute.FULL and s.recompute_layers is not None
     recomputed: dict[str, UnitPlan] = {}  # with recompute_layers: the full-recompute variant of each layer
+
+    def unit(key: str, block: Block, block_shape: Shape, needs_backward: bool) -> UnitPlan:
+        """A block's unit; with recompute_layers, a layer's full-recompute variant goes to `recomputed`."""
+        if partial and block.is_layer:
+            recomputed[key] = _unit(key, block, block_shape, s, tp_span, cp_span, moe_spans,
+                                    needs_backward=needs_backward, recompute=Recompute.FULL, stack=stack)
+        return _unit(key, block, block_shape, s, tp_span, cp_span, moe_spans, needs_backward=needs_backward,
+                     recompute=Recompute.NONE if partial else mode, stack=stack)
+
     trainable_seen = False
     units: dict[str, UnitPlan] = {}
     order: list[str] = []
@@ -187,22 +196,13 @@ def build_plan(workload: Workload, strategy: Strategy, *, domain_size: int, seq_
             units[key] = table_unit(key, block, workload.tables, s, shape, domain_size, table_budget_bytes,
                                     tp_span)
         else:
-            units[key] = _unit(key, block, shape if _transformer(block) else high, s, tp_span, cp_span, moe_spans,
-                               needs_backward=trainable_seen, recompute=Recompute.NONE if partial else mode,
-                               stack=stack)
-            if partial and block.is_layer:
-                recomputed[key] = _unit(key, block, shape, s, tp_span, cp_span, moe_spans,
-                                        needs_backward=trainable_seen, recompute=Recompute.FULL, stack=stack)
+            units[key] = unit(key, block, shape if _transformer(block) else high, trainable_seen)
         order += [key] * block.count
     units = _with_edges(units, workload)
     if fmt and (fmt.bf16_first or fmt.bf16_last):
         def kept(key: str, block: Block) -> UnitPlan:
             """A layer the recipe keeps in bf16 (with recompute_layers, also its recomputing variant)."""
-            if partial:
-                recomputed[key] = _unit(key, block, high, s, tp_span, cp_span, moe_spans, needs_backward=True,
-                                        recompute=Recompute.FULL, stack=stack)
-            return _unit(key, block, high, s, tp_span, cp_span, moe_spans, needs_backward=True,
-                         recompute=Recompute.NONE if partial else mode, stack=stack)
+            return unit(key, block, high, needs_backward=True)
         order = _high_precision_ends(units, order, fmt.bf16_first, fmt.bf16_last, kept, workload)
     data = data_parallel_plan(s, domain_size, dtype)
     stages = _stages(units, order, s)
