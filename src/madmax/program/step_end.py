@@ -50,6 +50,19 @@ def _table() -> dict[str, Any]:
     return yaml.safe_load(catalog_path("runtime.yaml").read_text(encoding="utf-8"))["step_end"]
 
 
+@cache
+def _host() -> tuple[float, float, tuple[str, ...]]:
+    """The host's seconds before and beside the optimizer step, and the assumptions naming the estimates
+    among them: the same for every strategy, parsed once (the search asks per candidate)."""
+    table = _table()
+    host = {key: parse_quantity(table[key], "s") for key in ("host_sync_s", "data_loading_s", "logging_s")}
+    estimates = [key for key in host if str(table["sources"][key]).startswith("ESTIMATE")]
+    guessed = ", ".join(f"{key} {host[key] * 1e3:g} ms" for key in estimates)
+    notes = (f"step end: host time per iteration is an estimate ({guessed}; catalog runtime.yaml step_end)",
+             ) if estimates else ()
+    return host["host_sync_s"], host["data_loading_s"] + host["logging_s"], notes
+
+
 def norm_span(strategy: Strategy, zero: int, domain_size: int) -> Span:
     """The ranks of the gradient-norm all-reduce: every rank with a sharded optimizer (ZeRO >= 1), else
     the model-parallel ranks tp x pp (the data-parallel replicas hold the same gradients)."""
@@ -62,15 +75,10 @@ def step_end_costs(strategy: Strategy, zero: int, loss_span: Span, network: Netw
     """The step-end costs of `strategy` with ZeRO stage `zero`; `loss_span`: its data-parallel ranks
     (dp x cp); `domain_size`: the scale-up domain its ranks are placed on (the plan's)."""
     table = _table()
-    host = {key: parse_quantity(table[key], "s") for key in ("host_sync_s", "data_loading_s", "logging_s")}
-    estimates = [key for key in host if str(table["sources"][key]).startswith("ESTIMATE")]
-    guessed = ", ".join(f"{key} {host[key] * 1e3:g} ms" for key in estimates)
-    notes = (f"step end: host time per iteration is an estimate ({guessed}; catalog runtime.yaml step_end)",
-             ) if estimates else ()
+    host_sync_s, host_beside_s, notes = _host()
     norm_bytes, loss_bytes = float(table["grad_norm_bytes"]), float(table["loss_bytes"])
     group = norm_span(strategy, zero, domain_size)
     return StepEnd(grad_norm_bytes=norm_bytes, loss_bytes=loss_bytes, norm_span=group, loss_span=loss_span,
                    norm_s=network.collective_s(Collective.ALL_REDUCE, norm_bytes, group),
                    loss_s=network.collective_s(Collective.ALL_REDUCE, loss_bytes, loss_span),
-                   host_sync_s=host["host_sync_s"], host_beside_s=host["data_loading_s"] + host["logging_s"],
-                   assumptions=notes)
+                   host_sync_s=host_sync_s, host_beside_s=host_beside_s, assumptions=notes)
