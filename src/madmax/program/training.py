@@ -24,8 +24,8 @@ from madmax.hardware.profile import efficiency_table
 from madmax.parallel.data import DataParallelPlan
 from madmax.parallel.kernels import CommOp, Phase, Where
 from madmax.parallel.pipeline import schedule
-from madmax.parallel.plan import DATA_GROUP, TP_GROUP, Plan, UnitPlan
-from madmax.program.costs import GroupTimes, UnitTimes, unit_times
+from madmax.parallel.plan import DATA_GROUP, Plan, UnitPlan
+from madmax.program.costs import GroupTimes, UnitTimes, group_times, unit_times
 from madmax.program.step_end import StepEnd, step_end_costs
 from madmax.sim import Program
 
@@ -354,16 +354,14 @@ class _Builder:
         once per stage, unit and pass)."""
         cached = streams.gemm_items.get((key, phase))
         if cached is None:
-            by: dict[str, float] = {}
-            for op in self.plan.units[key].collectives(phase, Where.WITH_GEMMS):
-                by[op.kind.value] = by.get(op.kind.value, 0.0) + _comm_s(self.network, op.kind, op.size_bytes,
-                                                                         op.span)
+            by = group_times(self.plan.units[key].collectives(phase, Where.WITH_GEMMS), self.network)
             t = self.times[key]
             gemm_s = (t.fwd_by_kind if phase is Phase.FORWARD else t.bwd_by_kind).get(GEMM_CATEGORY, 0.0)
-            n, tp = self.contention.chunks, streams[TP_GROUP] if by else -1
-            heads = [(tp, sec / n, f"{TP_GROUP}.{kind}", f"{TP_GROUP} {kind} first chunk") for kind, sec in by.items()]
-            rests = [(tp, sec * (n - 1) / n, f"{TP_GROUP}.{kind}", f"{TP_GROUP} {kind} beside the GEMMs")
-                     for kind, sec in by.items()]
+            n = self.contention.chunks
+            heads = [(streams[group], sec / n, f"{group}.{kind}", f"{group} {kind} first chunk")
+                     for group, kind, sec in by]
+            rests = [(streams[group], sec * (n - 1) / n, f"{group}.{kind}", f"{group} {kind} beside the GEMMs")
+                     for group, kind, sec in by]
             cached = streams.gemm_items[(key, phase)] = (heads, rests, gemm_s)
         return cached
 
