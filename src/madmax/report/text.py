@@ -7,7 +7,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from madmax.config.training_stack import load_training_stack
+from madmax.config.training_stack import default_training_stack
 from madmax.parallel.memory import RESERVE_PARTS
 from madmax.results import Result
 from madmax.results.serving import ServingResult
@@ -23,7 +23,7 @@ def print_result(result: Result, console: Console | None = None) -> None:
     """Headline metrics, the compute/communication breakdown and memory of one simulation."""
     console = console or Console()
     # The training stack is named when it is not the default (Megatron-Core), as a serving run names its engine.
-    stack = f", stack {result.stack}" if result.stack and result.stack != load_training_stack().name else ""
+    stack = f", stack {result.stack}" if result.stack and result.stack != default_training_stack() else ""
     console.print(f"[bold]{result.model}[/bold] on {result.num_gpus} x {result.system} "
                   f"({result.task}, {result.dtype}{stack})\nstrategy {result.strategy}", soft_wrap=True)
     if result.recompute_choice:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from madmax.config.training_stack import load_training_stack
+from madmax.config.training_stack import default_training_stack
 from madmax.parallel.memory import RESERVE_PARTS, StageMemory
 from madmax.parallel.plan import Plan
 from madmax.program.training import TrainingProgram, overlap_assumptions
@@ -135,7 +135,7 @@ def training_result(run: TrainingRun, plan: Plan, built: TrainingProgram, schedu
         memory={"stage": worst, **memories[worst].to_dict(), "capacity": run.hbm_bytes},
         assumptions=list(run.assumptions) + overlap_assumptions(strat.overlap_cost, strat.tp_overlap),
         error_band=error_band, recompute_choice=run.recompute_choice,
-        stack=(plan.stack or load_training_stack()).name,
+        stack=plan.stack.name if plan.stack else default_training_stack(),
         schedule=schedule if keep_schedule else None,
         memory_timeline=memory_timeline(built, schedule, memories) if keep_schedule else None)
 
