@@ -23,12 +23,19 @@ from madmax.sim import Program, schedule
 MS = 1e-3
 
 
-def _one_overlap(work_s: float, comm_s: float, load: float, max_load: float = 0.9):
+def _overlap_program(work_s: float, comm_s: float, load: float, max_load: float = 0.9):
+    """A contended compute segment of `work_s` beside a collective of `comm_s` holding `load`, both at 0:
+    the program, the compute stream and the two segments."""
     p = Program()
     compute, comm = p.stream("r0", "compute"), p.stream("r0", "dp")
     p.contend(compute, max_load)
     a = p.add(compute, work_s)
     b = p.add(comm, comm_s, load=load)
+    return p, compute, a, b
+
+
+def _one_overlap(work_s: float, comm_s: float, load: float, max_load: float = 0.9):
+    p, _, a, b = _overlap_program(work_s, comm_s, load, max_load)
     return schedule(p), a, b
 
 
@@ -69,11 +76,7 @@ def test_loads_of_another_rank_or_uncontended_streams_cost_nothing():
 
 
 def test_a_stretched_segment_moves_what_waits_for_it():
-    p = Program()
-    compute, comm = p.stream("r0", "compute"), p.stream("r0", "dp")
-    p.contend(compute, 0.9)
-    a = p.add(compute, 10 * MS)
-    p.add(comm, 4 * MS, load=0.5)
+    p, compute, a, _ = _overlap_program(10 * MS, 4 * MS, 0.5)
     after = p.add(compute, 1 * MS, (a,))
     assert schedule(p).end_s[after] == pytest.approx(13 * MS)  # 10 + 4 * 0.5, then 1
 
