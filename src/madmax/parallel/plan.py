@@ -447,7 +447,7 @@ def _unit(key: str, block: Block, shape: Shape, s: Strategy, tp_span: Span, cp_s
         tp_bwd = [dataclasses.replace(op, phase=Phase.BACKWARD) for op in tp_fwd] + tp_bwd
         moe_bwd = [dataclasses.replace(op, phase=Phase.BACKWARD) for op in moe_fwd] + moe_bwd
     # Low-precision weights are cast in the forward (a recompute reuses the cast copies).
-    fwd += weight_cast_kernels(block.ops, rank_params, shape, high_precision().num_bytes)
+    fwd += weight_cast_kernels(block.ops, rank_params, shape)
     cp_fwd: list[CommOp] = []
     cp_bwd: list[CommOp] = []
     for op in block.ops:

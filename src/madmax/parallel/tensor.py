@@ -234,10 +234,10 @@ def weight_cast_bytes(params: float, fmt: LowPrecision, weight_bytes: float) -> 
     return params * (weight_bytes * (1 + fmt.amax_pass) + fmt.copies * fmt.bytes_per_element)
 
 
-def weight_cast_kernels(ops: tuple[Op, ...] | list[Op], params: list[float], shape: Shape,
-                        weight_bytes: float) -> list[Kernel]:
-    """The cast of a unit's low-precision GEMM weights (`params` per op on this rank), per micro-batch:
-    `shape.weight_casts` of a cast each (1/m when cast in the first micro-batch and cached for the step)."""
+def weight_cast_kernels(ops: tuple[Op, ...] | list[Op], params: list[float], shape: Shape) -> list[Kernel]:
+    """The cast of a unit's low-precision GEMM weights (`params` per op on this rank, kept in
+    `high_precision`), per micro-batch: `shape.weight_casts` of a cast each (1/m when cast in the first
+    micro-batch and cached for the step)."""
     fmt = shape.cast
     if fmt is None:
         return []
@@ -245,7 +245,7 @@ def weight_cast_kernels(ops: tuple[Op, ...] | list[Op], params: list[float], sha
     if not cast:
         return []
     return [Kernel(KernelKind.MEMORY, WEIGHT_CAST,
-                   num_bytes=shape.weight_casts * weight_cast_bytes(cast, fmt, weight_bytes))]
+                   num_bytes=shape.weight_casts * weight_cast_bytes(cast, fmt, high_precision().num_bytes))]
 
 
 def cast_cache_bytes(ops: tuple[Op, ...] | list[Op], params: list[float], shape: Shape) -> float:
