@@ -107,6 +107,24 @@ def test_full_of_the_first_n_layers_when_only_that_fits():
     assert choice.strategy.describe().endswith("recompute=full,recompute_layers=3,sp=0")
 
 
+def test_each_candidate_is_planned_once():
+    # The case above: none, selective, full, then the bisection over 1..8 (4, 2, 3); the reason names
+    # N = 2 and the choice is N = 3, both already planned.
+    built = []
+    base = parse_strategy("tp=1,pp=1,mbs=1,flash=1")
+
+    def build(s):
+        built.append((s.recompute, s.recompute_layers))
+        return _plan(f"recompute={s.recompute}" + (f",recompute_layers={s.recompute_layers}"
+                                                   if s.recompute_layers else ""))
+
+    choice = choose_recompute(base, build=build, memories=lambda p: [stage_memory(p, 0, RESERVED)],
+                              capacity=_static() + 339 * SH, pass_s=lambda unit: sum(k.flops for k in unit.recompute))
+    assert choice.strategy.recompute_layers == 3
+    assert sorted(built, key=str) == sorted({*built}, key=str)
+    assert len(built) == 6
+
+
 def test_full_of_every_layer_is_plain_full():
     # 8 of 8 layers: 16 + 129 + 34 = 179 s h
     choice = _choose(_static() + 179 * SH)
