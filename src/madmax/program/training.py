@@ -160,6 +160,8 @@ class _Builder:
         # Whether any unit exchanges data with another (embedding tables); LLM plans skip the edge bookkeeping.
         self.exchanges = any(u.has_exchanges for u in plan.units.values())
         strategy = plan.strategy
+        # the plan's domain from the strategy's own size: network.system is the first system of equal fabric the
+        # network cache saw (collectives._system_key), not necessarily of this run's GPU count
         world = strategy.tp * strategy.cp * (strategy.dp or 1) * strategy.pp
         self.step_end: StepEnd = step_end_costs(strategy, plan.data.zero, plan.data.grad_span, network,
                                                 min(network.system.scale_up.domain_size, world))
