@@ -12,11 +12,10 @@ import numpy as np
 import pytest
 
 from madmax import api
-from madmax.parallel.pipeline import peak_in_flight, schedule
+from madmax.parallel.pipeline import inflight, peak_in_flight, schedule
 from madmax.search import maxplus as mp
 from madmax.search.api import find
 from madmax.search.objective import Scorer, power_w, scorer
-from madmax.search.pipeline import inflight
 
 REPLAY_TOL, MEMORY_TOL, SCREEN_TOL = 1e-9, 1e-9, 0.30
 

@@ -27,7 +27,7 @@ import numpy as np
 import yaml
 
 from madmax.config.units import parse_quantity
-from madmax.parallel.pipeline import peak_in_flight, schedule
+from madmax.parallel.pipeline import inflight
 from madmax.parallel.plan import Plan
 
 # ZeRO-3 keeps the current unit's gathered weights and prefetches the next one.
@@ -150,8 +150,10 @@ def stage_memory(plan: Plan, stage: int, reserve: Reserve | float) -> StageMemor
         weights += float(reserve.zero3_gathered_params(largest)) * plan.data.weight_bytes
     weights += sum(u.cast_cache_bytes for u in units)  # low-precision weight copies cached for the step
     per_chunk = [sum(plan.units[key].saved_bytes for key in chunk) for chunk in chunks]
-    steps = schedule(stage, plan.strategy.pp, plan.strategy.vp, plan.microbatches)
-    activations = peak_in_flight(steps, per_chunk) + max((u.working_bytes for u in units), default=0.0)
+    # The peak over the stage's program of the activations of the forwards whose backward has not run
+    # (`peak_in_flight`), from the schedule's candidate in-flight counts (cached per pipeline shape).
+    in_flight = float((inflight(plan.strategy.pp, plan.strategy.vp, plan.microbatches)[stage] @ per_chunk).max())
+    activations = in_flight + max((u.working_bytes for u in units), default=0.0)
     tables = sum(u.state_bytes for u in units)  # embedding tables and their optimizer state
     return StageMemory(weights_bytes=weights, gradients_bytes=gradients, optimizer_bytes=optimizer,
                        activations_bytes=activations, context_bytes=reserve.context_bytes, tables_bytes=tables,

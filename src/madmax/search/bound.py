@@ -33,12 +33,12 @@ import numpy as np
 from madmax.config.strategy import Recompute
 from madmax.parallel.formats import tensor_bytes
 from madmax.parallel.memory import group_sizes
+from madmax.parallel.pipeline import inflight_cap
 from madmax.search.context import Context
 from madmax.search.core import Clock, Outcome, _Layouts, _peak_memory, estimate_all, finish, groups
 from madmax.search.costs import combos_of, compute_costs
 from madmax.search.memory import activations_by_stage, memory_shape
 from madmax.search.objective import Scorer
-from madmax.search.pipeline import inflight_cap
 from madmax.search.space import RECOMPUTES, Limits, Problem, Rows, Space, expand, unique_rows
 from madmax.search.timing import _overlap_excess, _pipeline
 from madmax.search.units import DATA, EXPERT_DATA, MEMORY, data_plans, expert_data_plans, memory_table

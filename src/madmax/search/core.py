@@ -25,12 +25,12 @@ import numpy as np
 
 from madmax.parallel.formats import tensor_bytes
 from madmax.parallel.memory import group_sizes
+from madmax.parallel.pipeline import inflight_cap
 from madmax.results import Result
 from madmax.search.context import Context
 from madmax.search.costs import combos_of, expert_state_bytes, state_bytes, unit_costs
 from madmax.search.memory import memory_shape, peak_memory
 from madmax.search.objective import Scorer
-from madmax.search.pipeline import inflight_cap
 from madmax.search.space import Space, describe, unique_rows
 from madmax.search.timing import closed_form, optimizer_s, refine
 from madmax.search.units import MEMORY, StageLayout, memory_table, stage_layout

@@ -17,7 +17,7 @@ w_0: bytes of an unsharded weight; C_k: the unit's low-precision weight copies (
 through the step (fp8, mxfp8, nvfp4: `UnitPlan.cast_cache_bytes`, 0 otherwise); A_sc = sum_k (units
 of k in chunk c) x saved_k, the activations one micro-batch leaves on chunk c (saved_k in proportion to
 the rank's tokens, mbs*seq/cp); V: the per-chunk micro-batch counts in flight at the steps that can be
-a peak (`search.pipeline.inflight`).
+a peak (`parallel.pipeline.inflight`).
 The peak is the worst stage's total, as `simulate` reports it; it matches `simulate` to rounding.
 """
 
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from madmax.parallel.memory import Reserve
-from madmax.search.pipeline import inflight
+from madmax.parallel.pipeline import inflight
 from madmax.search.units import StageLayout
 
 

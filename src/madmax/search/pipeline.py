@@ -31,49 +31,6 @@ F0, F, B, BLAST = range(4)  # step types: first forward, forward, backward, last
 NUM_TYPES = 4
 
 
-def inflight_cap(pp: int, vp: int) -> int:
-    """Micro-batches beyond which the in-flight maxima of the interleaved schedule no longer change: its
-    steady state is periodic (pp*vp steps), so a program that covers the warm-up and one period has the
-    same maxima as a longer one."""
-    if vp == 1:
-        return pp
-    warmup = 2 * (pp - 1) + (vp - 1) * pp
-    cap = -(-(warmup + pp * vp + 1) // vp)
-    return -(-cap // pp) * pp
-
-
-@lru_cache(maxsize=4096)
-def inflight(pp: int, vp: int, m: int) -> tuple[np.ndarray, ...]:
-    """Per stage, the per-chunk counts of micro-batches in flight [V, vp] that can be its memory peak.
-
-    In program order (`parallel.pipeline.schedule`) the count of forwards whose backward has not run
-    grows through the warm-up and then stays at its maximum after every steady-state forward; with
-    non-negative chunk weights the peak is at one of those steps, so they are the candidates (all with
-    the same total, none dominates another). 1F1B keeps min(pp - s, m) on stage s. Interleaved: forward
-    unit k runs chunk (k // pp) % vp, backward unit i chunk vp - 1 - (i // pp) % vp; after the warm-up
-    of w forwards, the i-th steady step has run forwards 0..w+i and backwards 0..i-1.
-    """
-    if vp == 1:
-        return tuple(np.array([[float(min(pp - s, m))]]) for s in range(pp))
-    mm = min(m, inflight_cap(pp, vp))
-    total = mm * vp
-    k = np.arange(total)
-    fwd = np.zeros((total + 1, vp))
-    fwd[1:][k, (k // pp) % vp] = 1.0
-    bwd = np.zeros((total + 1, vp))
-    bwd[1:][k, vp - 1 - (k // pp) % vp] = 1.0
-    fwd, bwd = fwd.cumsum(axis=0), bwd.cumsum(axis=0)  # row n: units 0..n-1 of each chunk
-    out = []
-    for stage in range(pp):
-        warmup = min((pp - stage - 1) * 2 + (vp - 1) * pp, total)
-        if warmup == total:
-            out.append(fwd[total][None])
-            continue
-        i = np.arange(total - warmup)
-        out.append(np.unique(fwd[warmup + i + 1] - bwd[i], axis=0))
-    return tuple(out)
-
-
 @dataclass(frozen=True)
 class Rounds:
     """The steps of every stage of one shape, grouped into rounds (see the module docstring).
