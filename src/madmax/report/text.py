@@ -13,6 +13,8 @@ from madmax.results import Result
 from madmax.results.serving import ServingResult
 
 GIB = 2**30
+EXPOSED_CAPTION = ("exposed: each kind's share of exposed communication (collectives in flight together split it "
+                   "equally); overlapped: hidden behind compute or another collective")
 
 
 def _ms(seconds: float) -> str:
@@ -49,7 +51,8 @@ def print_result(result: Result, console: Console | None = None) -> None:
         head.add_row(key, value)
     console.print(head)
     b = result.breakdown
-    table = Table(title=f"Breakdown of stage {b['stage']} (critical path)", title_justify="left")
+    table = Table(title=f"Breakdown of stage {b['stage']} (critical path)", title_justify="left",
+                  caption=EXPOSED_CAPTION if b["communication_s"] else None, caption_justify="left")
     table.add_column("part")
     table.add_column("time", justify="right")
     table.add_column("exposed", justify="right")

@@ -38,11 +38,15 @@ def _busy(intervals: list[tuple[float, float]]):
 def stream_breakdown(schedule: Schedule, process: str) -> dict[str, Any]:
     """Compute, exposed/overlapped communication by kind, host time, and bubble of one process (rank).
 
-    A communication task of [a, b) overlaps compute for busy(b) - busy(a); the rest is exposed. The
-    total exposed time is measured on the union of all communication intervals, so concurrent
-    collectives are not counted twice. Tasks of category "host" (the host's work the GPU waits for or
-    runs beside: synchronisation, data loading) are reported apart as `host` ({total, exposed,
-    overlapped}), not as communication; the bubble is what remains of the rank's iteration.
+    The exposed communication is the time at least one collective is in flight and compute is not:
+    measured on the union of the communication intervals, so concurrent collectives count once. Each
+    kind's `exposed` is its share of that time: where k collectives are exposed together, each gets
+    1/k of it (`_exposed_shares`), so the kinds' `exposed` add up to `exposed_communication_s`; its
+    `overlapped` is the rest of its time (hidden behind compute or behind another exposed
+    collective), so `exposed + overlapped = total` per kind. Tasks of category "host" (the host's work
+    the GPU waits for or runs beside: synchronisation, data loading) are reported apart as `host`
+    ({total, exposed, overlapped}: exposed where compute is not busy), not as communication; the bubble
+    is what remains of the rank's iteration.
     """
     ids = {i for i, (p, _) in enumerate(schedule.stream_names) if p == process}
     compute_id = schedule.stream_names.index((process, COMPUTE_STREAM))
@@ -62,21 +66,48 @@ def stream_breakdown(schedule: Schedule, process: str) -> dict[str, Any]:
             comm.append((a, b, schedule.category[task]))
     compute.sort()
     busy = _busy(compute)
-    by_kind: dict[str, dict[str, float]] = defaultdict(lambda: {"total": 0.0, "exposed": 0.0, "overlapped": 0.0})
+    host = {"total": 0.0, "exposed": 0.0, "overlapped": 0.0}
     for a, b, cat in comm:
-        overlapped = min(b - a, max(0.0, busy(b) - busy(a)))
-        entry = by_kind[cat]
+        if cat == HOST_CATEGORY:
+            overlapped = min(b - a, max(0.0, busy(b) - busy(a)))
+            host["total"] += b - a
+            host["overlapped"] += overlapped
+            host["exposed"] += b - a - overlapped
+    collectives = [(a, b, cat) for a, b, cat in comm if cat != HOST_CATEGORY]
+    shares = _exposed_shares(collectives, busy)
+    by_kind: dict[str, dict[str, float]] = {}
+    for a, b, cat in collectives:
+        entry = by_kind.setdefault(cat, {"total": 0.0, "exposed": shares[cat], "overlapped": 0.0})
         entry["total"] += b - a
-        entry["overlapped"] += overlapped
-        entry["exposed"] += b - a - overlapped
-    host = by_kind.pop(HOST_CATEGORY, {"total": 0.0, "exposed": 0.0, "overlapped": 0.0})
+    for entry in by_kind.values():
+        entry["overlapped"] = max(0.0, entry["total"] - entry["exposed"])
     exposed = 0.0
-    for a, b in _union(sorted((a, b) for a, b, cat in comm if cat != HOST_CATEGORY)):
+    for a, b in _union(sorted((a, b) for a, b, _ in collectives)):
         exposed += max(0.0, (b - a) - (busy(b) - busy(a)))
     compute_s = sum(b - a for a, b in compute)
     return {"time_s": end, "compute_s": compute_s, "exposed_communication_s": exposed,
             "pipeline_bubble_s": max(0.0, end - compute_s - exposed - host["exposed"]),
             "communication": dict(by_kind), "host": host}
+
+
+def _exposed_shares(tasks: list[tuple[float, float, str]], busy) -> dict[str, float]:
+    """Exposed seconds by kind: between consecutive task starts and ends, the time compute is idle is
+    split equally among the tasks in flight (k tasks together: 1/k each), so the shares add up to the
+    exposed time of the union of the tasks."""
+    events = sorted([(a, 1, cat) for a, _, cat in tasks] + [(b, -1, cat) for _, b, cat in tasks])
+    active: dict[str, int] = defaultdict(int)
+    in_flight = 0
+    shares: dict[str, float] = defaultdict(float)
+    last = 0.0
+    for t, step, cat in events:
+        if in_flight and t > last:
+            idle = max(0.0, (t - last) - (busy(t) - busy(last)))
+            for kind, count in active.items():
+                shares[kind] += idle * count / in_flight
+        active[cat] += step
+        in_flight += step
+        last = t
+    return shares
 
 
 def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
