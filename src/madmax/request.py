@@ -77,6 +77,8 @@ def resolve_request(model: Any, system: Any, num_gpus: int | None = None, task: 
     seq = t.seq_len or spec.default_seq_len
     if seq > spec.max_seq_len:
         raise ConfigError(f"seq_len={seq} exceeds max_seq_len={spec.max_seq_len} of {spec.name}")
+    if t.seq_len is None and t.kind is not TaskKind.INFERENCE and getattr(spec, "train_seq_len_source", ""):
+        assumptions.append(f"seq_len not given: {seq:,} tokens, {spec.train_seq_len_source}")
     workload = build_workload(spec, t, flash=flash)
     return Request(spec=spec, system=sysm, task=t, workload=workload, seq_len=seq, calibration=calibration,
                    assumptions=tuple(assumptions))

@@ -114,7 +114,7 @@ def test_opt_125m_is_short_only_the_two_offset_position_rows() -> None:
 
 def test_each_family_maps_its_architecture() -> None:
     gpt2 = load_model(HF / "gpt2" / "config.json")
-    assert gpt2.name == "gpt2"  # the folder of the config.json
+    assert gpt2.name == "GPT2LMHeadModel"  # no _name_or_path: the architecture (the folder is the last resort)
     assert (gpt2.position, gpt2.tied_embeddings, gpt2.has_bias, gpt2.norm) == (
         Position.LEARNED, True, True, Norm.LAYERNORM)
     assert (gpt2.ffn_hidden_size, gpt2.activation, gpt2.max_seq_len, gpt2.has_dropout) == (
@@ -144,7 +144,7 @@ def test_each_family_maps_its_architecture() -> None:
 
 def test_a_mapping_loads_like_a_file() -> None:
     model = load_model(hf_config("llama-3.1-8b"))
-    assert model.name == "hf-model"
+    assert model.name == "LlamaForCausalLM"
     assert sum(param_counts(model).values()) == EXACT["llama-3.1-8b"][0]
 
 

@@ -41,12 +41,39 @@ OUR_FIELDS = (
     "tied_embeddings, parallel_attention, qk_norm, post_norms, sliding_window, sliding_window_pattern, "
     "moe, mla, attention_sinks, mtp_layers)"
 )
+# The training sequence length an import defaults to when its config names no pre-training length (no
+# `rope_scaling.original_max_position_embeddings`): min(max_position_embeddings, this), since
+# max_position_embeddings is the longest context a model serves (131,072 for Qwen2-7B), not the length it
+# is trained at. 4,096 tokens: the pre-training length of Llama 2 (Touvron et al. 2023, arXiv 2307.09288,
+# Table 1) and of Qwen2 before its final long-context phase (Yang et al. 2024, arXiv 2407.10671, Sec. 3.2),
+# and the seq_length of Megatron-LM's and NeMo's Llama 2 recipes. A default, not a measurement: the result's
+# assumptions say so.
+DEFAULT_TRAIN_SEQ_LEN = 4096
 # Multimodal model types whose text model sits in `text_config`: what the import leaves out.
 _TEXT_CONFIGS = {"gemma3": "the vision tower and its projector", "llama4": "the vision encoder and its projector"}
 
 
+def model_name(cfg: dict[str, Any], fallback: str) -> str:
+    """The name of the model a config describes: its `_name_or_path` (a hub id, or a local path's last
+    folder), else its first `architectures` entry, else `fallback` (the folder of the file)."""
+    named = cfg.get("_name_or_path")
+    if isinstance(named, str) and named.strip():
+        named = named.strip().rstrip("/\\")
+        local = named.startswith((".", "/", "~", "\\")) or ":" in named or named.count("/") > 1
+        return named.replace("\\", "/").rsplit("/", 1)[-1] if local else named
+    architectures = cfg.get("architectures")
+    if isinstance(architectures, list) and architectures and isinstance(architectures[0], str) \
+            and architectures[0].strip():
+        return architectures[0].strip()
+    return fallback
+
+
 def from_hf_config(cfg: dict[str, Any], name: str) -> dict[str, Any]:
-    """Our model fields from a Hugging Face config mapping; ConfigError for unsupported model types."""
+    """Our model fields from a Hugging Face config mapping; ConfigError for unsupported model types.
+
+    name: the model's name when the config names none (`model_name`). Without a pre-training length in
+    the config, the default sequence length is min(max_position_embeddings, DEFAULT_TRAIN_SEQ_LEN).
+    """
     model_type = cfg.get("model_type")
     if model_type not in SUPPORTED:
         what = (
@@ -70,7 +97,14 @@ def from_hf_config(cfg: dict[str, Any], name: str) -> dict[str, Any]:
                 "llama4": hf_moe.llama4, "llama4_text": hf_moe.llama4}
     build = builders.get(model_type, _falcon if model_type in ("falcon", "RefinedWebModel", "RefinedWeb")
                          else _llama_like)
-    return {"name": name, "source": source} | build(c)
+    fields = {"name": model_name(cfg, name), "source": source} | build(c)
+    longest = fields.get("max_seq_len")
+    if "train_seq_len" not in fields and isinstance(longest, int) and longest > DEFAULT_TRAIN_SEQ_LEN:
+        fields["train_seq_len"] = DEFAULT_TRAIN_SEQ_LEN
+        fields["train_seq_len_source"] = (
+            f"min(max_position_embeddings {longest:,}, {DEFAULT_TRAIN_SEQ_LEN:,}): a common training length "
+            "(Llama 2's and Qwen2's pre-training) where the config names none")
+    return fields
 
 
 def _llama_like(c: HFConfig, like: str | None = None) -> dict[str, Any]:

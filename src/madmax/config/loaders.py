@@ -178,10 +178,17 @@ def load_system(spec: str | Path | dict | System, num_gpus: int | None = None) -
 
 
 def load_model(spec: str | Path | dict | ModelSpec) -> ModelSpec:
-    """A model from the catalog (name or alias), our YAML/JSON schema, or a Hugging Face config.json."""
+    """A model from the catalog (name or alias), our YAML/JSON schema, a Hugging Face config.json, or a
+    Hugging Face id ('org/name') whose config.json is in the local cache or can be downloaded (hf_hub)."""
     if isinstance(spec, BaseModel):
         return spec  # type: ignore[return-value]
-    data, from_file = _lookup("models", "model", spec)
+    from madmax.config import hf_hub
+
+    if isinstance(spec, str) and hf_hub.is_repo_id(spec) and find_in_catalog("models", spec) is None \
+            and not Path(spec).exists():  # a Hugging Face id: its config.json, named by the id
+        data, from_file = read_file(hf_hub.config_path(spec), "model") | {"_name_or_path": spec}, True
+    else:
+        data, from_file = _lookup("models", "model", spec)
     is_hf = "model_type" in data or "architectures" in data or (
         isinstance(spec, str | Path) and Path(spec).name == "config.json")
     if from_file and is_hf:

@@ -183,6 +183,9 @@ class DecoderModel(Schema):
     train_seq_len: PositiveInt | None = Field(
         None, description="Sequence length of its pre-training, the default --seq-len; default max_seq_len."
     )
+    train_seq_len_source: str = Field(
+        "", description="Why train_seq_len is what it is when it is a default rather than the model's own (a "
+        "Hugging Face import's); listed in the assumptions when the sequence length is not given.")
     source: str = Field("", description="Where the architecture numbers come from.")
 
     @model_validator(mode="after")
