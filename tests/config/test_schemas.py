@@ -387,8 +387,8 @@ def test_model_file_of_our_schema(tmp_path: Path) -> None:
     assert load_model(path) == validate(DecoderModel, MODEL_DATA, "model")
     path.write_text(yaml.safe_dump(with_(MODEL_DATA, "num_layers", 0)))
     assert load_error(load_model, path).startswith("model.num_layers=0: ")
-    path.write_text(yaml.safe_dump(MODEL_DATA | {"family": "vit"}))
-    assert load_error(load_model, path).startswith("model.family='vit' is unknown; allowed: decoder")
+    path.write_text(yaml.safe_dump(MODEL_DATA | {"family": "cnn"}))
+    assert load_error(load_model, path).startswith("model.family='cnn' is unknown; allowed: decoder, dlrm, vit")
 
 
 def test_system_file_and_num_gpus(tmp_path: Path) -> None:

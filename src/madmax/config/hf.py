@@ -5,7 +5,8 @@ Field names and their defaults follow each architecture's `PretrainedConfig` in 
 `Gemma3TextConfig`, `GPT2Config`, `GPTNeoXConfig`, `GPTJConfig`, `OPTConfig`, `FalconConfig`); only the
 fields that shape compute and memory are read. Mixture-of-experts model types (`mixtral`, `qwen2_moe`,
 `qwen3_moe`, `deepseek_v2`, `deepseek_v3`, `kimi_k2`, `gpt_oss`, `llama4`) are mapped with
-`madmax.config.hf_moe`, whose docstring lists their approximations; Mixtral and Qwen-MoE share the
+`madmax.config.hf_moe`, whose docstring lists their approximations; vision transformers (`vit`) with
+`madmax.config.vit.from_hf`. Mixtral and Qwen-MoE share the
 attention and dense parts of Mistral and Qwen2/3 below. A key a config leaves out takes the transformers default
 where the published configs rely on it (Gemma 3's sparse `text_config`, Falcon's `max_position_embeddings`);
 otherwise the size keys are required. The mapping is exact for the parameter count of the published
@@ -28,13 +29,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from madmax.config import hf_moe
+from madmax.config import hf_moe, vit
 from madmax.config.hf_keys import HFConfig
 from madmax.errors import ConfigError
 
 SUPPORTED = ("llama", "mistral", "qwen2", "gpt2", "gpt_neox", "opt", "qwen3", "phi3", "gemma2", "gemma3",
              "gemma3_text", "gptj", "falcon", "RefinedWebModel", "RefinedWeb", "mixtral", "qwen2_moe", "qwen3_moe",
-             "deepseek_v2", "deepseek_v3", "kimi_k2", "gpt_oss", "llama4", "llama4_text")
+             "deepseek_v2", "deepseek_v3", "kimi_k2", "gpt_oss", "llama4", "llama4_text", "vit")
 OUR_FIELDS = (
     "name, num_layers, hidden_size, num_heads, ffn_hidden_size, vocab_size, max_seq_len "
     "(optional: num_kv_heads, head_dim, is_gated_ffn, activation, norm, has_bias, qkv_bias, ffn_bias, position, "
@@ -94,7 +95,7 @@ def from_hf_config(cfg: dict[str, Any], name: str) -> dict[str, Any]:
                 "gemma2": _gemma, "gemma3": _gemma, "gemma3_text": _gemma, "mixtral": _mixtral,
                 "qwen2_moe": _qwen_moe, "qwen3_moe": _qwen_moe, "deepseek_v2": hf_moe.deepseek,
                 "deepseek_v3": hf_moe.deepseek, "kimi_k2": hf_moe.deepseek, "gpt_oss": hf_moe.gpt_oss,
-                "llama4": hf_moe.llama4, "llama4_text": hf_moe.llama4}
+                "llama4": hf_moe.llama4, "llama4_text": hf_moe.llama4, "vit": vit.from_hf}
     build = builders.get(model_type, _falcon if model_type in ("falcon", "RefinedWebModel", "RefinedWeb")
                          else _llama_like)
     fields = {"name": model_name(cfg, name), "source": source} | build(c)

@@ -2,8 +2,8 @@
 
 The decoder-only transformer covers dense and mixture-of-experts LLMs (an `moe` section replaces the
 FFN of some layers by routed experts; an `mla` section replaces grouped-query attention by DeepSeek's
-multi-head latent attention). Recommendation models are the `dlrm` family. Each family has its workload
-module in `madmax.workload`.
+multi-head latent attention). Recommendation models are the `dlrm` family, vision transformers the `vit`
+family. Each family has its workload module in `madmax.workload`.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from pydantic import Field, PositiveInt, model_validator
 
 from madmax.config.base import Schema
 from madmax.config.dlrm import DLRMModel
+from madmax.config.vit import ViTModel
 
 
 class Activation(StrEnum):
@@ -276,5 +277,5 @@ class DecoderModel(Schema):
         return self.num_layers
 
 
-ModelSpec = DecoderModel | DLRMModel
-MODEL_FAMILIES: dict[str, type[Schema]] = {"decoder": DecoderModel, "dlrm": DLRMModel}
+ModelSpec = DecoderModel | DLRMModel | ViTModel
+MODEL_FAMILIES: dict[str, type[Schema]] = {"decoder": DecoderModel, "dlrm": DLRMModel, "vit": ViTModel}

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from madmax.config.model import ModelSpec
 from madmax.config.task import Task
-from madmax.workload import dlrm, transformer
+from madmax.workload import dlrm, transformer, vit
 from madmax.workload.ops import Block, Op, OpKind, Placement, TPSplit, Workload
 
-BUILDERS = {"decoder": transformer.build, "dlrm": dlrm.build}
-PARAM_COUNTERS = {"decoder": transformer.param_counts, "dlrm": dlrm.param_counts}
+BUILDERS = {"decoder": transformer.build, "dlrm": dlrm.build, "vit": vit.build}
+PARAM_COUNTERS = {"decoder": transformer.param_counts, "dlrm": dlrm.param_counts, "vit": vit.param_counts}
 
 
 def build_workload(model: ModelSpec, task: Task, *, flash: bool = True) -> Workload:

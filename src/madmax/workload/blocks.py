@@ -56,11 +56,13 @@ def qk_norm_ops(layer: str, heads: int, kv_heads: int, head_dim: int) -> list[Op
 
 
 def attention_ops(layer: str, hidden: int, heads: int, kv_heads: int, head_dim: int, *,
-                  bias: bool, qkv_bias: bool, dropout: bool, flash: bool, window: int | None = None) -> list[Op]:
-    """Self-attention with grouped-query heads: QKV projection, causal attention core, output projection.
+                  bias: bool, qkv_bias: bool, dropout: bool, flash: bool, window: int | None = None,
+                  causal: bool = True) -> list[Op]:
+    """Self-attention with grouped-query heads: QKV projection, attention core, output projection.
 
     QKV: (tokens x h) @ (h x (a + 2g) d), one fused GEMM (separate Q, K, V projections have the same
-    parameters and FLOPs); core: scores and values, 4*s*a*d FLOPs per token halved by causality, or
+    parameters and FLOPs); core: scores and values, 4*s*a*d FLOPs per token, halved by causality
+    (`causal`; an encoder's bidirectional attention, `causal=False`, computes the whole square), or
     fewer with a sliding `window` (tokens each query attends to, see `Op.forward_flops`); output
     projection: (tokens x a d) @ (a d x h). Saved: the QKV input (h), Q, K, V ((a + 2g) d), the
     output-projection input (a d); a non-fused core also keeps the softmax output (a*s per token),
@@ -75,7 +77,7 @@ def attention_ops(layer: str, hidden: int, heads: int, kv_heads: int, head_dim: 
            params=hidden * qkv_n + (qkv_n if bias or qkv_bias else 0),
            saved_elems_per_token=hidden, saved_outside_tp=True, lora_target="qkv"),
         Op(name=f"{layer}.attn", kind=OpKind.ATTENTION, tp=TPSplit.HEADS, heads=heads, kv_heads=kv_heads,
-           head_dim=head_dim, causal=True, saved_elems_per_token=qkv_n, window=window,
+           head_dim=head_dim, causal=causal, saved_elems_per_token=qkv_n, window=window,
            saved_elems_per_token_per_seq=per_seq, aux_kernels=0 if flash else UNFUSED_ATTENTION_AUX),
         Op(name=f"{layer}.out", kind=OpKind.GEMM, tp=TPSplit.ROW, k=q_dim, n=hidden,
            params=q_dim * hidden + (hidden if bias else 0), saved_elems_per_token=q_dim,

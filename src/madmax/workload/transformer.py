@@ -35,9 +35,11 @@ from madmax.workload.blocks import (
 from madmax.workload.ops import Block, Op, OpKind, Placement, TPSplit, Workload
 
 
-def layer_ops(model: DecoderModel, *, flash: bool = True, window: int | None = None, moe: bool = False) -> list[Op]:
+def layer_ops(model: DecoderModel, *, flash: bool = True, window: int | None = None, moe: bool = False,
+              causal: bool = True) -> list[Op]:
     """Forward ops of one layer whose attention looks `window` tokens back (None: a global layer), with
-    routed experts instead of the dense FFN when `moe`.
+    routed experts instead of the dense FFN when `moe`. `causal=False`: bidirectional attention over the
+    whole sequence (an encoder layer, `madmax.workload.vit`).
 
     Sequential: norm1, qkv, [q_norm, k_norm], attn, out, [post_norm1], residual1, norm2, up, [gate], act,
     down, [post_norm2], residual2. Parallel: norm1, [norm2], qkv, [q_norm, k_norm], attn, out, up, [gate],
@@ -53,7 +55,8 @@ def layer_ops(model: DecoderModel, *, flash: bool = True, window: int | None = N
                                  v_head_dim=m.v_head_dim, norm_params=norm_params, window=window)
     else:
         attn = attention_ops("layer", h, model.num_heads, model.kv_heads, model.head_width, bias=model.has_bias,
-                             qkv_bias=model.qkv_bias, dropout=model.has_dropout, flash=flash, window=window)
+                             qkv_bias=model.qkv_bias, dropout=model.has_dropout, flash=flash, window=window,
+                             causal=causal)
     if model.qk_norm:
         attn = [attn[0], *qk_norm_ops("layer", model.num_heads, model.kv_heads, model.head_width), *attn[1:]]
     if model.attention_sinks:  # one learned logit per query head
