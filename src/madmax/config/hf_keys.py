@@ -92,7 +92,7 @@ class HFConfig:
 
     def activation(self, key: str, default: str) -> str:
         value = self.cfg.get(key, default)
-        if value not in ACTIVATIONS:
+        if not isinstance(value, str) or value not in ACTIVATIONS:  # a list or mapping is not hashable
             raise ConfigError(
                 f"{self.where(key)}={value!r} is not supported; allowed: {', '.join(ACTIVATIONS)}"
             )

@@ -199,7 +199,7 @@ def _check_search(g: dict[str, Any]) -> None:
     given = [s for s, _ in g["strategies"] if s is not None]
     if not given:
         for k, (value, _, name) in enumerate(g["models"]):
-            if load_model(value).family != "decoder":
+            if load_model(value).family not in ("decoder", "vit"):  # the families the search enumerates
                 raise ConfigError(f"{g['where']['models']}.{k}={name!r} is a {load_model(value).family} model, "
                                   "which mode=search cannot enumerate; allowed: give strategies to choose from")
     opts = g["search"] or SearchOptions()

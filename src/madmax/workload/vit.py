@@ -40,9 +40,8 @@ def encoder_layer_spec(model: ViTModel) -> DecoderModel:
     """The transformer-layer description of one ViT encoder layer, for `transformer.layer_ops`.
 
     Only the layer's fields matter (the vocabulary, context and name are the layer builder's unused
-    inputs). Biases: ViT biases every projection (has_bias); ViT-22B drops the QKV biases but keeps the
-    MLP's (ffn_bias) and its attention output projection's, which this spec cannot keep without QKV
-    biases: h parameters per layer short (0.3 M of ViT-22B's 21.7 B). A LayerNorm without bias
+    inputs). Biases: ViT biases every projection (has_bias); without QKV biases the MLP keeps its own
+    (ffn_bias) and `encoder_layer_ops` adds the output projection's. A LayerNorm without bias
     (ViT-22B) has an RMSNorm's parameters, one gain per feature, and is costed alike (5 FLOPs per
     feature); its QK LayerNorms likewise (`qk_norm_ops`, head_dim parameters each).
     """
@@ -54,6 +53,16 @@ def encoder_layer_spec(model: ViTModel) -> DecoderModel:
         ffn_bias=model.bias and not model.qkv_bias, has_dropout=model.has_dropout,
         parallel_attention=model.parallel_layers, shared_input_norm=model.parallel_layers, qk_norm=model.qk_norm,
         vocab_size=model.num_classes, max_seq_len=model.seq_len)
+
+
+def encoder_layer_ops(model: ViTModel, *, flash: bool = True) -> list[Op]:
+    """One encoder layer: the decoder's layer ops with bidirectional attention (`causal=False`); the
+    attention output projection keeps its bias (h) when only the QKV projection drops its own."""
+    ops = layer_ops(encoder_layer_spec(model), flash=flash, causal=False)
+    if model.bias and not model.qkv_bias:
+        ops = [dataclasses.replace(op, params=op.params + model.hidden_size) if op.name == "layer.out" else op
+               for op in ops]
+    return ops
 
 
 def embedding_ops(model: ViTModel) -> list[Op]:
@@ -86,7 +95,7 @@ def _components(ops: list[Op], names: dict[str, tuple[str, ...]]) -> dict[str, i
 def param_counts(model: ViTModel) -> dict[str, int]:
     """Parameters by component: patch_embedding (C*p^2*h + h), position (s*h, plus h for the class
     token), attention, mlp, norms (the layers' and the final one), head (h*C + C)."""
-    layer = layer_ops(encoder_layer_spec(model), causal=False)
+    layer = encoder_layer_ops(model)
     per_layer = _components(layer, {
         "attention": ("qkv", "attn", "out"), "mlp": ("up", "act", "down"),
         "norms": ("norm1", "norm2", "q_norm", "k_norm"), "residual": ("residual", "residual1", "residual2")})
@@ -106,7 +115,7 @@ def build(model: ViTModel, task: Task, *, flash: bool = True) -> Workload:
         raise ConfigError(f"task.seq_len={task.seq_len} does not apply to the vit model {model.name}: an image of "
                           f"{model.image_size} pixels in patches of {model.patch_size} is {model.seq_len} tokens; "
                           f"allowed: {model.seq_len} or unset (change image_size for another resolution)")
-    layer = layer_ops(encoder_layer_spec(model), flash=flash, causal=False)
+    layer = encoder_layer_ops(model, flash=flash)
     blocks = [Block("embedding", tuple(embedding_ops(model)), is_layer=False, placement=Placement.FIRST),
               Block("layer", tuple(layer), count=model.num_layers),
               Block("head", tuple(head_ops(model)), is_layer=False, placement=Placement.LAST)]
