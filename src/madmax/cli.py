@@ -576,6 +576,34 @@ def report(
     typer.echo(f"wrote {out}" + (f" and {len(written)} PNG files in {png}" if png else ""))
 
 
+@app.command()
+def web(
+    host: Annotated[str, typer.Option(help="Address to listen on (127.0.0.1: this machine only).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
+    browser: Annotated[bool, typer.Option(help="Open the page in the default browser.")] = True,
+    data_dir: Annotated[Path, typer.Option(help="Folder of the sweeps' results (<name>-results).")] = Path(
+        "madmax-web"),
+    workers: Annotated[int | None, typer.Option(help="Simulation processes (default: up to 4).")] = None,
+    search_limit: Annotated[float | None, typer.Option(help="Longest a search may run, seconds (default 120).")] = None,
+) -> None:
+    """Serve the HTTP API and a page to plan a run by looking at it (needs the web extra); see docs/web.md."""
+    try:
+        from madmax.web import Settings, serve
+    except ImportError:
+        _fail("madmax web needs fastapi and uvicorn; install madmax[web]")
+        return
+    try:
+        if workers is not None and workers < 1:
+            raise MadmaxError(f"--workers={workers} must be a positive number of processes")
+        if search_limit is not None and search_limit <= 0:
+            raise MadmaxError(f"--search-limit={search_limit:g} must be a positive number of seconds")
+        options = {"workers": workers, "search_time_limit_s": search_limit}
+        settings = Settings(data_dir=data_dir, **{k: v for k, v in options.items() if v is not None})
+        serve(host=host, port=port, open_browser=browser, settings=settings)
+    except MadmaxError as exc:
+        _fail(str(exc))
+
+
 def main() -> None:
     try:
         app()

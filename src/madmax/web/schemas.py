@@ -1,0 +1,104 @@
+"""Request bodies of the HTTP API, built from the Python API's signatures so both take the same fields.
+
+`SimulateRequest` has the keyword arguments of `madmax.simulate`; `SearchRequest` those of the training
+search (`madmax.search.api.find`) and of the serving search (`find_serving`, with `task="inference"`),
+plus the time limit. A field that takes a typed object in Python (a `ModelSpec`, a `Path`) takes its JSON
+form here (a dict, a string). Unknown fields are refused (`extra="forbid"`).
+"""
+
+from __future__ import annotations
+
+import inspect
+import types
+import typing
+from pathlib import Path
+from typing import Any, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+
+from madmax import api
+from madmax.search import api as search_api
+from madmax.search import serving
+
+# JSON forms of the Python API's argument types; any other type (a pydantic model, a dataclass) is
+# left out of the union, its dict form being there already.
+_JSON = (str, int, float, bool, dict, list, type(None))
+# Arguments the server decides: the worker processes, and keeping the schedule (the page asks for it).
+SERVER_SIDE = {"workers", "keep_schedule"}
+# The training search's task fields (`find(**task_fields)`), which its signature does not list.
+SEARCH_TASK_FIELDS: dict[str, Any] = {"finetune": str | None, "lora_rank": int | None,
+                                      "frozen_layers": int | None, "lora_targets": list[str] | None,
+                                      "expert_load": str | float | None, "capacity_factor": float | None}
+
+
+def _json_type(hint: Any) -> Any:
+    """`hint` with Path as str and non-JSON members of a union dropped."""
+    if hint is Path:
+        return str
+    if typing.get_origin(hint) in (Union, types.UnionType):
+        members = tuple(dict.fromkeys(_json_type(a) for a in typing.get_args(hint)))
+        members = tuple(m for m in members if m in _JSON or typing.get_origin(m) in (list, dict))
+        return Union[members]  # noqa: UP007 (built from a tuple)
+    return hint
+
+
+def _fields(function: Any) -> dict[str, tuple[Any, Any]]:
+    hints = typing.get_type_hints(function)
+    fields = {}
+    for name, parameter in inspect.signature(function).parameters.items():
+        if name in SERVER_SIDE or parameter.kind is inspect.Parameter.VAR_KEYWORD:
+            continue
+        hint = _json_type(hints.get(name, Any))
+        default = ... if parameter.default is inspect.Parameter.empty else parameter.default
+        fields[name] = (hint, default)
+    return fields
+
+
+_FORBID = ConfigDict(extra="forbid")
+
+SimulateRequest = create_model("SimulateRequest", __config__=_FORBID, **_fields(api.simulate))
+
+
+def _search_fields() -> dict[str, tuple[Any, Any]]:
+    fields = _fields(search_api.find)
+    fields.update({name: (hint, None) for name, hint in SEARCH_TASK_FIELDS.items()})
+    for name, spec in _fields(serving.find_serving).items():
+        fields.setdefault(name, (spec[0], None))  # serving-only fields default to "not given"
+    fields["time_limit_s"] = (float | None, Field(None, gt=0))
+    return fields
+
+
+SearchRequest = create_model("SearchRequest", __config__=_FORBID, **_search_fields())
+SERVING_SEARCH_FIELDS = frozenset(_fields(serving.find_serving))
+TRAINING_SEARCH_FIELDS = frozenset(_fields(search_api.find)) | frozenset(SEARCH_TASK_FIELDS)
+
+
+class SweepRequest(BaseModel):
+    """A sweep: its file's content as a dict or YAML text (`madmax.sweep.spec`), never a path on the server."""
+
+    model_config = _FORBID
+    spec: dict | str
+    workers: int | None = Field(None, ge=1)
+    limit: int | None = Field(None, ge=1)
+
+
+def sentence(exc: ValidationError | Any, body: str = "request") -> str:
+    """One sentence for the first error of a request's validation: the field, the value and what is wrong."""
+    errors = exc.errors()
+    if not errors:
+        return f"the {body} is invalid"
+    err = errors[0]
+    loc = [str(part) for part in err.get("loc", ()) if part != "body"]
+    field = ".".join(loc) or body
+    kind = err.get("type", "")
+    if kind == "json_invalid":
+        return f"the {body} body is not valid JSON: {err.get('ctx', {}).get('error', err['msg'])}"
+    if kind == "extra_forbidden":
+        return f"{field} is not a field of the {body}; see GET /docs for the allowed fields"
+    if kind == "missing":
+        return f"{field} is required"
+    if kind in ("model_type", "dict_type") and not loc:
+        return f"the {body} body must be a JSON object"
+    value = err.get("input")
+    shown = "" if isinstance(value, dict | list) or value is None else f"={value!r}"
+    return f"{field}{shown}: {err['msg'].removeprefix('Value error, ')}"

@@ -1,0 +1,411 @@
+// The madmax page: a form over the HTTP API (POST /simulate/view, /search, /sweep), plots with the
+// plotly.js that the plotly Python package ships, and the form's state in the URL's hash.
+"use strict";
+
+const GIB = 2 ** 30;
+const UPLOAD = "__upload__";
+const MAX_UPLOAD_BYTES = 2 ** 20;  // the server's body limit (GET /health max_body_bytes)
+// Form fields kept in the URL (#model=...&system=...), so a view can be shared.
+const STATE_FIELDS = ["model", "system", "num_gpus", "task", "global_batch", "seq_len", "prompt_len", "output_len",
+                      "batch", "strategy", "objective", "top", "max_tp", "max_pp", "time_limit_s"];
+const INT_FIELDS = new Set(["num_gpus", "global_batch", "seq_len", "prompt_len", "output_len", "batch", "top",
+                            "max_tp", "max_pp"]);
+// The result table: key, label, unit (formatting); training and serving results.
+const TRAINING_ROWS = [
+  ["model", "Model", "text"], ["system", "System", "text"], ["num_gpus", "GPUs", "int"],
+  ["strategy", "Strategy", "text"], ["iteration_time_s", "Iteration time", "s"],
+  ["tokens_per_s_per_gpu", "Tokens/s per GPU", "num"], ["samples_per_s", "Samples/s", "num"],
+  ["mfu", "MFU", "pct"], ["hfu", "HFU", "pct"], ["model_tflops_per_gpu", "Model TFLOP/s per GPU", "num"],
+  ["peak_memory_bytes", "Peak memory per GPU", "gib"], ["fits", "Fits in memory", "bool"]];
+const SERVING_ROWS = [
+  ["model", "Model", "text"], ["system", "System", "text"], ["num_gpus", "GPUs", "int"],
+  ["strategy", "Strategy", "text"], ["mode", "Mode", "text"], ["batch", "Batch", "int"],
+  ["ttft_s", "Time to first token", "s"], ["tpot_s", "Time per output token", "s"],
+  ["e2e_latency_s", "End-to-end latency", "s"], ["output_tokens_per_s_per_gpu", "Output tokens/s per GPU", "num"],
+  ["requests_per_s", "Requests/s", "num"], ["mfu", "MFU", "pct"],
+  ["peak_memory_bytes", "Peak memory per GPU", "gib"], ["fits", "Fits in memory", "bool"]];
+
+const $ = (id) => document.getElementById(id);
+let uploadedModel = null;
+let lastTraceUrl = null;
+
+// Display formats; the browser test reads the numbers back with the same rules.
+function format(value, unit) {
+  if (value === null || value === undefined) return "-";
+  switch (unit) {
+    case "s": return value >= 1 ? `${value.toPrecision(4)} s` : `${(value * 1e3).toPrecision(4)} ms`;
+    case "pct": return `${(value * 100).toFixed(2)} %`;
+    case "gib": return `${(value / GIB).toFixed(2)} GiB`;
+    case "int": return String(value);
+    case "num": return value.toPrecision(5);
+    case "bool": return value ? "yes" : "no";
+    default: return String(value);
+  }
+}
+
+function showError(message) {
+  const box = $("error");
+  box.textContent = message;
+  box.hidden = !message;
+}
+
+function setStatus(text) { $("status").textContent = text; }
+
+async function getJSON(url) {
+  const response = await fetch(url);
+  const data = await response.json();
+  if (!response.ok) throw new Error(data.error || `${url}: HTTP ${response.status}`);
+  return data;
+}
+
+async function postJSON(url, body) {
+  const response = await fetch(url, {method: "POST", headers: {"Content-Type": "application/json"},
+                                     body: JSON.stringify(body)});
+  let data;
+  try { data = await response.json(); } catch { throw new Error(`${url}: HTTP ${response.status}`); }
+  if (!response.ok) throw new Error(data.error || `${url}: HTTP ${response.status}`);
+  return data;
+}
+
+// --- form state ------------------------------------------------------------------------------------
+
+function readForm() {
+  const state = {};
+  for (const name of STATE_FIELDS) {
+    const value = $(name).value.trim();
+    if (value !== "") state[name] = value;
+  }
+  return state;
+}
+
+function writeHash(run) {
+  const state = readForm();
+  if (state.model === UPLOAD) delete state.model;  // an uploaded config does not fit in a URL
+  if (run) state.run = run;
+  history.replaceState(null, "", "#" + new URLSearchParams(state).toString());
+}
+
+function readHash() {
+  const params = new URLSearchParams(location.hash.slice(1));
+  for (const name of STATE_FIELDS) {
+    if (params.has(name)) $(name).value = params.get(name);
+  }
+  return params.get("run");
+}
+
+function taskChanged() {
+  const serving = $("task").value === "inference";
+  document.querySelectorAll(".serving").forEach((e) => { e.hidden = !serving; });
+  document.querySelectorAll(".training").forEach((e) => { e.hidden = serving; });
+}
+
+// The request body: the fields shown for the task, numbers as numbers.
+function requestBody(fields) {
+  const state = readForm();
+  const body = {};
+  for (const name of fields) {
+    if (!(name in state)) continue;
+    const label = $(name).closest("label");
+    if (label && label.hidden) continue;
+    body[name] = INT_FIELDS.has(name) ? Number(state[name]) : state[name];
+  }
+  if (body.model === UPLOAD) body.model = uploadedModel;
+  if (body.time_limit_s !== undefined) body.time_limit_s = Number(body.time_limit_s);
+  return body;
+}
+
+const SIMULATE_FIELDS = ["model", "system", "num_gpus", "task", "global_batch", "seq_len", "prompt_len",
+                         "output_len", "batch", "strategy"];
+const SEARCH_FIELDS = ["model", "system", "num_gpus", "task", "global_batch", "seq_len", "prompt_len",
+                       "output_len", "objective", "top", "max_tp", "max_pp", "time_limit_s"];
+
+// --- simulate --------------------------------------------------------------------------------------
+
+async function runSimulate() {
+  showError("");
+  writeHash("simulate");
+  setStatus("simulating…");
+  $("simulate-btn").disabled = true;
+  try {
+    const view = await postJSON("/simulate/view", requestBody(SIMULATE_FIELDS));
+    showResult(view);
+    setStatus("");
+  } catch (err) {
+    showError(err.message);
+    setStatus("");
+  } finally {
+    $("simulate-btn").disabled = false;
+  }
+}
+
+function showResult(view) {
+  const result = view.result;
+  const rows = "ttft_s" in result ? SERVING_ROWS : TRAINING_ROWS;
+  const body = $("result-table").tBodies[0];
+  body.replaceChildren();
+  for (const [key, label, unit] of rows) {
+    const tr = body.insertRow();
+    tr.dataset.key = key;
+    tr.dataset.unit = unit;
+    tr.insertCell().outerHTML = `<th>${label}</th>`;
+    const cell = tr.insertCell();
+    cell.textContent = format(result[key], unit);
+  }
+  const reason = $("fits-reason");
+  reason.textContent = result.fits_reason || "";
+  reason.hidden = !result.fits_reason;
+  $("assumptions").replaceChildren(...(result.assumptions || []).map((text) => {
+    const li = document.createElement("li");
+    li.textContent = text;
+    return li;
+  }));
+  lastTraceUrl = view.trace_url;
+  $("trace-link").href = view.trace_url;
+  $("simulate-section").hidden = false;
+  plotBreakdown(view.bars);
+  plotMemory(view.memory_per_stage, result.memory.capacity);
+  plotTimeline(view.timeline);
+}
+
+function stacked(groups, categories, scale) {
+  // One bar trace per part, stacked over the categories (bars): groups[category] = [[part, value], ...].
+  const parts = [];
+  for (const c of categories) for (const [part] of groups[c]) if (!parts.includes(part)) parts.push(part);
+  return parts.map((part) => ({
+    type: "bar", name: part, x: categories,
+    y: categories.map((c) => { const hit = groups[c].find(([p]) => p === part); return hit ? hit[1] * scale : 0; }),
+  }));
+}
+
+const LAYOUT = {margin: {l: 60, r: 10, t: 40, b: 40}, barmode: "stack", legend: {font: {size: 10}}};
+
+function plotBreakdown(bars) {
+  const names = Object.keys(bars);
+  Plotly.react("breakdown-plot", stacked(bars, names, 1e3),
+               {...LAYOUT, title: {text: "Where the time goes (ms)"}, yaxis: {title: {text: "ms"}}},
+               {responsive: true, displaylogo: false});
+}
+
+function plotMemory(stages, capacity) {
+  const groups = {};
+  const names = stages.map((s) => `stage ${s.stage}`);
+  stages.forEach((s, i) => { groups[names[i]] = Object.entries(s.parts); });
+  const layout = {...LAYOUT, title: {text: "Memory per GPU by pipeline stage (GiB)"}, yaxis: {title: {text: "GiB"}}};
+  if (capacity) {
+    layout.shapes = [{type: "line", xref: "paper", x0: 0, x1: 1, y0: capacity / GIB, y1: capacity / GIB,
+                      line: {color: "red", dash: "dash"}}];
+  }
+  Plotly.react("memory-plot", stacked(groups, names, 1 / GIB), layout, {responsive: true, displaylogo: false});
+}
+
+function plotTimeline(timeline) {
+  // One line trace per category; each segment a thick line from start to end on its stream's row.
+  const byCategory = {};
+  for (const [stream, start, end, label, category] of timeline.segments) {
+    const t = byCategory[category] ??= {x: [], y: [], text: []};
+    const row = timeline.streams[stream];
+    t.x.push(start * 1e3, end * 1e3, null);
+    t.y.push(row, row, null);
+    t.text.push(label, label, null);
+  }
+  const traces = Object.entries(byCategory).map(([category, t]) => ({
+    type: "scatter", mode: "lines", name: category, x: t.x, y: t.y, text: t.text, hoverinfo: "text+x",
+    line: {width: 10},
+  }));
+  const omitted = timeline.omitted ? ` (${timeline.omitted} shortest segments left out; the trace has all)` : "";
+  Plotly.react("timeline-plot", traces, {
+    margin: {l: 120, r: 10, t: 40, b: 40}, title: {text: `One iteration, per stream${omitted}`},
+    xaxis: {title: {text: "ms"}}, yaxis: {categoryorder: "array", categoryarray: [...timeline.streams].reverse()},
+    height: Math.max(260, 26 * timeline.streams.length + 80),
+  }, {responsive: true, displaylogo: false});
+}
+
+// Perfetto's documented way in: open the UI, wait for its PONG, post the trace buffer.
+async function openInPerfetto() {
+  if (!lastTraceUrl) return;
+  const buffer = await (await fetch(lastTraceUrl)).arrayBuffer();
+  const origin = "https://ui.perfetto.dev";
+  const win = window.open(origin);
+  if (!win) { showError("the browser blocked the Perfetto window; download the trace and open it there"); return; }
+  const timer = setInterval(() => win.postMessage("PING", origin), 50);
+  window.addEventListener("message", function onMessage(event) {
+    if (event.data !== "PONG") return;
+    clearInterval(timer);
+    window.removeEventListener("message", onMessage);
+    win.postMessage({perfetto: {buffer, title: "madmax iteration", url: location.href}}, origin);
+  });
+}
+
+// --- search ----------------------------------------------------------------------------------------
+
+async function runSearch() {
+  showError("");
+  writeHash("search");
+  $("search-btn").disabled = true;
+  $("search-section").hidden = false;
+  $("search-summary").textContent = "searching…";
+  $("search-table").tHead.replaceChildren();
+  $("search-table").tBodies[0].replaceChildren();
+  try {
+    const response = await fetch("/search", {method: "POST", headers: {"Content-Type": "application/json"},
+                                             body: JSON.stringify(requestBody(SEARCH_FIELDS))});
+    if (!response.ok) {
+      const data = await response.json();
+      throw new Error(data.error || `HTTP ${response.status}`);
+    }
+    const reader = response.body.getReader();
+    const decoder = new TextDecoder();
+    let pending = "";
+    for (;;) {
+      const {value, done} = await reader.read();
+      if (done) break;
+      pending += decoder.decode(value, {stream: true});
+      const lines = pending.split("\n");
+      pending = lines.pop();
+      for (const line of lines.filter((l) => l.trim())) {
+        const event = JSON.parse(line);
+        if (event.event === "progress") $("search-summary").textContent = `searching… ${event.elapsed_s.toFixed(1)} s`;
+        else if (event.event === "error") throw new Error(event.error);
+        else if (event.event === "result") showSearch(event.result);
+      }
+    }
+  } catch (err) {
+    showError(err.message);
+    $("search-summary").textContent = "";
+  } finally {
+    $("search-btn").disabled = false;
+  }
+}
+
+function showSearch(found) {
+  const serving = found.task === "inference";
+  const results = found.results || [];
+  const wall = found.wall_s !== undefined ? `${found.wall_s.toFixed(2)} s` : "";
+  $("search-summary").textContent = `${found.enumerated.toLocaleString("en-US")} strategies enumerated, ` +
+    `${(found.evaluated ?? 0).toLocaleString("en-US")} evaluated, ${found.simulated} simulated in ${wall}; ` +
+    (results.length ? `the best ${results.length}:` : "no strategy fits in memory");
+  const columns = serving
+    ? [["strategy", "Strategy", "text"], ["ttft_s", "TTFT", "s"], ["tpot_s", "TPOT", "s"],
+       ["output_tokens_per_s_per_gpu", "Output tok/s/GPU", "num"], ["peak_memory_bytes", "Memory", "gib"]]
+    : [["strategy", "Strategy", "text"], ["iteration_time_s", "Iteration time", "s"],
+       ["tokens_per_s_per_gpu", "Tokens/s per GPU", "num"], ["mfu", "MFU", "pct"],
+       ["peak_memory_bytes", "Memory", "gib"]];
+  const head = $("search-table").tHead.insertRow();
+  head.innerHTML = "<th>#</th>" + columns.map(([, label]) => `<th>${label}</th>`).join("") + "<th></th>";
+  const body = $("search-table").tBodies[0];
+  results.forEach((r, i) => {
+    const tr = body.insertRow();
+    tr.insertCell().textContent = String(i + 1);
+    for (const [key, , unit] of columns) {
+      const cell = tr.insertCell();
+      cell.dataset.key = key;
+      cell.textContent = format(r[key], unit);
+    }
+    const button = document.createElement("button");
+    button.type = "button";
+    button.textContent = "simulate";
+    button.addEventListener("click", () => { $("strategy").value = r.strategy; runSimulate(); });
+    tr.insertCell().append(button);
+  });
+  const key = serving ? "output_tokens_per_s_per_gpu" : "tokens_per_s_per_gpu";
+  Plotly.react("search-plot", [{type: "bar", orientation: "h", y: results.map((r) => r.strategy).reverse(),
+                                x: results.map((r) => r[key]).reverse()}],
+               {margin: {l: 10, r: 10, t: 40, b: 40}, yaxis: {automargin: true}, title: {text: `Top strategies: ${key}`},
+                height: 120 + 28 * results.length}, {responsive: true, displaylogo: false});
+}
+
+// --- sweep -----------------------------------------------------------------------------------------
+
+let sweepJob = null;
+
+async function runSweep() {
+  showError("");
+  $("sweep-btn").disabled = true;
+  try {
+    sweepJob = await postJSON("/sweep", {spec: $("sweep-spec").value});
+    await pollSweep();
+  } catch (err) {
+    showError(err.message);
+  } finally {
+    $("sweep-btn").disabled = false;
+  }
+}
+
+async function pollSweep() {
+  for (;;) {
+    const job = await getJSON(`/sweep/${sweepJob.id}`);
+    $("sweep-progress").max = Math.max(1, job.total);
+    $("sweep-progress").value = job.done;
+    $("sweep-status").textContent = `${job.done} / ${job.total} points (${job.state}) in ${job.directory}`;
+    if (job.state === "failed") throw new Error(job.error);
+    if (job.state === "done") break;
+    await new Promise((resolve) => setTimeout(resolve, 400));
+  }
+  await plotPareto();
+}
+
+async function plotPareto() {
+  if (!sweepJob) return;
+  const x = $("pareto-x").value, y = $("pareto-y").value;
+  const data = await getJSON(`/sweep/${sweepJob.id}/pareto?x=${x}&y=${y}`);
+  const label = (r) => `${r.model} on ${r.num_gpus} x ${r.system}<br>${r.strategy ?? ""}`;
+  Plotly.react("pareto-plot", [
+    {type: "scatter", mode: "markers", name: "points", x: data.points.map((r) => r[x]),
+     y: data.points.map((r) => r[y]), text: data.points.map(label), marker: {color: "#9aa"}},
+    {type: "scatter", mode: "lines+markers", name: "Pareto frontier", x: data.frontier.map((r) => r[x]),
+     y: data.frontier.map((r) => r[y]), text: data.frontier.map(label), line: {shape: "hv"}},
+  ], {margin: {l: 70, r: 10, t: 40, b: 50}, title: {text: `Pareto frontier: ${y} against ${x}`},
+      xaxis: {title: {text: x}}, yaxis: {title: {text: y}}}, {responsive: true, displaylogo: false});
+}
+
+// --- start -----------------------------------------------------------------------------------------
+
+async function fillCatalog() {
+  const [models, systems] = await Promise.all([getJSON("/catalog/models"), getJSON("/catalog/systems")]);
+  $("model").replaceChildren(...models.map((m) => new Option(m.name, m.name)));
+  $("system").replaceChildren(...systems.map((s) => new Option(`${s.name} (${s.gpus_per_node} x ${s.gpu})`, s.name)));
+  $("model").value = "llama-3-8b";
+  $("system").value = "dgx-h100";
+}
+
+function uploadChanged() {
+  const file = $("model-file").files[0];
+  if (!file) return;
+  if (file.size > MAX_UPLOAD_BYTES) {
+    showError(`${file.name} is ${file.size.toLocaleString("en-US")} bytes; allowed: up to 1 MB (a model's config.json is a few kB)`);
+    return;
+  }
+  file.text().then((text) => {
+    try { uploadedModel = JSON.parse(text); } catch (err) { showError(`${file.name} is not valid JSON: ${err.message}`); return; }
+    let option = $("model").querySelector(`option[value="${UPLOAD}"]`);
+    if (!option) { option = new Option("", UPLOAD); $("model").prepend(option); }
+    option.textContent = `uploaded: ${file.name}`;
+    $("model").value = UPLOAD;
+    showError("");
+  });
+}
+
+async function start() {
+  try {
+    await fillCatalog();
+  } catch (err) {
+    showError(err.message);
+    return;
+  }
+  const run = readHash();
+  taskChanged();
+  $("task").addEventListener("change", () => { taskChanged(); writeHash(); });
+  $("run-form").addEventListener("change", () => writeHash());
+  $("run-form").addEventListener("submit", (event) => { event.preventDefault(); runSimulate(); });
+  $("search-btn").addEventListener("click", runSearch);
+  $("sweep-btn").addEventListener("click", runSweep);
+  $("perfetto-btn").addEventListener("click", openInPerfetto);
+  $("model-file").addEventListener("change", uploadChanged);
+  $("pareto-x").addEventListener("change", () => plotPareto().catch((e) => showError(e.message)));
+  $("pareto-y").addEventListener("change", () => plotPareto().catch((e) => showError(e.message)));
+  document.body.dataset.ready = "1";
+  if (run === "simulate") runSimulate();
+  else if (run === "search") runSearch();
+}
+
+start();

@@ -1,0 +1,102 @@
+"""Where the server's work runs: simulations in a pool of processes, each search in a process of its own
+(stopped at its time limit or when the client goes away). Functions here run in those processes; they
+return plain data (JSON-ready dicts), and a `MadmaxError` as its one sentence.
+
+Processes start from a forkserver that imported madmax once, as the sweep runner's do, so a new
+worker does not pay the import again and no thread of the server is forked.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any
+
+from madmax.errors import MadmaxError
+
+PRELOAD = ["madmax.api", "madmax.search.api", "madmax.search.serving", "madmax.web.view", "madmax.report.trace"]
+# A pool process is replaced after this many simulations, so the caches it grows stay bounded.
+TASKS_PER_WORKER = 200
+
+
+def context() -> multiprocessing.context.BaseContext:
+    """The forkserver context (spawn where there is none), with madmax preloaded."""
+    methods = multiprocessing.get_all_start_methods()
+    ctx = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+    if "forkserver" in methods:
+        ctx.set_forkserver_preload(PRELOAD)
+    return ctx
+
+
+def simulation_pool(workers: int) -> ProcessPoolExecutor:
+    return ProcessPoolExecutor(max_workers=workers, mp_context=context(), max_tasks_per_child=TASKS_PER_WORKER)
+
+
+def simulate(kwargs: dict[str, Any], view: bool, timeline_limit: int) -> dict[str, Any]:
+    """`madmax.simulate(**kwargs).to_dict()`, or {"error": sentence}; with `view`, also what the page draws:
+    {"result", "bars", "memory_per_stage", "timeline", "trace"} (trace: the Chrome trace events)."""
+    from madmax import api
+
+    try:
+        result = api.simulate(**kwargs, keep_schedule=view)
+    except MadmaxError as exc:
+        return {"error": str(exc)}
+    if not view:
+        return result.to_dict()
+    from madmax.report.trace import trace_events
+    from madmax.web.view import breakdown_bars, memory_per_stage, timeline
+
+    data = result.to_dict()
+    return {"result": data, "bars": breakdown_bars(data["breakdown"]), "memory_per_stage": memory_per_stage(result),
+            "timeline": timeline(result, timeline_limit),
+            "trace": {"traceEvents": trace_events(result), "displayTimeUnit": "ms"}}
+
+
+def search(kind: str, kwargs: dict[str, Any], queue: Any) -> None:
+    """Run one search and put its messages on `queue`: ("checked", None) once the inputs load, then
+    ("result", data) or ("error", sentence). kind: "training" or "serving"."""
+    try:
+        _check(kind, kwargs)
+        queue.put(("checked", None))
+        start = time.perf_counter()
+        if kind == "serving":
+            from madmax.search.serving import find_serving, summary
+
+            found = find_serving(**kwargs)
+            queue.put(("result", {**summary(found, kwargs.get("top", 10)), "wall_s": time.perf_counter() - start}))
+            return
+        from madmax.search.api import find
+        from madmax.search.core import summary as candidate
+        from madmax.search.text import report
+
+        outcome = find(**kwargs)
+        top = kwargs.get("top", 10)
+        info = report(outcome, top, time.perf_counter() - start)
+        queue.put(("result", {**info, "objective": {"name": outcome.scorer.objective.value,
+                                                    "unit": outcome.scorer.unit},
+                              "results": [candidate(outcome, i) for i in outcome.top(top)]}))
+    except MadmaxError as exc:
+        queue.put(("error", str(exc)))
+    except Exception as exc:  # a bug: its name, never a traceback, reaches the client
+        queue.put(("error", f"the search failed with an internal error ({exc.__class__.__name__})"))
+
+
+def _check(kind: str, kwargs: dict[str, Any]) -> None:
+    """Load the model, system and task as the search will (cheap), so bad input is refused before the
+    response starts streaming."""
+    if kind == "serving":
+        from madmax.config.stack import load_stack
+        from madmax.request import resolve_request
+
+        load_stack(kwargs.get("stack"))
+        resolve_request(kwargs["model"], kwargs["system"], kwargs.get("num_gpus"), "inference",
+                        prompt_len=kwargs.get("prompt_len"), output_len=kwargs.get("output_len"))
+        return
+    from madmax.search.context import prepare
+
+    fields = {k: kwargs[k] for k in ("finetune", "lora_rank", "frozen_layers", "lora_targets", "expert_load",
+                                     "capacity_factor") if kwargs.get(k) is not None}
+    prepare(kwargs["model"], kwargs["system"], kwargs.get("num_gpus"), kwargs.get("task", "pretrain"),
+            kwargs.get("global_batch"), kwargs.get("seq_len"), kwargs.get("dtype"),
+            calibration=kwargs.get("calibration"), **fields)

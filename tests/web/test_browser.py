@@ -1,0 +1,116 @@
+"""The page in a real headless Chromium: what a person sees equals what the API answers.
+
+Skips without /usr/bin/chromium (or $MADMAX_CHROMIUM) or without playwright; `.ci/run` installs Chromium
+when it can.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+
+import pytest
+
+GIB = 2**30
+TIMEOUT_MS = 20_000
+SIMULATE = {"model": "llama-3-8b", "system": "dgx-h100", "num_gpus": 16, "task": "pretrain", "global_batch": 64,
+            "strategy": "tp=2,pp=2"}
+SEARCH = {"model": "llama-3-8b", "system": "dgx-h100", "num_gpus": 8, "task": "pretrain", "global_batch": 32,
+          "top": 3, "max_tp": 2, "max_pp": 1}
+
+
+def post(base: str, path: str, body: dict) -> bytes:
+    request = urllib.request.Request(base + path, data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.read()
+
+
+def shown(text: str, unit: str) -> float:
+    """The number a cell shows, in the API's unit (the page's `format` in reverse)."""
+    number, _, suffix = text.strip().partition(" ")
+    value = float(number)
+    if unit == "s":
+        return value / 1e3 if suffix == "ms" else value
+    return {"pct": value / 100, "gib": value * GIB}.get(unit, value)
+
+
+def decimals_tolerance(unit: str, value: float) -> float:
+    """How far a shown number may be from the API's: half its last shown digit."""
+    if unit == "pct":
+        return 0.5e-4
+    if unit == "gib":
+        return 0.005 * GIB
+    return abs(value) * 5e-4  # toPrecision(4 or 5)
+
+
+@pytest.fixture
+def page(browser, live_server):
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    p = context.new_page()
+    errors: list[str] = []
+    p.on("pageerror", lambda exc: errors.append(str(exc)))
+    yield p
+    context.close()
+    assert not errors, f"the page raised: {errors}"
+
+
+def open_page(page, base: str, state: dict, run: str | None = None) -> None:
+    query = {**state, **({"run": run} if run else {})}
+    page.goto(f"{base}/#{urllib.parse.urlencode(query)}")
+    page.wait_for_selector("body[data-ready='1']", timeout=TIMEOUT_MS)
+
+
+def test_simulate_shows_the_apis_numbers_and_draws_the_plots(page, live_server):
+    open_page(page, live_server, SIMULATE, run="simulate")
+    page.wait_for_selector("#timeline-plot .main-svg", timeout=TIMEOUT_MS)
+    expected = json.loads(post(live_server, "/simulate", SIMULATE))
+    rows = page.eval_on_selector_all("#result-table tr", "rows => rows.map(r => [r.dataset.key, r.dataset.unit, "
+                                                         "r.cells[1].textContent])")
+    assert [key for key, *_ in rows][:4] == ["model", "system", "num_gpus", "strategy"]
+    for key, unit, text in rows:
+        if unit in ("text", "int"):
+            assert text == str(expected[key]), key
+        elif unit == "bool":
+            assert text == ("yes" if expected[key] else "no")
+        else:
+            assert shown(text, unit) == pytest.approx(expected[key], abs=decimals_tolerance(unit, expected[key])), key
+    # The breakdown has a bar segment per part, the memory plot a bar per stage part, the timeline a line
+    # per category of kernel.
+    assert page.locator("#breakdown-plot .trace.bars").count() >= 5
+    assert page.locator("#memory-plot .trace.bars").count() == 2
+    assert page.locator("#timeline-plot .scatterlayer .trace").count() >= 4
+    assert page.get_attribute("#trace-link", "href").startswith("/trace/")
+    # The state is in the URL: the same link reopens the same view.
+    assert "strategy=tp%3D2%2Cpp%3D2" in page.url and "run=simulate" in page.url
+
+
+def test_search_shows_the_apis_top_strategies(page, live_server):
+    open_page(page, live_server, SEARCH)
+    page.click("#search-btn")
+    page.wait_for_selector("#search-table tbody tr", timeout=TIMEOUT_MS)
+    lines = [json.loads(line) for line in post(live_server, "/search", SEARCH).splitlines() if line.strip()]
+    expected = lines[-1]["result"]["results"]
+    strategies = page.eval_on_selector_all("#search-table tbody td[data-key='strategy']",
+                                           "cells => cells.map(c => c.textContent)")
+    assert strategies == [r["strategy"] for r in expected]
+    times = page.eval_on_selector_all("#search-table tbody td[data-key='iteration_time_s']",
+                                      "cells => cells.map(c => c.textContent)")
+    for text, r in zip(times, expected, strict=True):
+        assert shown(text, "s") == pytest.approx(r["iteration_time_s"], rel=5e-4)
+    assert page.locator("#search-plot .trace.bars").count() == 1
+    assert "run=search" in page.url
+
+
+def test_a_bad_strategy_shows_the_apis_sentence(page, live_server):
+    open_page(page, live_server, {**SIMULATE, "strategy": "tp=3"})
+    page.click("#simulate-btn")
+    page.wait_for_selector("#error:not([hidden])", timeout=TIMEOUT_MS)
+    expected = json.loads(post(live_server, "/simulate", {**SIMULATE, "strategy": "tp=3"}))["error"]
+    assert page.inner_text("#error") == expected
+    assert expected.startswith("tp*pp*cp=3*1*1=3 does not divide num_gpus=16")
