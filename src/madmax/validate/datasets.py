@@ -571,6 +571,13 @@ def load_serving_h100(rows: Rows | None = None) -> Dataset:
     return load(rows)
 
 
+def load_vit_reference(rows: Rows | None = None) -> Dataset:
+    """ViT training TFLOP/s per GPU on A100 clusters, beside the MAD-Max reference's predictions (`validate.vit`)."""
+    from madmax.validate.vit import load_vit_reference as load
+
+    return load(rows)
+
+
 LOADERS: dict[str, Callable[[], Dataset]] = {
     "narayanan2021": load_narayanan2021,
     "korthikanti2022": load_korthikanti2022,
@@ -582,6 +589,7 @@ LOADERS: dict[str, Callable[[], Dataset]] = {
     "automodel_moe": load_automodel_moe,
     "trtllm_static": load_trtllm_static,
     "serving_h100": load_serving_h100,
+    "vit_reference": load_vit_reference,
 }
 
 
