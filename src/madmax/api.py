@@ -170,13 +170,17 @@ def _plan(run: TrainingRequest, reserved: Reserve) -> tuple[Any, tuple[str, ...]
         hbm = request.system.gpu.usable_memory_bytes
         if any(m.tables_bytes + rest > hbm for m in memories):
             plan = build(max(0.0, hbm - rest))
-            return plan, ("embedding rows beyond HBM are offloaded to host memory (no software cache)",)
+            return plan, ("embedding rows beyond HBM are offloaded to host memory (no software cache): every lookup "
+                          "of one crosses the host link, the forward reading its row, the backward reading the row "
+                          "and its optimizer state and writing them back at once (full duplex, the host link's "
+                          "bandwidth per direction)",)
     return plan, ()
 
 
 def _emb_keys(strat: Strategy) -> str:
     """The embedding-sharding keys, shown for models with tables: `,emb=tw` (`,emb_group=G` in 2-D)."""
-    return (f",emb={strat.emb}" + (f",emb_group={strat.emb_group}" if strat.emb_group else "")
+    return (f",emb={strat.emb}" + (f",emb_hot={strat.emb_hot:g}" if strat.emb_hot is not None else "")
+            + (f",emb_group={strat.emb_group}" if strat.emb_group else "")
             + (",emb_offload=1" if strat.emb_offload else ""))
 
 

@@ -71,22 +71,22 @@ def test_node_groups():
 def test_space_by_hand():
     ctx = prepare(**CASE)
     cols = enumerate_tables(ctx, TableLimits())
-    # Plans: tw, rw, cw, twrw x (all 16 ranks, groups of 8) + dp (all ranks) = 9.
-    # Dense: zero 0; zero 1-3 over all ranks or one node (shard=8): 1 + 3*2 = 7. 9 * 7 = 63.
-    assert len(cols["tp"]) == 63
+    # Plans: tw, rw, cw, twrw, hybrid x (all 16 ranks, groups of 8) + dp (all ranks) = 11.
+    # Dense: zero 0; zero 1-3 over all ranks or one node (shard=8): 1 + 3*2 = 7. 11 * 7 = 77.
+    assert len(cols["tp"]) == 77
     assert set(cols["tp"]) == set(cols["pp"]) == set(cols["cp"]) == {1}
     assert set(cols["dp"]) == {16} and set(cols["mbs"]) == {4096 // 16} and set(cols["m"]) == {1}
     assert set(cols["emb_group"]) == {0, 8} and set(cols["shard"]) == {0, 8}
-    # Without hybrid groups: 9 plans x 4 stages; on one node (8 GPUs): 5 plans x 4 stages.
-    assert len(enumerate_tables(ctx, TableLimits(hybrid=False))["tp"]) == 36
-    assert len(enumerate_tables(prepare(**{**CASE, "num_gpus": 8}), TableLimits())["tp"]) == 20
+    # Without hybrid groups: 11 plans x 4 stages; on one node (8 GPUs): 6 plans x 4 stages.
+    assert len(enumerate_tables(ctx, TableLimits(hybrid=False))["tp"]) == 44
+    assert len(enumerate_tables(prepare(**{**CASE, "num_gpus": 8}), TableLimits())["tp"]) == 24
 
 
 def test_counts_add_up(dlrm_outcome):
     o = dlrm_outcome
-    # cw: 2 plans x 7 dense settings refused by the planner; zero=0 of the other 7 plans does not fit.
-    assert o.enumerated == 63 and o.rejected == {"embedding_plan": 14, "memory": 7}
-    assert o.evaluated == 63 - 14 - 7 == len(o.exact)
+    # cw: 2 plans x 7 dense settings refused by the planner; zero=0 of the other 9 plans does not fit.
+    assert o.enumerated == 77 and o.rejected == {"embedding_plan": 14, "memory": 9}
+    assert o.evaluated == 77 - 14 - 9 == len(o.exact)
     assert o.valid == o.evaluated + o.rejected["memory"]
 
 
@@ -152,7 +152,7 @@ def test_dataframe_has_the_sharding_columns(dlrm_outcome):
 
     frame = to_frame(dlrm_outcome)
     assert len(frame) == dlrm_outcome.evaluated and frame["simulated"].all()
-    assert set(frame["emb"]) == {"tw", "rw", "twrw", "dp"} and set(frame["emb_group"]) == {0, 8}
+    assert set(frame["emb"]) == {"tw", "rw", "twrw", "dp", "hybrid"} and set(frame["emb_group"]) == {0, 8}
     assert frame["iteration_time_s"].is_monotonic_increasing
     assert list(frame["strategy"]) == [dlrm_outcome.strategy(int(i)) for i in dlrm_outcome.ranked]
 
@@ -182,7 +182,7 @@ def test_cli_json(dlrm_files):
     result = _cli(dlrm_files, "--json", "--top", "2")
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
-    assert data["evaluated"] == 42 and data["simulated"] == 42 and len(data["results"]) == 2
+    assert data["evaluated"] == 54 and data["simulated"] == 54 and len(data["results"]) == 2
     first = data["results"][0]
     assert "emb=" in first["strategy"] and first["fits"]
     assert first["iteration_time_s"] <= data["results"][1]["iteration_time_s"]
@@ -198,7 +198,7 @@ def test_cli_text_and_parquet(dlrm_files, tmp_path):
     assert result.exit_code == 0, result.output
     assert "rejected: embedding_plan" in result.output and "samples/s/GPU" in result.output
     frame = pd.read_parquet(out)
-    assert len(frame) == 42 and {"emb", "emb_group"} <= set(frame.columns)
+    assert len(frame) == 54 and {"emb", "emb_group"} <= set(frame.columns)
 
 
 def test_cli_transformer_option_exits_2(dlrm_files):

@@ -49,8 +49,12 @@ class EmbeddingTable(Schema):
         1.0, description="Average lookups per sample (multi-hot size); 1 for one-hot features."
     )
     count: PositiveInt = Field(1, description="How many identical tables this entry stands for.")
-    sharding: Literal["tw", "rw", "cw", "twrw", "dp"] | None = Field(
-        None, description="How these tables are sharded (tw, rw, cw, twrw, dp); default the strategy's emb.")
+    sharding: Literal["tw", "rw", "cw", "twrw", "dp", "hybrid"] | None = Field(
+        None, description="How these tables are sharded (tw, rw, cw, twrw, dp, hybrid); default the strategy's emb.")
+    zipf: float = Field(
+        0.0, ge=0, allow_inf_nan=False,
+        description="Access skew s of the rows: the k-th most frequent takes k^-s / H(rows, s) of the lookups "
+                    "(Zipf); 0: uniform. Decides which rows emb=hybrid replicates.")
 
     @property
     def params(self) -> int:

@@ -36,7 +36,7 @@ class Recompute(StrEnum):
 # recompute=auto (or no recompute): the cheapest mode that fits is chosen (madmax.parallel.recompute).
 RECOMPUTE_AUTO = "auto"
 DEFAULT_ORDER = "tp-cp-ep-dp-pp"
-EMB_SHARDINGS = ("tw", "rw", "cw", "twrw", "dp")
+EMB_SHARDINGS = ("tw", "rw", "cw", "twrw", "dp", "hybrid")
 
 
 class Strategy(Schema):
@@ -89,11 +89,17 @@ class Strategy(Schema):
         "over the network) or deepep (one copy per destination node over the scale-out fabric, forwarded "
         "inside the node over the scale-up fabric; DeepSeek-V3 Sec. 3.2.2).")
     order: str = Field(DEFAULT_ORDER, description="Placement of axes on the network, innermost first.")
-    emb: str = Field("tw", description="Embedding-table sharding (recommendation models): tw, rw, cw, twrw, dp.")
+    emb: str = Field("tw", description="Embedding-table sharding (recommendation models): tw, rw, cw, twrw, dp, "
+                                          "hybrid (frequent rows replicated, the rest table-wise).")
     emb_balance: Literal["size", "lookup"] = Field(
         "size", description="Balance table placement by bytes stored (size) or by lookup cost (lookup).")
     emb_offload: bool = Field(False, description="Keep embedding rows that do not fit HBM in host memory "
                                                  "(each lookup of them crosses the host link).")
+    emb_hot: float | None = Field(
+        None, ge=0, le=1, allow_inf_nan=False,
+        description="emb=hybrid: a row is replicated (hot, data-parallel) when at least this fraction of samples "
+                    "look it up; default the break-even of its gradient all-reduce against its all-to-all "
+                    "(madmax.parallel.embedding).")
     emb_group: PositiveInt | None = Field(
         None, description="Ranks sharing one copy of the tables (2-D sharding: replicated across groups); "
                           "default all ranks.")

@@ -32,6 +32,16 @@ class OpRole(StrEnum):
     NORM = "norm"  # LayerNorm / RMSNorm (an element-wise op whose name says norm)
     ACTIVATION = "activation"  # the FFN's activation (GELU, SwiGLU: silu(gate) * up)
     LOSS = "loss"  # the cross-entropy over the logits
+    RELU = "relu"  # a ReLU right after an MLP layer's GEMM (recommendation models)
+    EMBEDDING = "embedding"  # the embedding bags' backward and sparse optimizer update (recommendation models)
+
+
+class ExchangeDType(StrEnum):
+    """Format of the pooled embedding vectors the tables' all-to-all carries: the table's elements, or the
+    MLPs' compute dtype (16 bits under mixed precision)."""
+
+    TABLE = "table"
+    COMPUTE = "compute"
 
 
 class GatherIssue(StrEnum):
@@ -76,6 +86,15 @@ class TrainingStack(Schema):
         False, description="Each all-gather lands in a list of one tensor per rank: n copy kernels after it.")
     calibration: str | None = Field(None, description="Compute profile of the stack's runtime (its launch floor), "
                                                       "a catalog path; None: the shipped default.")
+    gemm_epilogue: list[OpRole] = Field(
+        default_factory=list, description="Element-wise ops of these roles run in the epilogue of the GEMM before "
+                                          "them (cuBLASLt bias+ReLU): no kernel and no bytes of their own.")
+    embedding_exchange: ExchangeDType = Field(
+        ExchangeDType.TABLE, description="Format of the pooled embedding vectors exchanged between ranks: the "
+                                         "table's (table) or the compute dtype (compute).")
+    graph_step: bool = Field(
+        False, description="The whole iteration replays as one CUDA graph fed by an asynchronous reader: no "
+                           "host synchronisation, data loading or logging at the step end.")
     sources: dict[str, str] = Field(default_factory=dict, description="Source of each field.")
 
     def gather_sizes(self, params: list[tuple[int, float]]) -> tuple[float, ...] | None:

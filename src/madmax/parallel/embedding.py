@@ -19,6 +19,12 @@ batch of B samples; the group's batch is G*B. Per table (TorchRec sharding types
   ranks.
 - 2-D (group_size G < num_ranks): the above within each group; each shard's gradient is all-reduced
   with its num_ranks / G replicas (TorchRec 2D parallel, DMPCollection).
+- HYBRID (HugeCTR's hybrid embedding; NVIDIA MLPerf DLRM submissions): the rows that many samples look up
+  (hot) are replicated on every rank and trained data-parallel, their gradients all-reduced; the rest
+  (cold) are model-parallel, table-wise, a hot table's cold part cut row-wise into k shards on k ranks
+  (k the least power of two that brings a shard's lookups to the mean rank's; HugeCTR's sharding planner
+  splits the hottest shard in two while it pays). A sample's pooled vector of a piece is exchanged only
+  when one of its lookups falls in that piece, so the all-to-all carries only the cold lookups.
 
 Per rank, with p the pooling (lookups per sample), c the columns of a piece, e the bytes per table
 element, o the bytes per element of the exchanged pooled vectors, m the group samples a piece serves per
@@ -33,15 +39,30 @@ Traffic is linear in B; the all-to-alls are not uniform, so each rank's bytes ov
 (intra-node) and scale-out (inter-node) fabrics are reported for a hierarchical all-to-all.
 Balance: greedy longest-processing-time placement of TW/CW slices on ranks and TWRW tables on nodes by
 size (table + optimizer bytes) or lookup cost (lookup bytes per sample); imbalance = max / mean.
+Hot rows: with per-table access skew s (Zipf: the k-th most frequent of N rows takes k^-s / H(N, s) of
+the table's lookups; s = 0 uniform), a row is hot when its expected lookups per sample p k^-s / H(N, s)
+reach the threshold q: the K = min(N, (p / (q H(N, s)))^(1/s)) first rows (s = 0: all rows when p / N >= q,
+else none), taking h = H(K, s) / H(N, s) of the lookups. A piece taking a share x of a table's lookups is
+touched by 1 - (1 - x)^p of the samples (independent lookups): the cold part of a table, x = 1 - h, by
+1 - h^p; each of its k shards by 1 - (1 - (1 - h)/k)^p. Default q, the break-even of one row: replicated,
+its gradient all-reduce moves 2 (n-1)/n c e bytes per rank per iteration; model-parallel, each of the
+q G B lookups of it in the group moves a pooled vector of c o bytes forward and its gradient backward,
+2 q B c o (G-1)/G per rank; replicating pays when q >= e (n-1)/n / (B o (G-1)/G).
 Offload: a rank whose tables and optimizer state exceed `hbm_budget_bytes` keeps the excess in host
 memory, the pieces with the fewest lookups per stored byte first; every lookup of an offloaded row
-crosses the host link (no cache; Neo's software cache, Sec. 5 of Mudigere et al., would cut it).
+crosses the host link (no cache; Neo's software cache, Sec. 5 of Mudigere et al., would cut it): the
+forward reads the rows (host to GPU), the fused backward reads each row and its optimizer state and
+writes them back, the two directions of the full-duplex link at once (per direction: the rows and state
+read). Sources: HugeCTR hybrid embedding (NVIDIA-Merlin/HugeCTR docs "Hybrid Embedding", MLPerf Training
+v1.0 NVIDIA DLRM) and the embedding collection's data-parallel tables (DP_SHARDING_THRESHOLD of the v3.0-
+v4.0 DLRM-DCNv2 submissions, mlcommons/training_results_v4.0 NVIDIA/benchmarks/dlrm_dcnv2).
 Sources: TorchRec docs "Sharding" (ShardingType table_wise, row_wise, column_wise, table_row_wise,
 data_parallel) and torchrec/distributed/{tw,rw,cw,twrw}_sharding.py; Mudigere et al. 2022.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -59,6 +80,7 @@ class ShardingType(StrEnum):
     CW = "cw"
     TWRW = "twrw"
     DP = "dp"
+    HYBRID = "hybrid"
 
 
 class EmbeddingOptimizer(StrEnum):
@@ -75,6 +97,9 @@ class Balance(StrEnum):
 
 STATE_BYTES = DType.FP32.num_bytes  # optimizer state is fp32 (FBGEMM TBE)
 READ_WRITE = 2
+# Generalized harmonic numbers H(n, s) = sum_{k<=n} k^-s: summed exactly up to this many terms, beyond it
+# the midpoint-rule integral of x^-s (error below 1e-6 of H for the table sizes of recommendation models).
+EXACT_HARMONIC_TERMS = 10_000
 
 
 @dataclass(frozen=True)
@@ -86,13 +111,56 @@ class Table:
     pooling: float
     elem_bytes: float
     name: str = ""
+    zipf: float = 0.0  # access skew s: the k-th most frequent row takes k^-s / H(rows, s) of the lookups
 
 
 def tables_of(model: DLRMModel) -> tuple[Table, ...]:
     """The model's tables, one `Table` per table (`count` expanded)."""
     e = model.embedding_dtype.num_bytes
-    return tuple(Table(t.rows, t.dim, t.pooling, e, f"group{g}.{i}")
+    return tuple(Table(t.rows, t.dim, t.pooling, e, f"group{g}.{i}", t.zipf)
                  for g, t in enumerate(model.tables) for i in range(t.count))
+
+
+def harmonic(n: float, s: float) -> float:
+    """H(n, s) = sum_{k=1..n} k^-s for n >= 0 (n rounded down)."""
+    n = int(n)
+    m = min(n, EXACT_HARMONIC_TERMS)
+    exact = float(np.sum(np.arange(1, m + 1, dtype=float) ** -s)) if m else 0.0
+    if n <= m:
+        return exact
+    a, b = m + 0.5, n + 0.5
+    tail = np.log(b / a) if s == 1 else (b ** (1 - s) - a ** (1 - s)) / (1 - s)
+    return exact + float(tail)
+
+
+def hot_rows(table: Table, threshold: float) -> tuple[float, float]:
+    """(K, h): the rows of `table` looked up at least `threshold` times per sample (expected) and their
+    share of its lookups (module docstring)."""
+    if table.zipf == 0:
+        return (float(table.rows), 1.0) if table.pooling / table.rows >= threshold else (0.0, 0.0)
+    total = harmonic(table.rows, table.zipf)
+    if threshold <= 0:
+        return float(table.rows), 1.0
+    log_k = (np.log(table.pooling) - np.log(threshold * total)) / table.zipf  # in logs: no overflow for small s
+    k = float(table.rows) if log_k >= np.log(table.rows) else float(np.floor(np.exp(log_k)))
+    return k, harmonic(k, table.zipf) / total
+
+
+def touched(share: float, pooling: float) -> float:
+    """Fraction of samples with at least one of their `pooling` lookups of a table in a piece that takes
+    `share` of them (independent lookups; fractional pooling as the exponent)."""
+    return 1.0 - (1.0 - min(max(share, 0.0), 1.0)) ** pooling
+
+
+def break_even_threshold(table: Table, strategy: EmbeddingStrategy, local_batch: int) -> float:
+    """q at which one row of `table` costs the same replicated (its gradient all-reduce) as model-parallel
+    (its lookups' pooled vectors exchanged): e (n-1)/n / (B o (G-1)/G); infinite (nothing replicated) on a
+    single rank or group."""
+    n, G = strategy.num_ranks, strategy.group
+    if n < 2 or G < 2:
+        return float("inf")
+    o = strategy.output_bytes or table.elem_bytes
+    return table.elem_bytes * (n - 1) / n / (local_batch * o * (G - 1) / G)
 
 
 @dataclass(frozen=True)
@@ -100,7 +168,8 @@ class EmbeddingStrategy:
     """How to shard: ranks, ranks per node, the type (one for all tables or one per table), the 2-D group
     size (default all ranks), CW slices per table, the balance metric, the optimizer, the HBM budget per
     rank for tables and optimizer state (bytes; None: unlimited), the bytes per element of the exchanged
-    pooled vectors (None: the table's) and of one sparse id (int64: 8)."""
+    pooled vectors (None: the table's) and of one sparse id (int64: 8). HYBRID: the hot threshold q (lookups
+    per sample of a row; None: each table's break-even for `local_batch` samples per rank)."""
 
     num_ranks: int
     ranks_per_node: int
@@ -112,6 +181,8 @@ class EmbeddingStrategy:
     hbm_budget_bytes: float | None = None
     output_bytes: float | None = None
     index_bytes: float = 8
+    hot_threshold: float | None = None
+    local_batch: int | None = None
 
     @property
     def group(self) -> int:
@@ -126,12 +197,22 @@ class EmbeddingStrategy:
     def kind(self, table: int) -> ShardingType:
         return self.sharding if isinstance(self.sharding, ShardingType) else self.sharding[table]
 
+    def threshold(self, table: Table) -> float:
+        """The hot threshold q of `table` under HYBRID: the given one, else its break-even."""
+        if self.hot_threshold is not None:
+            return self.hot_threshold
+        if self.local_batch is None:
+            raise StrategyError("embedding sharding 'hybrid' needs a hot threshold or the local batch for its "
+                                "break-even; allowed: hot_threshold in [0, 1] or local_batch > 0")
+        return break_even_threshold(table, self, self.local_batch)
+
 
 @dataclass(frozen=True)
 class Piece:
     """The part of table `table` on group rank `rank` (ALL_RANKS: the same part on every group rank, RW and
     DP): `rows` x `cols`, serving `serves` group samples and writing `writes` pooled vectors per local
-    sample (m and w of the module docstring)."""
+    sample (m and w of the module docstring). HYBRID pieces take `share` of the table's lookups and
+    exchange the pooled vectors of the `exchanged` fraction of samples that touch them."""
 
     table: int
     kind: ShardingType
@@ -140,6 +221,8 @@ class Piece:
     cols: int
     serves: float
     writes: float
+    share: float = 1.0
+    exchanged: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -155,7 +238,8 @@ class EmbeddingPlan:
     lookup_bytes_per_sample: tuple[float, ...]
     update_bytes_per_sample: tuple[float, ...]
     offloaded_bytes: tuple[float, ...]
-    host_bytes_per_sample: tuple[float, ...]
+    host_bytes_per_sample: tuple[float, ...]  # forward: offloaded rows read, per direction of the host link
+    host_update_bytes_per_sample: tuple[float, ...] = ()  # backward: rows and state read (and as many written)
 
     @property
     def size_imbalance(self) -> float:
@@ -231,18 +315,42 @@ def _costs(p: Piece, t: Table, s: EmbeddingStrategy) -> tuple[float, float, floa
     """(stored bytes, lookup bytes/sample, update bytes/sample, row reads/sample) of one piece."""
     o = s.output_bytes or t.elem_bytes
     stored = p.rows * p.cols * t.elem_bytes + _state_bytes(s.optimizer, p.rows, p.cols)
-    reads = p.serves * t.pooling * p.cols * t.elem_bytes
+    lookups = p.serves * t.pooling * p.share
+    reads = lookups * p.cols * t.elem_bytes
     out = p.writes * p.cols * o
     state_rw = READ_WRITE * _state_bytes(s.optimizer, 1, p.cols)
-    update = out + p.serves * t.pooling * (READ_WRITE * p.cols * t.elem_bytes + state_rw)
+    update = out + lookups * (READ_WRITE * p.cols * t.elem_bytes + state_rw)
     return stored, reads + out, update, reads
 
 
-def _units(tables: tuple[Table, ...], s: EmbeddingStrategy) -> tuple[list[Piece], list[tuple[int, int]]]:
-    """Evenly spread pieces (RW, DP) and the placeable units (table, column slice) of TW, CW, TWRW."""
+def _hybrid_pieces(i: int, t: Table, s: EmbeddingStrategy) -> tuple[Piece | None, Piece | None]:
+    """HYBRID table `i`: its replicated hot piece (None when no row is hot) and its whole cold part, one
+    model-parallel piece serving the group (None when every row is hot)."""
     G = s.group
+    k, h = hot_rows(t, s.threshold(t))
+    hot = Piece(i, ShardingType.DP, ALL_RANKS, k, t.dim, 1, 1, share=h, exchanged=0.0) if k else None
+    if h >= 1:
+        return hot, None
+    x = touched(1 - h, t.pooling)
+    return hot, Piece(i, ShardingType.HYBRID, 0, t.rows - k, t.dim, G, G * x, share=1 - h, exchanged=x)
+
+
+def _split(cold: Piece, t: Table, k: int) -> list[Piece]:
+    """A cold part cut row-wise into `k` shards (for k distinct ranks), each taking 1/k of its lookups."""
+    share = cold.share / k
+    x = touched(share, t.pooling)
+    return [Piece(cold.table, cold.kind, 0, cold.rows / k, cold.cols, cold.serves, cold.serves * x,
+                  share=share, exchanged=x) for _ in range(k)]
+
+
+def _units(tables: tuple[Table, ...], s: EmbeddingStrategy) -> tuple[list[Piece], list[tuple[int, int, list[Piece]]]]:
+    """Evenly spread pieces (RW, DP, HYBRID's hot rows) and the placeable units (table, slice, pieces) of TW,
+    CW (a column slice each), TWRW (a table's pieces on one node) and HYBRID's cold parts (a row shard each,
+    a part cut into the least power of two k <= G of shards whose lookups reach the mean rank's)."""
+    G, L = s.group, s.local
     spread: list[Piece] = []
-    units: list[tuple[int, int]] = []
+    units: list[tuple[int, int, list[Piece]]] = []
+    colds: list[tuple[int, Piece]] = []
     for i, t in enumerate(tables):
         kind = s.kind(i)
         if kind is ShardingType.RW:
@@ -250,9 +358,24 @@ def _units(tables: tuple[Table, ...], s: EmbeddingStrategy) -> tuple[list[Piece]
         elif kind is ShardingType.DP:
             spread.append(Piece(i, kind, ALL_RANKS, t.rows, t.dim, 1, 1))
         elif kind is ShardingType.CW:
-            units += [(i, c) for c in range(s.col_shards)]
+            units += [(i, c, [Piece(i, kind, 0, t.rows, _slice_cols(t.dim, s.col_shards, c), G, G)])
+                      for c in range(s.col_shards)]
+        elif kind is ShardingType.TWRW:
+            units.append((i, 0, [Piece(i, kind, r, t.rows / L, t.dim, G / L, G) for r in range(L)]))
+        elif kind is ShardingType.HYBRID:
+            hot, cold = _hybrid_pieces(i, t, s)
+            spread += [hot] if hot else []
+            colds += [(i, cold)] if cold else []
         else:
-            units.append((i, 0))
+            units.append((i, 0, [Piece(i, kind, 0, t.rows, t.dim, G, G)]))
+    if colds:
+        lookups = {i: _costs(c, tables[i], s)[1] for i, c in colds}
+        placed = sum(_costs(p, tables[p.table], s)[1] for _, _, pieces in units for p in pieces)
+        mean = (sum(lookups.values()) + placed + sum(_costs(p, tables[p.table], s)[1] for p in spread) * G) / G
+        for i, cold in colds:
+            ratio = lookups[i] / mean if mean else 1.0
+            k = min(G, 2 ** int(np.ceil(np.log2(ratio)))) if ratio > 1 else 1
+            units += [(i, c, [piece]) for c, piece in enumerate(_split(cold, tables[i], k))]
     return spread, units
 
 
@@ -261,30 +384,26 @@ def _slice_cols(dim: int, shards: int, c: int) -> int:
 
 
 def _place(tables: tuple[Table, ...], s: EmbeddingStrategy) -> list[Piece]:
-    """Greedy (longest first) placement of TW/CW slices on ranks and TWRW tables on nodes."""
+    """Greedy (longest first) placement of TW/CW slices and HYBRID shards on ranks (a table's shards on
+    distinct ranks) and TWRW tables on nodes."""
     G, L = s.group, s.local
     spread, units = _units(tables, s)
     metric = 0 if s.balance is Balance.SIZE else 1
     loads = np.zeros(G)
     for p in spread:
         loads[_at(p.rank)] += _costs(p, tables[p.table], s)[metric]
-    trial: list[tuple[float, int, int, list[Piece]]] = []
-    for i, c in units:
-        t, kind = tables[i], s.kind(i)
-        if kind is ShardingType.TWRW:
-            pieces = [Piece(i, kind, r, t.rows / L, t.dim, G / L, G) for r in range(L)]
-        else:
-            cols = _slice_cols(t.dim, s.col_shards, c) if kind is ShardingType.CW else t.dim
-            pieces = [Piece(i, kind, 0, t.rows, cols, G, G)]
-        trial.append((sum(_costs(p, t, s)[metric] for p in pieces), i, c, pieces))
+    trial = [(sum(_costs(p, tables[i], s)[metric] for p in pieces), i, c, pieces) for i, c, pieces in units]
     placed = list(spread)
-    for _, _, _, pieces in sorted(trial, key=lambda u: (-u[0], u[1], u[2])):
+    holding: dict[int, set[int]] = {}  # HYBRID table -> ranks holding one of its shards
+    for _, i, _, pieces in sorted(trial, key=lambda u: (-u[0], u[1], u[2])):
         if pieces[0].kind is ShardingType.TWRW:
             node = int(np.argmin(loads.reshape(G // L, L).max(axis=1)))
-            moved = [Piece(p.table, p.kind, node * L + p.rank, p.rows, p.cols, p.serves, p.writes) for p in pieces]
+            moved = [dataclasses.replace(p, rank=node * L + p.rank) for p in pieces]
         else:
-            rank = int(np.argmin(loads))
-            moved = [Piece(p.table, p.kind, rank, p.rows, p.cols, p.serves, p.writes) for p in pieces]
+            taken = holding.setdefault(i, set()) if pieces[0].kind is ShardingType.HYBRID else set()
+            rank = min((r for r in range(G) if r not in taken), key=lambda r: (loads[r], r))
+            taken.add(rank)
+            moved = [dataclasses.replace(p, rank=rank) for p in pieces]
         for p in moved:
             loads[_at(p.rank)] += _costs(p, tables[p.table], s)[metric]
         placed += moved
@@ -292,14 +411,15 @@ def _place(tables: tuple[Table, ...], s: EmbeddingStrategy) -> list[Piece]:
 
 
 def _offload(pieces: list[Piece], tables: tuple[Table, ...], s: EmbeddingStrategy,
-             stored: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Bytes each rank keeps in host memory and the host-link bytes per local sample: the excess over the
-    budget, taken from the pieces with the fewest row reads per stored byte; an offloaded fraction f of a
-    piece moves f of its row reads (forward) and of its row and state updates (backward) over the link."""
+             stored: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Bytes each rank keeps in host memory and the host-link bytes per local sample per direction, forward
+    and backward: the excess over the budget, taken from the pieces with the fewest row reads per stored
+    byte; an offloaded fraction f of a piece moves f of its row reads in the forward, and in the backward f of
+    its rows and optimizer state read (host to GPU) while as many are written back (GPU to host)."""
     G = s.group
-    off, host = np.zeros(G), np.zeros(G)
+    off, host, host_back = np.zeros(G), np.zeros(G), np.zeros(G)
     if s.hbm_budget_bytes is None:
-        return off, host
+        return off, host, host_back
     by_rank: dict[int, list[tuple[tuple[float, float, float, float], Piece]]] = {}
     for p in pieces:
         by_rank.setdefault(p.rank, []).append((_costs(p, tables[p.table], s), p))
@@ -316,9 +436,10 @@ def _offload(pieces: list[Piece], tables: tuple[Table, ...], s: EmbeddingStrateg
             f = min(1.0, excess / size)
             out = p.writes * p.cols * (s.output_bytes or tables[p.table].elem_bytes)
             off[r] += f * size
-            host[r] += f * (reads + update - out)
+            host[r] += f * reads
+            host_back[r] += f * (update - out) / READ_WRITE
             excess -= f * size
-    return off, host
+    return off, host, host_back
 
 
 def shard(tables: tuple[Table, ...], strategy: EmbeddingStrategy) -> EmbeddingPlan:
@@ -335,12 +456,12 @@ def shard(tables: tuple[Table, ...], strategy: EmbeddingStrategy) -> EmbeddingPl
         opt_b[at] += stored - p.rows * p.cols * t.elem_bytes
         look[at] += lookup
         upd[at] += update
-    off, host = _offload(pieces, tables, strategy, table_b + opt_b)
+    off, host, host_back = _offload(pieces, tables, strategy, table_b + opt_b)
     as_t = lambda a: tuple(float(x) for x in a)  # noqa: E731
     return EmbeddingPlan(strategy=strategy, tables=tables, pieces=tuple(pieces), table_bytes=as_t(table_b),
                          optimizer_bytes=as_t(opt_b), lookup_bytes_per_sample=as_t(look),
                          update_bytes_per_sample=as_t(upd), offloaded_bytes=as_t(off),
-                         host_bytes_per_sample=as_t(host))
+                         host_bytes_per_sample=as_t(host), host_update_bytes_per_sample=as_t(host_back))
 
 
 def _a2a(label: str, phase: str, span: Span, sends: np.ndarray, recvs: np.ndarray) -> EmbeddingComm:
@@ -365,7 +486,8 @@ def comm(plan: EmbeddingPlan, local_batch: int) -> tuple[EmbeddingComm, ...]:
     """The embeddings' collectives for a local batch of B samples per rank, each with its span.
 
     Forward: ids to their owners (all-to-all, B p id bytes per table, the fraction each owner holds);
-    TW/CW pooled vectors (all-to-all over the group: every rank receives B * sum of TW/CW widths);
+    TW/CW pooled vectors (all-to-all over the group: every rank receives B * sum of TW/CW widths; a HYBRID
+    cold piece only its ids and the vectors of the samples that touch it);
     RW partial sums (reduce-scatter over the group, G B dim o per rank); TWRW partial sums
     (reduce-scatter in the node) then pooled vectors (all-to-all across the G/L' nodes). Backward: the
     same sizes, the all-to-alls reversed and reduce-scatters turned into all-gathers. Update: DP tables'
@@ -380,9 +502,9 @@ def comm(plan: EmbeddingPlan, local_batch: int) -> tuple[EmbeddingComm, ...]:
     for p in plan.pieces:
         t = tables[p.table]
         o = s.output_bytes or t.elem_bytes
-        if p.kind in (ShardingType.TW, ShardingType.CW):
-            ids[p.rank] += B * t.pooling * s.index_bytes
-            tw_out[p.rank] += B * p.cols * o
+        if p.kind in (ShardingType.TW, ShardingType.CW, ShardingType.HYBRID):
+            ids[p.rank] += B * t.pooling * p.share * s.index_bytes
+            tw_out[p.rank] += B * p.cols * o * p.exchanged
         elif p.kind is ShardingType.RW:
             ids += B * t.pooling * s.index_bytes / G
             rw_width += p.cols * o

@@ -19,7 +19,7 @@ from madmax.config import pipeline_layout as layout
 from madmax.config.base import DType
 from madmax.config.strategy import Axis, Recompute, Strategy
 from madmax.config.task import ExpertLoad
-from madmax.config.training_stack import TrainingStack, load_training_stack
+from madmax.config.training_stack import ExchangeDType, OpRole, TrainingStack, load_training_stack
 from madmax.errors import StrategyError
 from madmax.parallel import experts
 from madmax.parallel.context import ring_kv
@@ -27,7 +27,7 @@ from madmax.parallel.data import DataParallelPlan, data_parallel_plan
 from madmax.parallel.formats import high_precision, low_precision, tensor_bytes
 from madmax.parallel.kernels import CommOp, Kernel, KernelKind, Phase, Where
 from madmax.parallel.placement import span
-from madmax.parallel.stack_kernels import cast_kernels, kernels_of
+from madmax.parallel.stack_kernels import cast_kernels, kernels_of, role_kernels
 from madmax.parallel.tensor import (
     Shape,
     backward_kernels,
@@ -194,7 +194,7 @@ def build_plan(workload: Workload, strategy: Strategy, *, domain_size: int, seq_
         key = _unit_key(block)
         if any(op.tp is TPSplit.TABLE for op in block.ops):
             units[key] = table_unit(key, block, workload.tables, s, shape, domain_size, table_budget_bytes,
-                                    tp_span)
+                                    tp_span, stack)
         else:
             units[key] = unit(key, block, shape if _transformer(block) else high, trainable_seen)
         order += [key] * block.count
@@ -267,7 +267,7 @@ def _with_edges(units: dict[str, UnitPlan], workload: Workload) -> dict[str, Uni
 
 
 def table_unit(key: str, block: Block, tables: tuple, s: Strategy, shape: Shape, domain_size: int,
-               budget_bytes: float | None, tp_span: Span) -> UnitPlan:
+               budget_bytes: float | None, tp_span: Span, stack: TrainingStack | None = None) -> UnitPlan:
     """Embedding tables placed by the embedding-sharding plan (`parallel.embedding`), worst rank.
 
     Forward: the rank's lookups (a memory-bound gather of its pieces' rows for the samples it serves)
@@ -277,8 +277,13 @@ def table_unit(key: str, block: Block, tables: tuple, s: Strategy, shape: Shape,
     With tensor parallelism the tables shard over all dp x tp ranks; each TP rank looks up 1/tp of its
     replica's micro-batch and the TP group all-gathers the pooled vectors, since every TP rank runs the
     interaction on the whole micro-batch (its backward is a split, no exchange).
+    The stack decides the format of the exchanged pooled vectors and whether the backward's sparse update
+    runs fused (`TrainingStack.embedding_exchange`, `unfused[embedding]`). Offloaded rows' host-link time
+    comes first in each pass: the queue waits for it (`madmax.program.costs.pass_cost`).
     """
     from madmax.parallel import embedding as emb
+
+    stack = stack or load_training_stack()
 
     ranks = (s.dp or 1) * s.tp
     if shape.batch % s.tp:
@@ -288,16 +293,20 @@ def table_unit(key: str, block: Block, tables: tuple, s: Strategy, shape: Shape,
     strategy = emb.EmbeddingStrategy(num_ranks=ranks, ranks_per_node=min(domain_size, ranks),
                                      sharding=_table_shardings(tables, s.emb), group_size=s.emb_group,
                                      balance=emb.Balance(s.emb_balance),
-                                     hbm_budget_bytes=budget_bytes)
-    plan = _shard(tuple(emb.Table(t.rows, t.dim, t.pooling, t.elem_bytes, t.name) for t in tables), strategy)
+                                     hbm_budget_bytes=budget_bytes,
+                                     output_bytes=shape.act_bytes if stack.embedding_exchange is ExchangeDType.COMPUTE
+                                     else None, hot_threshold=s.emb_hot, local_batch=local)
+    plan = _shard(tuple(emb.Table(t.rows, t.dim, t.pooling, t.elem_bytes, t.name, t.zipf) for t in tables), strategy)
     trains = any(op.trainable for op in block.ops)
     worst = max(range(len(plan.lookup_bytes_per_sample)), key=lambda r: plan.lookup_bytes_per_sample[r])
     fwd = [Kernel(KernelKind.MEMORY, "embedding", num_bytes=local * plan.lookup_bytes_per_sample[worst])]
-    bwd = [Kernel(KernelKind.MEMORY, "embedding", num_bytes=local * plan.update_bytes_per_sample[worst])]
+    bwd = role_kernels(stack, OpRole.EMBEDDING, [Kernel(KernelKind.MEMORY, "embedding",
+                                                        num_bytes=local * plan.update_bytes_per_sample[worst])])
     host = local * max(plan.host_bytes_per_sample)
     if host:
-        fwd.append(Kernel(KernelKind.HOST, "embedding_offload", num_bytes=host))
-        bwd.append(Kernel(KernelKind.HOST, "embedding_offload", num_bytes=2 * host))
+        fwd.insert(0, Kernel(KernelKind.HOST, "embedding_offload", num_bytes=host))
+        bwd.insert(0, Kernel(KernelKind.HOST, "embedding_offload",
+                             num_bytes=local * max(plan.host_update_bytes_per_sample)))
     if not trains:  # inference: lookups only, no optimizer state
         bwd = []
     # The ids and pooled vectors travel on the embedding exchange's own stream ("emb"), beside the bottom

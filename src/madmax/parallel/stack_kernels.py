@@ -16,8 +16,8 @@ from madmax.workload.ops import Op, OpKind
 
 def op_role(op: Op) -> OpRole | None:
     """The role of a workload op by its kind and the last part of its name: the loss (`*.loss`), a norm
-    (`*norm*`: LayerNorm, RMSNorm, the q/k norms), the FFN activation (`*act`); None for an op no stack
-    splits (GEMMs, attention, residual adds, embeddings)."""
+    (`*norm*`: LayerNorm, RMSNorm, the q/k norms), the FFN activation (`*act`), an MLP layer's ReLU
+    (`relu*`); None for an op no stack splits (GEMMs, attention, residual adds, embeddings)."""
     if op.kind is not OpKind.ELEMENTWISE:
         return None
     part = op.name.rsplit(".", 1)[-1]
@@ -27,13 +27,23 @@ def op_role(op: Op) -> OpRole | None:
         return OpRole.NORM
     if part.endswith("act"):
         return OpRole.ACTIVATION
+    if part.startswith("relu"):
+        return OpRole.RELU
     return None
 
 
 def kernels_of(stack: TrainingStack, op: Op, kernels: list[Kernel]) -> list[Kernel]:
     """`kernels` of `op` for one pass as `stack` runs them: an unfused op's memory-bound kernel of B bytes
-    becomes `kernels` launches of B * bytes_factor / kernels bytes each; other kernels pass unchanged."""
+    becomes `kernels` launches of B * bytes_factor / kernels bytes each; an op in the GEMM epilogue has no
+    memory-bound kernel of its own; other kernels pass unchanged."""
     role = op_role(op)
+    if role is not None and role in stack.gemm_epilogue:
+        return [k for k in kernels if k.kind is not KernelKind.MEMORY]
+    return role_kernels(stack, role, kernels)
+
+
+def role_kernels(stack: TrainingStack, role: OpRole | None, kernels: list[Kernel]) -> list[Kernel]:
+    """`kernels` of an op of `role` as `stack` runs them, split when the stack runs that role unfused."""
     rule = stack.unfused.get(role) if role is not None else None
     if rule is None:
         return kernels

@@ -13,6 +13,7 @@ the optimizer step waits for all of them.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from dataclasses import dataclass, field
 from functools import cache
@@ -165,6 +166,8 @@ class _Builder:
         world = strategy.tp * strategy.cp * (strategy.dp or 1) * strategy.pp
         self.step_end: StepEnd = step_end_costs(strategy, plan.data.zero, plan.data.grad_span, network,
                                                 min(network.system.scale_up.domain_size, world))
+        if plan.stack is not None and plan.stack.graph_step:  # one CUDA graph per step: no host work at its end
+            self.step_end = dataclasses.replace(self.step_end, host_sync_s=0.0, host_beside_s=0.0, assumptions=())
         self.step_ready: list[tuple[int, int]] = []  # per stage: (gradients ready, gradient-norm all-reduce)
         self.trains = any(unit.trainable_params for unit in plan.units.values())
         self._groups: dict[str, tuple] = {}

@@ -11,6 +11,7 @@ to validate a user's own measurements in the same format.
 - nemo: NeMo 24.07 performance summary (tokens/s/GPU) and NeMo 24.03 long-sequence table (TFLOP/s).
 - vtrain_single, vtrain_multi: vTrain (MICRO 2024) Megatron-DeepSpeed iteration times on A100s.
 - nvidia_dlrm: NVIDIA DeepLearningExamples TensorFlow2 DLRM and DCNv2 training throughput (samples/s).
+- mlperf_dlrm: MLPerf Training v3.0-v4.0 DLRM-DCNv2 on 8 H100 (NVIDIA's HugeCTR submissions), samples/s.
 - megatron_bridge_moe, automodel_moe: MoE pre-training on DGX H100, mapped in `madmax.validate.moe`.
 - trtllm_static, serving_h100: LLM serving rows, mapped in `madmax.validate.serving`.
 """
@@ -442,6 +443,8 @@ NVIDIA_DLRM_NOTES = (
     "optimizer: TF2 DLRM uses SGD (no state), DCNv2 LazyAdam (8 B per element); madmax's embedding update "
     "assumes row-wise Adagrad (4 B per row)",
 )
+# The examples' training stack: TF2 with XLA, Horovod and Merlin Distributed Embeddings (training_stacks.yaml).
+NVIDIA_DLRM_STACK = "tf2"
 
 
 def _criteo_rows(row: Mapping[str, str]) -> tuple[tuple[int, ...], str]:
@@ -530,7 +533,7 @@ def _nvidia_dlrm_case(row_id: str, row: dict[str, str]) -> Case:
         case = replace(case, kwargs={**kwargs, "batch": gb})
     where = "DGX-1" if "DGX-1" in row["gpu"] else "DGX-2" if "DGX-2" in row["gpu"] else ""
     label = " ".join(p for p in (case.label, row["dtype"].split()[0], f"emb={emb}", where) if p)
-    return replace(case, label=label)
+    return with_stack(replace(case, label=label), NVIDIA_DLRM_STACK)
 
 
 def load_nvidia_dlrm(rows: Rows | None = None) -> Dataset:
@@ -541,6 +544,51 @@ def load_nvidia_dlrm(rows: Rows | None = None) -> Dataset:
               if r["source"].startswith(source))
     return build_dataset("nvidia_dlrm", "NVIDIA DeepLearningExamples TF2 DLRM/DCNv2, samples/s on A100 and V100",
                   chosen, _nvidia_dlrm_case)
+
+
+# ------------------------------------------------------------------------- MLPerf DLRM-DCNv2 (HugeCTR)
+
+MLPERF_DLRM_SOURCE = "MLCommons MLPerf Training results"
+MLPERF_DLRM_MODEL = "dlrm-dcnv2"  # the catalog's MLPerf DLRM v2 (26 multi-hot tables, DCNv2 3 x rank 512)
+MLPERF_DLRM_STACK = "hugectr"
+# HugeCTR's SHARDING_PLAN=auto: small tables data-parallel (DP_SHARDING_THRESHOLD), the rest model-parallel with
+# the hottest split over several GPUs, placed by lookups (hotness): madmax's hybrid sharding balanced by lookup
+# cost, its hot threshold the break-even (mlcommons/training_results_v4.0 NVIDIA dlrm_dcnv2 merlin_hugectr).
+MLPERF_DLRM_NOTES = (
+    "strategy: HugeCTR's auto sharding plan as emb=hybrid,emb_balance=lookup (small tables replicated, the rest "
+    "model-parallel, hot tables split), dense MLPs data-parallel with a plain all-reduce (zero=0); one micro-batch",
+    "dtype: HugeCTR mixed precision (fp16 MLPs, fp32 tables and Adagrad state); madmax's embedding update assumes "
+    "row-wise Adagrad (4 B per row) where HugeCTR keeps one fp32 accumulator per element",
+    "kernels: madmax's GEMM and element-wise costs (H200 eager-PyTorch profile) stand in for HugeCTR's cuBLASLt layers",
+)
+
+
+def _mlperf_dlrm_case(row_id: str, row: dict[str, str]) -> Case:
+    if row["task"] != "pretrain" or not row["model"].startswith("DLRM-DCNv2"):
+        raise NotMappable(f"row {row['model']!r} ({row['task']}) is not MLPerf DLRM-DCNv2 training")
+    num_gpus, per_node, gb = row_ints(row, "num_gpus", "gpus_per_node", "global_batch")
+    if gb % num_gpus:
+        raise NotMappable(f"global_batch={gb} is not a multiple of {num_gpus} GPUs")
+    model = {**find_in_catalog("models", MLPERF_DLRM_MODEL), "source": f"madmax validation row {row_id}"}
+    intra = float(row["intra_bw_GBps"]) if row.get("intra_bw_GBps") else None
+    inter = float(row["inter_bw_GBps"]) if row.get("inter_bw_GBps") else None
+    s = {"tp": 1, "pp": 1, "dp": num_gpus, "mbs": gb // num_gpus, "zero": 0, "emb": "hybrid",
+         "emb_balance": "lookup"}
+    case = _case("mlperf_dlrm", row_id, model, system=system_for(row["gpu"], per_node, intra, inter),
+                 gpu=row["gpu"], num_gpus=num_gpus, task="pretrain", gb=gb, seq=1, dtype="fp16", s=s,
+                 metric=row["metric"], measured=float(row["value"]), unit=row["unit"],
+                 assumptions=MLPERF_DLRM_NOTES)
+    version = row["source_detail"].split()[0] if row.get("source_detail") else ""
+    return with_stack(replace(case, label=" ".join(p for p in (case.label, version, "emb=hybrid") if p)),
+                      MLPERF_DLRM_STACK)
+
+
+def load_mlperf_dlrm(rows: Rows | None = None) -> Dataset:
+    """MLPerf Training DLRM-DCNv2 (v3.0-v4.0), NVIDIA's HugeCTR submissions on 8 H100: samples/s."""
+    chosen = ((i, r) for i, r in (read_rows(PUBLISHED_CSV) if rows is None else rows)
+              if r["source"].startswith(MLPERF_DLRM_SOURCE) and "dlrm" in r["model"].lower())
+    return build_dataset("mlperf_dlrm", "MLPerf Training DLRM-DCNv2 (HugeCTR), samples/s on 8 H100",
+                         chosen, _mlperf_dlrm_case)
 
 
 def load_megatron_bridge_moe(rows: Rows | None = None) -> Dataset:
@@ -585,6 +633,7 @@ LOADERS: dict[str, Callable[[], Dataset]] = {
     "vtrain_single": load_vtrain_single,
     "vtrain_multi": load_vtrain_multi,
     "nvidia_dlrm": load_nvidia_dlrm,
+    "mlperf_dlrm": load_mlperf_dlrm,
     "megatron_bridge_moe": load_megatron_bridge_moe,
     "automodel_moe": load_automodel_moe,
     "trtllm_static": load_trtllm_static,

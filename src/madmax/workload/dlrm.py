@@ -163,7 +163,7 @@ def build(model: DLRMModel, task: Task, *, flash: bool = True) -> Workload:
         raise ConfigError(f"task.seq_len={task.seq_len} does not apply to the dlrm model {model.name}: a sample "
                           "has no sequence; allowed: 1 or unset")
     e = model.embedding_dtype.num_bytes
-    tables = tuple(TableSpec(t.rows, t.dim, t.pooling, e, f"group{g}.{i}", t.sharding)
+    tables = tuple(TableSpec(t.rows, t.dim, t.pooling, e, f"group{g}.{i}", t.sharding, t.zipf)
                    for g, t in enumerate(model.tables) for i in range(t.count))
     blocks = _blocks(model)
     if task.kind is TaskKind.INFERENCE:  # forward only: nothing trains, nothing is kept for a backward

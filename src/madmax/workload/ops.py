@@ -185,7 +185,8 @@ class TableSpec:
     pooling: float
     elem_bytes: float
     name: str = ""
-    sharding: str | None = None  # the model's choice for this table (tw, rw, cw, twrw, dp), if any
+    sharding: str | None = None  # the model's choice for this table (tw, rw, cw, twrw, dp, hybrid), if any
+    zipf: float = 0.0  # access skew of its rows (Zipf exponent; 0 uniform), for hybrid sharding
 
 
 @dataclass(frozen=True)
