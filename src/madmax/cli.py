@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -494,8 +496,9 @@ def sweep(
             raise MadmaxError(f"--limit={limit} must be a positive number of points")
         loaded = load_sweep(spec)
         directory = out or Path(f"{spec.stem}-results")
-        summary = run_sweep(loaded, directory, workers=workers, dask=dask, prices=prices, progress=progress,
-                            stop_after=limit)
+        with _warnings_as_lines():
+            summary = run_sweep(loaded, directory, workers=workers, dask=dask, prices=prices, progress=progress,
+                                stop_after=limit)
     except MadmaxError as exc:
         _fail(str(exc))
         return
@@ -526,16 +529,28 @@ def query(
                                             'min(cost_usd) FROM results GROUP BY system".')],
     fmt: Annotated[str, typer.Option("--format", help="table, csv or json.")] = "table",
 ) -> None:
-    """Run SQL (DuckDB) over the Parquet shards of a sweep; the table is named `results`."""
-    from madmax.sweep.store import query_rows
+    """Run SQL (DuckDB) over the Parquet shards of a sweep, one row per point; the table is named `results`."""
+    from madmax.sweep.store import display_value, query_rows
 
     try:
         if fmt not in ("table", "csv", "json"):
             raise MadmaxError(f"--format={fmt!r} is unknown; allowed: table, csv, json")
-        columns, rows = query_rows(directory, sql)
+        with _warnings_as_lines():
+            columns, rows = query_rows(directory, sql)
     except MadmaxError as exc:
         _fail(str(exc))
         return
+@contextmanager
+def _warnings_as_lines() -> Iterator[None]:
+    """Within it, each warning prints as one line 'warning: ...' on stderr (e.g. a quarantined shard)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.showwarning = lambda message, *_, **__: typer.echo(f"warning: {message}", err=True)
+        yield
+
+
     except ImportError:
         _fail("query needs duckdb; install madmax[dev]")
         return
@@ -553,7 +568,7 @@ def query(
 
         table = Table(*columns)
         for r in rows:
-            table.add_row(*("" if v is None else f"{v:.6g}" if isinstance(v, float) else str(v) for v in r))
+            table.add_row(*(display_value(v) for v in r))
         Console().print(table)
 
 

@@ -8,13 +8,21 @@ Backends: one worker runs in this process; more run in a `concurrent.futures` pr
 (forkserver on POSIX: fresh interpreters forked from a server that imported madmax once); `dask`
 takes 'local' (a dask.distributed LocalCluster of `workers` single-thread processes), a scheduler
 address ('tcp://HOST:PORT'), or a `distributed.Client`. The rows do not depend on the backend.
+
+One run at a time writes a folder (`store.locked`). Local worker processes die with the sweep, even when it
+is killed with SIGKILL: each watches a pipe whose only writing end is in the sweep process, and exits when
+the OS closes it (see `_watch_owner`). A sweep of more than `MAX_POINTS` points is refused unless a run is
+bounded (`stop_after`, `--limit`); such a run expands points lazily and stops after that many.
 """
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import json
 import multiprocessing
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -26,8 +34,12 @@ from madmax.errors import ConfigError
 from madmax.sweep import store
 from madmax.sweep.evaluate import evaluate_chunk
 from madmax.sweep.spec import Point, Sweep, load_sweep
+from madmax.terminal import ProgressBar as _ProgressBar  # points done of the total, on a terminal only
 
 MAX_CHUNK = 64
+# Points one unbounded run expands (about 12 us each) and keeps the keys of: more would take minutes
+# before the first point is evaluated and gigabytes of keys. Larger sweeps run in parts with --limit.
+MAX_POINTS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -57,14 +69,15 @@ def run_sweep(sweep: Sweep | str | Path | dict, out: str | Path, *, workers: int
               dask: Any = None, dask_processes: bool = True, prices: dict[str, float] | None = None,
               progress: bool = False, on_progress: Callable[[int, int], None] | None = None,
               stop_after: int | None = None, chunk_size: int | None = None, flush_rows: int = 1000,
-              flush_s: float = 30.0) -> Summary:
+              flush_s: float = 30.0, max_points: int = MAX_POINTS) -> Summary:
     """Evaluate every point of `sweep` not yet stored in `out`; store the rows as Parquet shards there.
 
     workers: processes (default: CPU count; 1 runs here). dask: None, 'local', an address or a Client.
     prices: USD per GPU-hour by system name ('*': all) over the sweep's. on_progress(done, total) is
     called after each chunk (done counts points stored before this run). stop_after: stop once this many
     points are evaluated (a partial run, resumed by the next). An exception (Ctrl-C) stops the run after
-    the rows received so far are written.
+    the rows received so far are written. A sweep of more than `max_points` points needs `stop_after`.
+    ConfigError if another run is writing `out`.
     """
     sweep = sweep if isinstance(sweep, Sweep) else load_sweep(sweep)
     if prices:
@@ -74,47 +87,77 @@ def run_sweep(sweep: Sweep | str | Path | dict, out: str | Path, *, workers: int
         raise ConfigError(f"workers={workers} must be a positive number of processes")
     if dask is not None and isinstance(dask, str) and dask != "local" and "://" not in dask:
         raise ConfigError(f"dask={dask!r} must be 'local' or a scheduler address such as tcp://HOST:PORT")
+    if stop_after is not None and stop_after < 1:
+        raise ConfigError(f"stop_after={stop_after} must be a positive number of points")
+    count = sweep.count()
+    if count > max_points and stop_after is None:
+        raise ConfigError(f"sweep {sweep.name!r} has {count:,} points, more than the {max_points:,} one run "
+                          f"expands; run it in parts with --limit N (e.g. --limit {max_points}), each run "
+                          "resuming where the last stopped, or make its axes shorter")
     directory = Path(out)
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ConfigError(f"out={str(directory)!r} cannot be created: {exc.__class__.__name__}") from None
+    with store.locked(directory):
+        return _run_locked(sweep, directory, count if count > max_points else None, workers=workers, dask=dask,
+                           dask_processes=dask_processes, progress=progress, on_progress=on_progress,
+                           stop_after=stop_after, chunk_size=chunk_size, flush_rows=flush_rows, flush_s=flush_s)
+
+
+def _run_locked(sweep: Sweep, directory: Path, lazy_total: int | None, *, workers: int, dask: Any,
+                dask_processes: bool, progress: bool, on_progress: Callable[[int, int], None] | None,
+                stop_after: int | None, chunk_size: int | None, flush_rows: int, flush_s: float) -> Summary:
+    """The run, holding the folder's lock. lazy_total: the point count of a sweep too large to expand up front
+    (points are then expanded as they are evaluated, and totals count points before repeats are dropped)."""
     store.remove_partial(directory)
     done = store.completed_keys(directory)
-    total = pending = 0
-    for point in sweep.points():
-        total += 1
-        pending += point.key not in done
+    if lazy_total is None:
+        total = pending = 0
+        for point in sweep.points():
+            total += 1
+            pending += point.key not in done
+        done_before = total - pending
+    else:
+        total, done_before = lazy_total, len(done)
+        pending = total - done_before
     store.write_meta(directory, {"name": sweep.name, "total_points": total,
                                  "spec": sweep.spec.model_dump(mode="json", exclude_defaults=True)})
-    size = chunk_size or max(1, min(MAX_CHUNK, pending // (8 * workers)))
-    chunks = _chunks((p for p in sweep.points() if p.key not in done), size)
+    todo = min(pending, stop_after) if stop_after is not None else pending
+    size = chunk_size or max(1, min(MAX_CHUNK, todo // (8 * workers)))
+    points = (p for p in sweep.points() if p.key not in done)
+    chunks = _chunks(itertools.islice(points, stop_after) if lazy_total is not None else points, size)
     if dask is not None:
         results = _dask_results(chunks, dask, workers, dask_processes)
     else:
         results = _local_results(chunks, workers)
-    bar = _ProgressBar(sweep.name, total, total - pending) if progress else None
+    bar = _ProgressBar(sweep.name, total, done_before) if progress else None
     writer = store.ShardWriter(directory, flush_rows=flush_rows, flush_s=flush_s)
     counts = {"computed": 0, "error": 0, "no_fit": 0, "failed": 0}
     start = time.perf_counter()
+    finished_all = False
     try:
         for rows in results:
             _take(rows, writer, directory, counts)
-            finished = total - pending + counts["computed"] + counts["failed"]
+            finished = done_before + counts["computed"] + counts["failed"]
             if bar is not None:
                 bar.update(finished)
             if on_progress is not None:
                 on_progress(finished, total)
             if stop_after is not None and counts["computed"] + counts["failed"] >= stop_after:
                 break
+        else:
+            finished_all = True
     finally:
         results.close()
         writer.flush()
         if bar is not None:
             bar.close()
-    return Summary(directory=directory, total=total, done_before=total - pending, computed=counts["computed"],
+    return Summary(directory=directory, total=total, done_before=done_before, computed=counts["computed"],
                    errors=counts["error"], no_fit=counts["no_fit"], failed=counts["failed"],
-                   wall_s=time.perf_counter() - start, interrupted=counts["computed"] + counts["failed"] < pending)
+                   wall_s=time.perf_counter() - start,
+                   interrupted=not finished_all if lazy_total is not None else
+                   counts["computed"] + counts["failed"] < pending)
 
 
 def _take(rows: list[dict[str, Any]], writer: store.ShardWriter, directory: Path, counts: dict[str, int]) -> None:
@@ -153,7 +196,9 @@ def _local_results(chunks: Iterator[list[Point]], workers: int) -> Iterator[list
     context = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
     if "forkserver" in methods:
         context.set_forkserver_preload(["madmax.api", "madmax.sweep.evaluate"])
-    pool = ProcessPoolExecutor(workers, mp_context=context)
+    # The pipe's writing end stays in this process only; the OS closes it when this process ends, however.
+    watch, keep = context.Pipe(duplex=False)
+    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_watch_owner, initargs=(watch,))
     try:
         inflight = {pool.submit(evaluate_chunk, c) for c in _take_n(chunks, 2 * workers)}
         while inflight:
@@ -163,6 +208,31 @@ def _local_results(chunks: Iterator[list[Point]], workers: int) -> Iterator[list
             inflight |= {pool.submit(evaluate_chunk, c) for c in _take_n(chunks, len(finished))}
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
+        watch.close()
+        # Workers finish their chunk and exit; then the pipe can go (at the latest when this process ends).
+        threading.Thread(target=_close_after, args=(pool, keep), name="madmax-sweep-pool", daemon=True).start()
+
+
+def _close_after(pool: ProcessPoolExecutor, pipe: Any) -> None:
+    pool.shutdown(wait=True)
+    pipe.close()
+
+
+def _watch_owner(pipe: Any) -> None:
+    """Worker initializer: exit this worker as soon as the sweep process that started it is gone.
+
+    `pipe` is the reading end of a pipe whose writing end only the sweep holds. When the sweep ends in any
+    way (return, exception, SIGKILL) the OS closes that end and the read below sees end-of-file. The parent
+    process id cannot tell: a forkserver, not the sweep, is the workers' parent, and a killed sweep may
+    linger as a zombie.
+    """
+
+    def wait_then_exit() -> None:
+        with contextlib.suppress(EOFError, OSError):
+            pipe.recv_bytes()  # the sweep never writes: this returns when its end is closed
+        os._exit(1)
+
+    threading.Thread(target=wait_then_exit, name="madmax-sweep-owner", daemon=True).start()
 
 
 def _take_n(chunks: Iterator[list[Point]], n: int) -> list[list[Point]]:
@@ -208,32 +278,6 @@ def _dask_results(chunks: Iterator[list[Point]], dask: Any, workers: int,
     finally:
         for thing in owned:
             thing.close()
-
-
-class _ProgressBar:
-    """A rich progress bar on stderr: points done of the total, rate, elapsed time and ETA."""
-
-    def __init__(self, name: str, total: int, done: int) -> None:
-        from rich import progress as rp
-        from rich.console import Console
-        from rich.text import Text
-
-        class Rate(rp.ProgressColumn):
-            def render(self, task) -> Text:
-                speed = task.finished_speed or task.speed
-                return Text(f"{speed:,.1f} points/s" if speed else "- points/s", style="progress.data.speed")
-
-        self.progress = rp.Progress(rp.TextColumn("[bold]{task.description}"), rp.BarColumn(),
-                                    rp.MofNCompleteColumn(), Rate(), rp.TimeElapsedColumn(), rp.TextColumn("ETA"),
-                                    rp.TimeRemainingColumn(), console=Console(stderr=True), transient=False)
-        self.task = self.progress.add_task(name, total=total, completed=done)
-        self.progress.start()
-
-    def update(self, done: int) -> None:
-        self.progress.update(self.task, completed=done)
-
-    def close(self) -> None:
-        self.progress.stop()
 
 
 def parse_prices(items: list[str]) -> dict[str, float]:

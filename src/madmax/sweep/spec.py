@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,6 +80,11 @@ class Sweep:
     @property
     def name(self) -> str:
         return self.spec.name
+
+    def count(self) -> int:
+        """The number of points before repeated ones are dropped (at least len(points)), without expanding them:
+        the sum over groups of the product of the axis lengths."""
+        return sum(math.prod(len(axis) for axis in _axes(g)) for g in self.groups)
 
     def points(self) -> Iterator[Point]:
         """Every point once (a repeated point is skipped), in file order."""
@@ -236,17 +242,22 @@ def _whatifs(g: dict[str, Any]) -> list[tuple[WhatIf, str, float]]:
     return out
 
 
+def _axes(g: dict[str, Any]) -> list[list[Any]]:
+    """The value lists of group g whose product is its points: models, systems, num_gpus, tasks, global
+    batches, sequence lengths, dtypes, strategies and what-ifs."""
+    # In search mode the strategies are the candidates of one point, not an axis.
+    strategies = g["strategies"] if Mode(g["mode"]) is Mode.SIMULATE else [(None, None)]
+    return [g["models"], g["systems"], g["num_gpus"] or [None], g["tasks"] or ["pretrain"],
+            g["global_batches"] or [None], g["seq_lens"] or [None], g["dtypes"] or [None], strategies, _whatifs(g)]
+
+
 def _group_points(g: dict[str, Any], sweep: Sweep, start: int) -> Iterator[Point]:
     mode = Mode(g["mode"])
     opts = (g["search"] or SearchOptions()) if mode is Mode.SEARCH else None
     search = tuple(sorted(opts.model_dump(mode="json").items())) if opts else ()
     train = g["train"]
-    # In search mode the strategies are the candidates of one point, not an axis.
-    strategies = g["strategies"] if mode is Mode.SIMULATE else [(None, None)]
     candidates = tuple(s for s, _ in g["strategies"] if s is not None) if mode is Mode.SEARCH else ()
-    axes = itertools.product(g["models"], g["systems"], g["num_gpus"] or [None], g["tasks"] or ["pretrain"],
-                             g["global_batches"] or [None], g["seq_lens"] or [None], g["dtypes"] or [None],
-                             strategies, _whatifs(g))
+    axes = itertools.product(*_axes(g))
     for i, (model, system, n, task, gb, seq, dtype, (strategy, canon), (w, resource, factor)) in enumerate(axes):
         price = _price_of(g, system[2], sweep.prices)
         scales = tuple(sorted(w.scales().items()))
