@@ -473,6 +473,17 @@ def _search_serving(model, system, num_gpus, prompt_len, output_len, *, as_json:
 # --- sweep, query, report ------------------------------------------------------------------------
 
 
+@contextmanager
+def _warnings_as_lines() -> Iterator[None]:
+    """Within it, each warning prints as one line 'warning: ...' on stderr (e.g. a quarantined shard)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.showwarning = lambda message, *_, **__: typer.echo(f"warning: {message}", err=True)
+        yield
+
+
 @app.command()
 def sweep(
     spec: Annotated[Path, typer.Argument(help="Sweep file (YAML): models, systems, sizes, tasks, what-ifs.")],
@@ -540,17 +551,6 @@ def query(
     except MadmaxError as exc:
         _fail(str(exc))
         return
-@contextmanager
-def _warnings_as_lines() -> Iterator[None]:
-    """Within it, each warning prints as one line 'warning: ...' on stderr (e.g. a quarantined shard)."""
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("always")
-        warnings.showwarning = lambda message, *_, **__: typer.echo(f"warning: {message}", err=True)
-        yield
-
-
     except ImportError:
         _fail("query needs duckdb; install madmax[dev]")
         return
