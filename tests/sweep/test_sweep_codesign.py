@@ -28,3 +28,39 @@ def test_gains_over_the_baseline():
     assert grid.loc[("m on 8 x s", "all"), 2.0] == pytest.approx(1.96)
     assert findings(table) == ["m on 8 x s, resources improved 2x: alone nic_bandwidth 1.10x, flops 1.50x; "
                                "all together 1.96x (linear would be 2x)."]
+
+
+def test_what_ifs_without_a_baseline_leave_nothing_to_compare():
+    rows = _rows()
+    table = codesign_table(rows[rows["whatif_resource"] != "baseline"])
+    assert table.empty and "gain" in table.columns
+    assert codesign_summary(table).empty and findings(table) == []
+
+
+def test_a_sweep_without_a_baseline_says_so_in_one_sentence(make_spec, base_spec, tmp_path):
+    from typer.testing import CliRunner
+
+    from madmax.cli import app
+    from madmax.sweep.codesign import NOTHING_TO_COMPARE
+
+    spec = make_spec(tmp_path / "spec", {**base_spec, "systems": "dgx-h100", "num_gpus": 8, "strategies": "tp=2",
+                                         "whatifs": [{"nic_bandwidth": 2}, {"flops": 2}]})
+    result = CliRunner().invoke(app, ["sweep", str(spec), "--out", str(tmp_path / "out"), "--workers", "1",
+                                      "--no-progress"])
+    assert result.exit_code == 0 and result.stderr == ""
+    assert result.stdout.strip().splitlines()[-1] == NOTHING_TO_COMPARE
+
+
+def test_the_report_draws_no_frontier_of_one_point_or_without_a_training_amount(reference):
+    from madmax.report.plots import pareto_charts
+    from madmax.sweep import load
+
+    df = load(reference)
+    # p4d.24xlarge is priced, dgx-h100 is not: cost has 2 points (p4d at 8 and 16 GPUs), energy 4
+    charts = {c.title: c for c in pareto_charts(df)}
+    assert sorted(charts) == ["Pareto frontier: tiny, time vs cost", "Pareto frontier: tiny, time vs energy"]
+    assert len(charts["Pareto frontier: tiny, time vs cost"].series[0].x) == 2
+    one = df[(df["system"] == "p4d.24xlarge") & (df["num_gpus"] == 8)]
+    assert pareto_charts(one) == []  # one point is no frontier
+    untrained = df.assign(train_tokens=float("nan"))
+    assert pareto_charts(untrained) == []  # "time to train" would be one iteration's

@@ -59,16 +59,19 @@ def _hover(row) -> str:
 
 def pareto_charts(df) -> list[Chart]:
     """Per model: every feasible point of the catalog hardware (no what-ifs) by system, time to train vs
-    cost (where priced) and vs energy, each with its 2-objective Pareto frontier as a line."""
+    cost (where priced) and vs energy, each with its 2-objective Pareto frontier as a line. Points without
+    a training amount are left out (their "time to train" is one iteration's, not comparable across
+    batches), and a chart needs two distinct points: one point is no frontier."""
     from madmax.sweep.pareto import pareto
 
     charts = []
     ok = _ok(df)
-    for model, rows in ok[ok["whatif_resource"] == "baseline"].groupby("model", sort=False):
+    ok = ok[(ok["whatif_resource"] == "baseline") & (ok["train_tokens"].notna() | ok["train_samples"].notna())]
+    for model, rows in ok.groupby("model", sort=False):
         for col, label, scale in (("cost_usd", "Cost (USD)", 1.0),
                                            ("energy_j", "Energy (MWh)", JOULES_PER_MWH)):
             pts = rows[rows[col].notna()]
-            if pts.empty:
+            if len(pts[["time_to_train_s", col]].drop_duplicates()) < 2:
                 continue
             chart = Chart(key=_slug(f"pareto {model} {col}"), title=f"Pareto frontier: {model}, time vs "
                           f"{label.split(' (')[0].lower()}", x_label="Time to train (h)", y_label=label,

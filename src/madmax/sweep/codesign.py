@@ -24,12 +24,15 @@ def codesign_table(df, metric: str = "samples_per_s"):
     import pandas as pd
 
     ok = df[(df["status"] == "ok") & df["whatif_resource"].notna() & ~df["whatif_resource"].str.contains(r"\+")]
+    empty = pd.DataFrame(columns=["setting", *SETTING, "resource", "factor", metric, "gain", "fits", "strategy"])
     if ok.empty:
-        return pd.DataFrame(columns=["setting", *SETTING, "resource", "factor", metric, "gain", "fits", "strategy"])
+        return empty
     setting = [c for c in SETTING if c in ok.columns]
     base = ok[ok["whatif_resource"] == "baseline"][[*setting, metric]].rename(columns={metric: "_base"})
     base = base.drop_duplicates(setting)
     merged = ok.merge(base, on=setting, how="inner")
+    if merged.empty:  # no what-if has a baseline of its setting to compare with
+        return empty
     merged = merged.assign(resource=merged["whatif_resource"], factor=merged["whatif_factor"],
                            gain=merged[metric] / merged["_base"], setting=_labels(merged, setting))
     cols = ["setting", *setting, "resource", "factor", metric, "gain", "fits", "strategy"]
@@ -66,7 +69,7 @@ def findings(table) -> list[str]:
     out = []
     if table.empty:
         return out
-    for setting, sub in table.groupby("setting", sort=False):
+    for setting, sub in table[table["resource"] != "baseline"].groupby("setting", sort=False):
         top = sub["factor"].max()
         at = sub[sub["factor"] == top].set_index("resource")["gain"]
         alone = ", ".join(f"{r} {g:.2f}x" for r, g in at.drop("all", errors="ignore").sort_values().items())
@@ -76,11 +79,17 @@ def findings(table) -> list[str]:
     return out
 
 
+NOTHING_TO_COMPARE = ("co-design: no what-if can be compared, as no point of the same setting ran on the "
+                      "catalog hardware; add {} to whatifs (codesign adds it) to measure the gains")
+
+
 def findings_of(directory) -> list[str]:
-    """`findings` of a results folder; empty when its sweep has no single-resource what-ifs."""
+    """`findings` of a results folder; empty when its sweep has no single-resource what-ifs, and one
+    sentence saying so when none of its what-ifs has a baseline row (ok, no what-if) to compare with."""
     from madmax.sweep.store import load
 
     frame = load(directory)
-    if not (frame["whatif_resource"].fillna("baseline") != "baseline").any():
+    whatifs = frame["whatif_resource"].fillna("baseline")
+    if not ((whatifs != "baseline") & ~whatifs.str.contains(r"\+")).any():
         return []
-    return findings(codesign_table(frame))
+    return findings(codesign_table(frame)) or [NOTHING_TO_COMPARE]
