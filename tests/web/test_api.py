@@ -102,8 +102,7 @@ def test_simulate_view_adds_what_the_page_draws(client):
     assert sum(s for _, s in view["bars"]["iteration"]) > 0
     streams = view["timeline"]["streams"]
     assert streams[0] == "stage0/compute"
-    assert len(view["timeline"]["segments"]) + view["timeline"]["omitted"] == sum(
-        1 for a, b in zip(expected.schedule.start_s, expected.schedule.end_s, strict=True) if b > a)
+    assert max(seg[2] for seg in view["timeline"]["segments"]) == max(expected.schedule.end_s)
     trace = client.get(view["trace_url"])
     assert trace.status_code == 200
     events = trace.json()["traceEvents"]
@@ -200,10 +199,11 @@ def test_sweep_runs_in_the_background_into_the_clis_store(client):
     started = client.post("/sweep", json={"spec": SWEEP, "workers": 1})
     assert started.status_code == 202
     job = started.json()
+    status_url = job["status_url"]
     deadline = time.monotonic() + 60
     while job["state"] == "running" and time.monotonic() < deadline:
         time.sleep(0.1)
-        job = client.get(job["status_url"]).json()
+        job = client.get(status_url).json()
     assert job["state"] == "done" and job["done"] == job["total"] == 2
     assert job["directory"].endswith("web-test-results")
     from madmax.sweep import load
@@ -230,7 +230,7 @@ def test_bad_sweeps_are_refused_with_a_sentence(client):
     assert client.get("/sweep/nope").json() == {"error": "sweep 'nope' is unknown to this server"}
 
 
-MODELS = st.sampled_from(["llama-3-8b", "gpt3-1.3b", "nope", "", {"family": "decoder"}, {"hidden_size": -1}, 3])
+MODELS = st.sampled_from(["llama-3-8b", "llama-2-7b", "nope", "", {"family": "decoder"}, {"hidden_size": -1}, 3])
 STRATEGIES = st.one_of(st.none(), st.text(alphabet="tpdz=,0123456789", max_size=12),
                        st.sampled_from(["tp=2", "pp=2,vp=3", "tp=8,pp=4", "zero=4", "recompute=sometimes"]))
 

@@ -67,6 +67,9 @@ class Settings:
     search_time_limit_s: float = 120.0  # a search running longer is stopped; a request may ask for less
     max_body_bytes: int = MB  # request bodies (an uploaded config.json travels in one)
     timeline_segments: int = 4000  # segments of the page's timeline plot (the longest kept)
+    # Segments of one stream closer than this fraction of the iteration are one bar of the timeline plot
+    # (on a plot 1,500 pixels wide, a third of a pixel).
+    timeline_merge: float = 2e-4
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -97,7 +100,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         loop = asyncio.get_running_loop()
         pool = state["pool"]
         try:
-            data = await loop.run_in_executor(pool, work.simulate, kwargs, view, settings.timeline_segments)
+            data = await loop.run_in_executor(pool, work.simulate, kwargs, view,
+                                              (settings.timeline_segments, settings.timeline_merge))
         except BrokenProcessPool:
             if state["pool"] is pool:  # the first request to see it replaces the pool
                 state["pool"] = work.simulation_pool(settings.workers)

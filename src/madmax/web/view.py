@@ -51,20 +51,52 @@ def memory_per_stage(result: Result | ServingResult) -> list[dict[str, Any]]:
     return stages
 
 
-def timeline(result: Result | ServingResult, limit: int) -> dict[str, Any]:
+def timeline(result: Result | ServingResult, limit: int, merge_fraction: float) -> dict[str, Any]:
     """The segments of each stream of the simulated iteration: [stream, start_s, end_s, label, category].
 
-    At most `limit` segments, the longest kept (a segment too short to see on the plot is the one left
-    out); `omitted` counts the others. Streams are named "stageN/stream".
+    Segments of one stream and kind less than `merge_fraction` of the iteration apart (the kernels of a
+    micro-batch's forward pass; a layer's tensor-parallel collectives) are merged into one, too close to
+    tell apart on a plot: its category is the one with the most time in it, its label counts each category.
+    A kind is the category up to its first '.' (tp.all_gather and tp.reduce_scatter are both tp). If more than
+    `limit` remain, the longest are kept and `omitted` counts the others. Streams are named "stageN/stream".
     """
     schedule = result.schedule
     if schedule is None:
         return {"streams": [], "segments": [], "omitted": 0}
     streams = [f"{process}/{stream}" for process, stream in schedule.stream_names]
-    spans = [(schedule.end_s[t] - schedule.start_s[t], t) for t in range(len(schedule.stream))
-             if schedule.end_s[t] > schedule.start_s[t]]
-    kept = sorted(spans, reverse=True)[:limit]
-    segments = [[schedule.stream[t], schedule.start_s[t], schedule.end_s[t],
-                 schedule.label[t] or schedule.category[t], schedule.category[t]]
-                for _, t in sorted(kept, key=lambda item: item[1])]
-    return {"streams": streams, "segments": segments, "omitted": len(spans) - len(kept)}
+    tasks = sorted((t for t in range(len(schedule.stream)) if schedule.end_s[t] > schedule.start_s[t]),
+                   key=lambda t: (schedule.stream[t], schedule.start_s[t]))
+    gap = max((schedule.end_s[t] for t in tasks), default=0.0) * merge_fraction
+    groups: list[tuple[int, float, float, list[int]]] = []  # stream, start, end, tasks
+    for t in tasks:
+        stream, start, end = schedule.stream[t], schedule.start_s[t], schedule.end_s[t]
+        if (groups and groups[-1][0] == stream and start - groups[-1][2] < gap
+                and _kind(schedule.category[groups[-1][3][0]]) == _kind(schedule.category[t])):
+            first = groups[-1]
+            first[3].append(t)
+            groups[-1] = (stream, first[1], max(first[2], end), first[3])
+        else:
+            groups.append((stream, start, end, [t]))
+    kept = sorted(groups, key=lambda g: g[2] - g[1], reverse=True)[:limit]
+    kept.sort(key=lambda g: (g[0], g[1]))
+    return {"streams": streams, "segments": [_segment(schedule, g) for g in kept], "omitted": len(groups) - len(kept)}
+
+
+def _kind(category: str) -> str:
+    return category.split(".", 1)[0]
+
+
+def _segment(schedule: Any, group: tuple[int, float, float, list[int]]) -> list[Any]:
+    stream, start, end, members = group
+    if len(members) == 1:
+        t = members[0]
+        return [stream, start, end, schedule.label[t] or schedule.category[t], schedule.category[t]]
+    seconds: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    for t in members:
+        category = schedule.category[t]
+        seconds[category] = seconds.get(category, 0.0) + schedule.end_s[t] - schedule.start_s[t]
+        counts[category] = counts.get(category, 0) + 1
+    main = max(seconds, key=seconds.__getitem__)
+    label = ", ".join(f"{category} x {n}" for category, n in sorted(counts.items(), key=lambda c: -seconds[c[0]]))
+    return [stream, start, end, label, main]

@@ -33,9 +33,10 @@ def simulation_pool(workers: int) -> ProcessPoolExecutor:
     return ProcessPoolExecutor(max_workers=workers, mp_context=context(), max_tasks_per_child=TASKS_PER_WORKER)
 
 
-def simulate(kwargs: dict[str, Any], view: bool, timeline_limit: int) -> dict[str, Any]:
+def simulate(kwargs: dict[str, Any], view: bool, timeline_options: tuple[int, float]) -> dict[str, Any]:
     """`madmax.simulate(**kwargs).to_dict()`, or {"error": sentence}; with `view`, also what the page draws:
-    {"result", "bars", "memory_per_stage", "timeline", "trace"} (trace: the Chrome trace events)."""
+    {"result", "bars", "memory_per_stage", "timeline", "trace"} (trace: the Chrome trace events);
+    timeline_options: the segment limit and merge fraction of `madmax.web.view.timeline`."""
     from madmax import api
 
     try:
@@ -49,7 +50,7 @@ def simulate(kwargs: dict[str, Any], view: bool, timeline_limit: int) -> dict[st
 
     data = result.to_dict()
     return {"result": data, "bars": breakdown_bars(data["breakdown"]), "memory_per_stage": memory_per_stage(result),
-            "timeline": timeline(result, timeline_limit),
+            "timeline": timeline(result, *timeline_options),
             "trace": {"traceEvents": trace_events(result), "displayTimeUnit": "ms"}}
 
 

@@ -25,6 +25,17 @@ const SERVING_ROWS = [
   ["requests_per_s", "Requests/s", "num"], ["mfu", "MFU", "pct"],
   ["peak_memory_bytes", "Peak memory per GPU", "gib"], ["fits", "Fits in memory", "bool"]];
 
+// Twenty distinguishable colours; on each plot, each part or kernel category keeps its colour.
+const PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+                 "#bcbd22", "#17becf", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94",
+                 "#f7b6d2", "#c7c7c7", "#dbdb8d", "#9edae5"];
+const colours = {};
+function colourOf(plot, name) {
+  const seen = colours[plot] ??= new Map();
+  if (!seen.has(name)) seen.set(name, PALETTE[seen.size % PALETTE.length]);
+  return seen.get(name);
+}
+
 const $ = (id) => document.getElementById(id);
 let uploadedModel = null;
 let lastTraceUrl = null;
@@ -167,12 +178,12 @@ function showResult(view) {
   plotTimeline(view.timeline);
 }
 
-function stacked(groups, categories, scale) {
+function stacked(plot, groups, categories, scale) {
   // One bar trace per part, stacked over the categories (bars): groups[category] = [[part, value], ...].
   const parts = [];
   for (const c of categories) for (const [part] of groups[c]) if (!parts.includes(part)) parts.push(part);
   return parts.map((part) => ({
-    type: "bar", name: part, x: categories,
+    type: "bar", name: part, x: categories, marker: {color: colourOf(plot, part)},
     y: categories.map((c) => { const hit = groups[c].find(([p]) => p === part); return hit ? hit[1] * scale : 0; }),
   }));
 }
@@ -181,7 +192,7 @@ const LAYOUT = {margin: {l: 60, r: 10, t: 40, b: 40}, barmode: "stack", legend: 
 
 function plotBreakdown(bars) {
   const names = Object.keys(bars);
-  Plotly.react("breakdown-plot", stacked(bars, names, 1e3),
+  Plotly.react("breakdown-plot", stacked("breakdown", bars, names, 1e3),
                {...LAYOUT, title: {text: "Where the time goes (ms)"}, yaxis: {title: {text: "ms"}}},
                {responsive: true, displaylogo: false});
 }
@@ -195,7 +206,7 @@ function plotMemory(stages, capacity) {
     layout.shapes = [{type: "line", xref: "paper", x0: 0, x1: 1, y0: capacity / GIB, y1: capacity / GIB,
                       line: {color: "red", dash: "dash"}}];
   }
-  Plotly.react("memory-plot", stacked(groups, names, 1 / GIB), layout, {responsive: true, displaylogo: false});
+  Plotly.react("memory-plot", stacked("memory", groups, names, 1 / GIB), layout, {responsive: true, displaylogo: false});
 }
 
 function plotTimeline(timeline) {
@@ -210,7 +221,7 @@ function plotTimeline(timeline) {
   }
   const traces = Object.entries(byCategory).map(([category, t]) => ({
     type: "scatter", mode: "lines", name: category, x: t.x, y: t.y, text: t.text, hoverinfo: "text+x",
-    line: {width: 10},
+    line: {width: 10, color: colourOf("timeline", category)},
   }));
   const omitted = timeline.omitted ? ` (${timeline.omitted} shortest segments left out; the trace has all)` : "";
   Plotly.react("timeline-plot", traces, {
