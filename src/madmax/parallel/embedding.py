@@ -141,8 +141,10 @@ def hot_rows(table: Table, threshold: float) -> tuple[float, float]:
     total = harmonic(table.rows, table.zipf)
     if threshold <= 0:
         return float(table.rows), 1.0
-    log_k = (np.log(table.pooling) - np.log(threshold * total)) / table.zipf  # in logs: no overflow for small s
-    k = float(table.rows) if log_k >= np.log(table.rows) else float(np.floor(np.exp(log_k)))
+    s_log_k = float(np.log(table.pooling) - np.log(threshold * total))  # s ln K, compared before dividing by s
+    if s_log_k >= table.zipf * np.log(table.rows):
+        return float(table.rows), 1.0
+    k = float(np.floor(np.exp(s_log_k / table.zipf))) if s_log_k >= 0 else 0.0  # K < 1 when s ln K < 0
     return k, harmonic(k, table.zipf) / total
 
 
