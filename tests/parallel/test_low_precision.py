@@ -31,6 +31,7 @@ from madmax.parallel.tensor import (
     backward_kernels,
     cast_sites,
     forward_kernels,
+    saved_bytes,
     weight_cast_bytes,
 )
 from madmax.request import make_task, resolve_request
@@ -95,6 +96,21 @@ def test_output_layer_and_router_stay_bf16_in_any_block():
         assert {k.dtype for k in kernels if k.kind is KernelKind.GEMM} == {DType.BF16}
 
 
+@pytest.mark.parametrize(("dtype", "per_element"), [("bf16", 2), ("fp8", 1), ("mxfp8", 1.03125), ("fp4", 0.5625)])
+def test_a_low_precision_gemm_saves_its_cast_input(dtype, per_element):
+    # Transformer Engine keeps the cast copy of a GEMM's input for its weight gradient, not the 16-bit one:
+    # T tokens x H inputs of the QKV GEMM at the format's bytes per element (scales included).
+    shape = _shape(dtype) if dtype != "bf16" else Shape(batch=1, seq_len=T, tp=1, cp=1, sp=False, act_bytes=2)
+    assert saved_bytes(QKV, shape, flash=True) == T * H * per_element
+
+
+def test_frozen_and_bf16_gemms_save_16_bit_inputs():
+    fp8 = _shape("fp8")
+    frozen = dataclasses.replace(QKV, trainable=False)
+    lm_head = dataclasses.replace(QKV, name="model.lm")  # outside Transformer Engine: a bf16 GEMM
+    assert saved_bytes(frozen, fp8, flash=True) == saved_bytes(lm_head, fp8, flash=True) == T * H * 2
+
+
 def test_weight_cast_bytes_per_parameter():
     fp8, mx, nv = (low_precision(DType(d)) for d in ("fp8", "mxfp8", "fp4"))
     assert weight_cast_bytes(1e9, fp8, 2) == 4e9  # read bf16, write fp8 + transpose
@@ -136,6 +152,15 @@ def test_weights_cast_once_per_step_and_cached():
     assert layer.cast_cache_bytes == LAYER_GEMM_PARAMS * 2 + 5 * 1024 * 4 * 5 == 23_695_360
     bf16 = stage_memory(_plan("bf16"), 0, 0.0)
     assert stage_memory(plan, 0, 0.0).weights_bytes - bf16.weights_bytes == 16 * 23_695_360
+
+
+def test_fp8_layer_saves_cast_gemm_inputs_and_the_attention_output():
+    # Per token of tiny-llama (h 1024, FFN 2816, flash attention, no recompute): the QKV and up/gate inputs
+    # (norm outputs, cast by LayerNormLinear) and the down projection's input drop from 2 B to 1 B per
+    # element; the output projection's input is flash attention's output, kept in bf16 by the attention,
+    # plus its fp8 copy (2 -> 3 B). fp8 - bf16 = -1024 - 1024 - 2816 + 1024 = -3840 B per token.
+    fp8, bf16 = _plan("fp8").units["layer"], _plan("bf16").units["layer"]
+    assert fp8.saved_bytes - bf16.saved_bytes == 2048 * -3840
 
 
 def test_lm_head_and_attention_stay_bf16():

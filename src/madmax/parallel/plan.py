@@ -439,7 +439,13 @@ def _unit(key: str, block: Block, shape: Shape, s: Strategy, tp_span: Span, cp_s
         bwd += cast_kernels(stack, [n for op, n in per_rank if op.kind is OpKind.GEMM
                                     and op.trainable]) if needs_backward else []
     keeps_s2 = not flash and not (recompute is Recompute.SELECTIVE and block.is_layer)
-    saved = sum(saved_bytes(op, shape, flash=not keeps_s2) for op in block.ops) if needs_backward else 0.0
+    # A fused attention that is not recomputed keeps its output for its backward; the GEMM after it (the
+    # output projection) saves its own copy only in a low-precision format (`saved_width`).
+    attention_kept = flash and not (recompute is Recompute.SELECTIVE and block.is_layer)
+    kept_by_producer = [attention_kept and i > 0 and block.ops[i - 1].kind is OpKind.ATTENTION
+                        for i in range(len(block.ops))]
+    saved = sum(saved_bytes(op, shape, flash=not keeps_s2, input_kept=kept)
+                for op, kept in zip(block.ops, kept_by_producer, strict=True)) if needs_backward else 0.0
     tp_fwd, tp_bwd = tp_comm(block, shape, tp_span, gemm_where=Where.WITH_GEMMS if s.tp_overlap else Where.AFTER)
     moe_fwd, moe_bwd = experts.token_exchange(block, shape, s, moe_spans)
     working = 0.0

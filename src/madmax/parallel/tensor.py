@@ -368,20 +368,34 @@ def _elementwise_tokens(op: Op, shape: Shape) -> float:
     return shape.tokens
 
 
-def saved_bytes(op: Op, shape: Shape, *, flash: bool) -> float:
+def saved_bytes(op: Op, shape: Shape, *, flash: bool, input_kept: bool = False) -> float:
     """Activation bytes `op` keeps for backward on one rank for one micro-batch.
 
     Inside the TP region (column/row/heads outputs) divided by tp; outside it (norm inputs, residual
     dropout masks, inputs of column-parallel GEMMs) divided by tp only under sequence parallelism
     (Korthikanti et al. 2022, Eq. 2 vs Table 2). The s^2 part of a non-fused attention grows with s.
+    `input_kept`: the op that produced the input keeps its 16-bit copy for its own backward (a fused
+    attention keeps its output), so a low-precision GEMM's cast copy comes on top of it (`saved_width`).
     """
     t = shape.tokens
     if op.tp in EXPERT_SPLITS:  # the rank's expert rows; the up/gate input (h wide) is not split by etp
-        return shape.expert_tokens * op.saved_elems_per_token * shape.act_bytes / (
+        return shape.expert_tokens * op.saved_elems_per_token * saved_width(op, shape, input_kept) / (
             1 if op.tp is TPSplit.EXPERT_COLUMN else shape.etp)
     outside = op.saved_outside_tp or op.tp in (TPSplit.SEQUENCE, TPSplit.REPLICATED)
     div = shape.tp if (not outside or shape.sp) else 1
     elems = op.saved_elems_per_token / div
     if not flash:
         elems += op.saved_elems_per_token_per_seq * shape.seq_len / shape.tp
-    return t * elems * shape.act_bytes
+    return t * elems * saved_width(op, shape, input_kept)
+
+
+def saved_width(op: Op, shape: Shape, input_kept: bool = False) -> float:
+    """Bytes per saved element of `op`: a low-precision GEMM of a trainable weight keeps the cast copy of
+    its input that its weight-gradient GEMM reads (Transformer Engine's Linear and LayerNormLinear save the
+    fp8 input, not the 16-bit one), scales included, plus the 16-bit input when its producer keeps that for
+    itself (`input_kept`: the 16-bit tensor is then not this op's to count in a 16-bit run, where both hold
+    the same tensor); everything else keeps 16-bit activations."""
+    fmt = _low_precision(op, shape) if op.kind is OpKind.GEMM and op.trainable else None
+    if fmt is None:
+        return shape.act_bytes
+    return fmt.bytes_per_element + (shape.act_bytes if input_kept else 0.0)
