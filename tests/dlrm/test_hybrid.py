@@ -11,8 +11,9 @@ from typer.testing import CliRunner
 
 import madmax.api as mm
 from madmax.cli import app
-from madmax.config.training_stack import load_training_stack
+from madmax.config.training_stack import OpRole, load_training_stack
 from madmax.parallel.embedding import (
+    Balance,
     EmbeddingOptimizer,
     EmbeddingStrategy,
     ShardingType,
@@ -24,6 +25,8 @@ from madmax.parallel.embedding import (
     shard,
     touched,
 )
+from madmax.parallel.kernels import Kernel, KernelKind
+from madmax.parallel.stack_kernels import role_kernels
 from madmax.validate.datasets import load_mlperf_dlrm
 
 SGD = EmbeddingOptimizer.SGD
@@ -91,6 +94,33 @@ def test_a_hot_cold_part_is_split_over_distinct_ranks():
     x = 1 - 0.75**8
     assert all(p.rows == 250 and p.share == 0.25 and p.exchanged == pytest.approx(x) for p in shards)
     assert sorted(plan.lookup_bytes_per_sample) == pytest.approx([8 + 4 * x, *(8 + 4 * x + 8,) * 3])
+
+
+def test_count_balance_deals_tables_in_snake_order():
+    # Merlin DE memory_balanced: 6 tables sorted by size (60..10 rows) dealt to 3 ranks 0, 1, 2, 2, 1, 0:
+    # every rank holds two tables, 60 + 10, 50 + 20, 40 + 30 rows. LPT by size (SIZE) does the same here.
+    tables = tuple(Table(r, 1, 1, 1) for r in (10, 20, 30, 40, 50, 60))
+    plan = shard(tables, EmbeddingStrategy(3, 3, optimizer=SGD, balance=Balance.COUNT))
+    by_rank = {r: sorted(tables[p.table].rows for p in plan.pieces if p.rank == r) for r in range(3)}
+    assert by_rank == {0: [10, 60], 1: [20, 50], 2: [30, 40]}
+    # One big and four small tables on 2 ranks: snake gives 2 + 3 tables (big, 4th | 2nd, 3rd, 5th); LPT by
+    # size piles every small table beside nothing (big | 4 small ones).
+    tables = (Table(1000, 1, 1, 1), *(Table(10, 1, 1, 1),) * 4)
+    count = shard(tables, EmbeddingStrategy(2, 2, optimizer=SGD, balance=Balance.COUNT))
+    size = shard(tables, EmbeddingStrategy(2, 2, optimizer=SGD, balance=Balance.SIZE))
+    assert sorted(sum(p.rank == r for p in count.pieces) for r in range(2)) == [2, 3]
+    assert sorted(sum(p.rank == r for p in size.pieces) for r in range(2)) == [1, 4]
+
+
+def test_unfused_embedding_update_doubles_its_bytes():
+    # tf2 runs the embedding backward as IndexedSlices plus a separate sparse update: 2 kernels each moving
+    # the bytes of the fused one (twice in all); other stacks keep the fused kernel.
+    fused = [Kernel(KernelKind.MEMORY, "embedding", num_bytes=1000.0)]
+    assert [k.num_bytes for k in role_kernels(load_training_stack("tf2"), OpRole.EMBEDDING, fused)] == [1000.0] * 2
+    assert role_kernels(load_training_stack("hugectr"), OpRole.EMBEDDING, fused) == fused
+    kwargs = {"model": "dlrm-dcnv2", "system": "dgx-h100", "num_gpus": 1, "global_batch": 4096, "strategy": "zero=0"}
+    tf2 = mm.simulate(**kwargs, stack="tf2").breakdown["compute_s"]["embedding"]
+    assert tf2 > mm.simulate(**kwargs).breakdown["compute_s"]["embedding"]
 
 
 def test_hybrid_needs_a_threshold_or_a_batch():

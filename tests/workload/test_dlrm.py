@@ -63,11 +63,14 @@ def test_tiny_params_by_hand():
 
 
 def test_tiny_forward_flops_by_hand():
-    # GEMMs per sample: bottom 2*(2*8 + 8*4) = 96; dot Z = X X^T on X of 4 x 4: 2 * 4^2 * 4 = 128;
-    # top 2*(10*6 + 6*1) = 132. Embedding bags add pooling * dim: 2*4 + 2*(5*4) = 48.
+    # GEMMs per sample: bottom 2*(2*8 + 8*4) = 96; top 2*(10*6 + 6*1) = 132. The dot Z = X X^T on X of
+    # 4 x 4, 2 * 4^2 * 4 = 128 FLOPs, is a memory-bound batched product (4 x 4 read, 4 x 4 written).
+    # Embedding bags add pooling * dim: 2*4 + 2*(5*4) = 48.
     w = build_workload(TINY, Task(kind="pretrain"))
     gemm = sum(op.forward_flops(1, 1) for b in w.blocks for op in b.ops if op.kind is OpKind.GEMM)
-    assert gemm == 96 + 128 + 132
+    assert gemm == 96 + 132
+    dot = next(op for b in w.blocks for op in b.ops if op.name == "interaction.dot")
+    assert (dot.kind, dot.forward_flops(1, 1), dot.moved_elems_per_token) == (OpKind.ELEMENTWISE, 128, 16 + 16)
     emb = [op for op in w.blocks[0].ops]
     assert [op.kind for op in emb] == [OpKind.EMBEDDING, OpKind.EMBEDDING]  # a gather, not a GEMM
     assert sum(op.flops_per_token for op in emb) == 48

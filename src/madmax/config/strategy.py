@@ -91,8 +91,9 @@ class Strategy(Schema):
     order: str = Field(DEFAULT_ORDER, description="Placement of axes on the network, innermost first.")
     emb: str = Field("tw", description="Embedding-table sharding (recommendation models): tw, rw, cw, twrw, dp, "
                                           "hybrid (frequent rows replicated, the rest table-wise).")
-    emb_balance: Literal["size", "lookup"] = Field(
-        "size", description="Balance table placement by bytes stored (size) or by lookup cost (lookup).")
+    emb_balance: Literal["size", "lookup", "count"] = Field(
+        "size", description="Balance table placement by bytes stored (size), by lookup cost (lookup), or deal the "
+                            "tables sorted by size in snake order, as many per rank (count).")
     emb_offload: bool = Field(False, description="Keep embedding rows that do not fit HBM in host memory "
                                                  "(each lookup of them crosses the host link).")
     emb_hot: float | None = Field(

@@ -38,7 +38,10 @@ vectors it writes per local sample (TW, CW, RW, TWRW: G; DP: 1):
 Traffic is linear in B; the all-to-alls are not uniform, so each rank's bytes over the scale-up
 (intra-node) and scale-out (inter-node) fabrics are reported for a hierarchical all-to-all.
 Balance: greedy longest-processing-time placement of TW/CW slices on ranks and TWRW tables on nodes by
-size (table + optimizer bytes) or lookup cost (lookup bytes per sample); imbalance = max / mean.
+size (table + optimizer bytes) or lookup cost (lookup bytes per sample); imbalance = max / mean. COUNT:
+the slices sorted by size and dealt to the ranks in snake order (0..G-1, G-1..0, ...), so every rank holds
+as many tables (+-1) of balanced size (Merlin Distributed Embeddings' memory_balanced strategy,
+distributed_embeddings/python/layers/dist_model_parallel.py apply_stragety; its memory_optimized is SIZE).
 Hot rows: with per-table access skew s (Zipf: the k-th most frequent of N rows takes k^-s / H(N, s) of
 the table's lookups; s = 0 uniform), a row is hot when its expected lookups per sample p k^-s / H(N, s)
 reach the threshold q: the K = min(N, (p / (q H(N, s)))^(1/s)) first rows (s = 0: all rows when p / N >= q,
@@ -93,6 +96,7 @@ class EmbeddingOptimizer(StrEnum):
 class Balance(StrEnum):
     SIZE = "size"
     LOOKUP = "lookup"
+    COUNT = "count"
 
 
 STATE_BYTES = DType.FP32.num_bytes  # optimizer state is fp32 (FBGEMM TBE)
@@ -254,7 +258,7 @@ class EmbeddingPlan:
     @property
     def imbalance(self) -> float:
         """max / mean over ranks of the balanced metric."""
-        return self.size_imbalance if self.strategy.balance is Balance.SIZE else self.lookup_imbalance
+        return self.lookup_imbalance if self.strategy.balance is Balance.LOOKUP else self.size_imbalance
 
 
 @dataclass(frozen=True)
@@ -385,25 +389,36 @@ def _slice_cols(dim: int, shards: int, c: int) -> int:
     return dim // shards + (1 if c < dim % shards else 0)
 
 
+def _snake(j: int, G: int) -> int:
+    """The rank of the j-th slice dealt in snake order: 0..G-1, then G-1..0, and again."""
+    pos = j % G
+    return pos if (j // G) % 2 == 0 else G - 1 - pos
+
+
 def _place(tables: tuple[Table, ...], s: EmbeddingStrategy) -> list[Piece]:
     """Greedy (longest first) placement of TW/CW slices and HYBRID shards on ranks (a table's shards on
-    distinct ranks) and TWRW tables on nodes."""
+    distinct ranks), or dealt in snake order (COUNT), and of TWRW tables on nodes."""
     G, L = s.group, s.local
     spread, units = _units(tables, s)
-    metric = 0 if s.balance is Balance.SIZE else 1
+    metric = 1 if s.balance is Balance.LOOKUP else 0
     loads = np.zeros(G)
     for p in spread:
         loads[_at(p.rank)] += _costs(p, tables[p.table], s)[metric]
     trial = [(sum(_costs(p, tables[i], s)[metric] for p in pieces), i, c, pieces) for i, c, pieces in units]
     placed = list(spread)
     holding: dict[int, set[int]] = {}  # HYBRID table -> ranks holding one of its shards
+    dealt = 0  # COUNT: slices dealt so far
     for _, i, _, pieces in sorted(trial, key=lambda u: (-u[0], u[1], u[2])):
         if pieces[0].kind is ShardingType.TWRW:
             node = int(np.argmin(loads.reshape(G // L, L).max(axis=1)))
             moved = [dataclasses.replace(p, rank=node * L + p.rank) for p in pieces]
         else:
             taken = holding.setdefault(i, set()) if pieces[0].kind is ShardingType.HYBRID else set()
-            rank = min((r for r in range(G) if r not in taken), key=lambda r: (loads[r], r))
+            if s.balance is Balance.COUNT:
+                rank = next(r for r in (_snake(dealt + d, G) for d in range(2 * G)) if r not in taken)
+                dealt += 1
+            else:
+                rank = min((r for r in range(G) if r not in taken), key=lambda r: (loads[r], r))
             taken.add(rank)
             moved = [dataclasses.replace(p, rank=rank) for p in pieces]
         for p in moved:

@@ -437,9 +437,11 @@ DGX2_V100 = _v100_dgx("dgx-2-v100-32gb", 16, V100_NVLINK_GBPS, {
                             "2.4 TB/s bisection"})
 NVIDIA_DLRM_NOTES = (
     "tables: 26 one-hot Criteo features (pooling 1), dim 128, fp32 (TF2 DLRM_and_DCNv2 defaults)",
-    "strategy: Merlin Distributed Embeddings memory_balanced: tables model-parallel, balanced by size, MLPs "
-    "data-parallel with Horovod (zero=0); one micro-batch of global batch / GPUs per GPU",
-    "kernels: madmax's GEMM and element-wise costs (H200 eager-PyTorch profile) stand in for TF2 with XLA",
+    "strategy: Merlin Distributed Embeddings memory_balanced: tables model-parallel, sorted by size and dealt to "
+    "the GPUs in snake order (emb_balance=count), MLPs data-parallel with Horovod (zero=0); one micro-batch of "
+    "global batch / GPUs per GPU",
+    "kernels: madmax's GEMM and element-wise costs (H200 eager-PyTorch profile) stand in for TF2 with XLA; the "
+    "tf2 stack folds the ReLUs into the GEMM epilogues and runs the embedding update unfused (IndexedSlices)",
     "optimizer: TF2 DLRM uses SGD (no state), DCNv2 LazyAdam (8 B per element); madmax's embedding update "
     "assumes row-wise Adagrad (4 B per row)",
 )
@@ -519,12 +521,12 @@ def _nvidia_dlrm_case(row_id: str, row: dict[str, str]) -> Case:
                      "to all tables, so emb=cw (every table in 2 column slices) is simulated")
     if dtype == "fp16":
         notes.append("amp: fp16 MLPs over fp32 tables; the pooled vectors are exchanged in fp32 (the table "
-                     "dtype), though Keras' mixed_float16 policy may send them in fp16, half the bytes")
+                     "dtype: main.py runs the embeddings outside fp16, stack tf2)")
     system = _nvidia_dlrm_system(row, per_node)
     if isinstance(system, dict):
         notes.append(f"{system['name']}: NVLink {system['scale_up']['bytes_per_s']} per GPU per direction"
                      + (" (hybrid cube-mesh: an upper bound for the all-to-all)" if per_node == 8 else ""))
-    s = {"tp": 1, "pp": 1, "dp": num_gpus, "mbs": mbs, "zero": 0, "emb": emb}
+    s = {"tp": 1, "pp": 1, "dp": num_gpus, "mbs": mbs, "zero": 0, "emb": emb, "emb_balance": "count"}
     case = _case("nvidia_dlrm", row_id, model, system=system, gpu=row["gpu"], num_gpus=num_gpus,
                  task=row["task"], gb=gb, seq=1, dtype=dtype, s=s, metric=row["metric"],
                  measured=float(row["value"]), unit=row["unit"], assumptions=notes)

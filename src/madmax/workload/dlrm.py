@@ -9,7 +9,7 @@ Blocks in execution order (torchrec's DLRM forward; Naumov et al. 2019, arXiv 19
   It comes first so that its all-to-all can overlap the bottom MLP (torchrec's train pipeline).
 - bottom_mlp: dense features through Linear+ReLU layers; layer k -> n costs 2*k*n FLOPs per sample.
 - interaction: dot: the F+1 vectors (bottom output and F pooled embeddings, width d) stacked into a
-  (F+1) x d matrix X per sample, Z = X X^T as a batched GEMM, 2 (F+1)^2 d FLOPs per sample (the
+  (F+1) x d matrix X per sample, Z = X X^T a memory-bound batched product, 2 (F+1)^2 d FLOPs per sample (the
   symmetric half, (F+1)^2 d, is the useful part; the bmm computes all of it), then the strict upper
   triangle, C(F+1, 2) values, is gathered and concatenated to the bottom output. dcnv2: the
   concatenation x_0 of width N through cross layers x_{l+1} = x_0 * (U_l V_l x_l + b_l) + x_l:
@@ -74,15 +74,20 @@ def embedding_bag_op(index: int, table: EmbeddingTable) -> Op:
 
 def dot_interaction_ops(model: DLRMModel) -> list[Op]:
     """Pairwise dots of the F+1 vectors of width d: stack (read and write (F+1) d, keep X), the
-    batched GEMM Z = X X^T written as (1 x (F+1) d) @ ((F+1) d x (F+1)) per sample so that its FLOPs
-    are 2 (F+1)^2 d (no weights, so its backward is one GEMM, dX = (dZ + dZ^T) X), then the gather of
-    the upper triangle: read (F+1)^2 + d, write d + C(F+1, 2)."""
+    batched product Z = X X^T, one (F+1) x d by d x (F+1) product per sample: 2 (F+1)^2 d FLOPs over
+    (F+1) d elements read and (F+1)^2 written, about 10 FLOPs per byte at 4 bytes per element, below
+    every GPU's ridge point, so it is costed as the memory-bound kernel it is (batched GEMMs of 27 x 128
+    matrices, or the fused interaction kernels of NVIDIA's DLRM implementations) and not as one GEMM of
+    width F+1, which the GEMM model would run at a few percent of peak; its backward, dX = (dZ + dZ^T) X,
+    moves about twice the bytes. Then the gather of the upper triangle: read (F+1)^2 + d, write d +
+    C(F+1, 2)."""
     d, v = model.bottom_mlp[-1], model.num_tables + 1
     pairs = comb(v, 2)
     return [
         Op(name="interaction.stack", kind=OpKind.ELEMENTWISE, tp=TPSplit.REPLICATED,
            moved_elems_per_token=READ_WRITE * v * d, saved_elems_per_token=v * d),
-        Op(name="interaction.dot", kind=OpKind.GEMM, tp=TPSplit.REPLICATED, k=v * d, n=v, trainable=False),
+        Op(name="interaction.dot", kind=OpKind.ELEMENTWISE, tp=TPSplit.REPLICATED,
+           moved_elems_per_token=v * d + v * v, flops_per_token=2 * v * v * d),
         Op(name="interaction.triu", kind=OpKind.ELEMENTWISE, tp=TPSplit.REPLICATED,
            moved_elems_per_token=v * v + READ_WRITE * d + pairs),
     ]
