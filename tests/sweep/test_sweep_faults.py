@@ -233,3 +233,22 @@ def test_count_is_the_product_of_the_axes(make_spec, base_spec, tmp_path):
     assert sweep.count() == 16 + 12
     # b's 4 baselines on dgx-h100 are points of a: the count is before repeats are dropped
     assert sum(1 for _ in sweep.points()) == 28 - 4
+
+
+def test_a_full_disk_is_one_sentence_and_leaves_no_temporary_file(spec_file, tmp_path, monkeypatch):
+    import errno
+
+    import pyarrow.parquet as pq
+
+    def full(table, where, **kwargs):
+        where.write(b"PAR1 a few bytes")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(pq, "write_table", full)
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["sweep", str(spec_file), "--out", str(out), "--workers", "1", "--no-progress"])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    (line,) = result.stderr.strip().splitlines()
+    assert line == (f"error: results folder {str(out)!r}: a shard cannot be written (No space left on device); "
+                    "its 16 rows are computed again when the sweep is resumed")
+    assert not shard_paths(out) and not list(out.glob(".part-*"))

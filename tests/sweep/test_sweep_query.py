@@ -5,6 +5,8 @@ from __future__ import annotations
 from decimal import Decimal
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from madmax.errors import ConfigError
 from madmax.sweep import load, query
@@ -54,3 +56,13 @@ def test_query_table_prints_whole_numbers_with_separators(reference):
     assert "16,000,000" in result.stdout and "e+" not in result.stdout
     # 0.5 x 16 GPUs: a whole number that DuckDB computes as a DECIMAL
     assert "│ 16,000,000 │ 8    │" in result.stdout
+
+
+@given(st.one_of(st.integers(), st.floats(allow_nan=False, allow_infinity=False)))
+def test_query_cells_read_back_to_the_value(value):
+    text = display_value(value)
+    back = float(text.replace(",", ""))
+    if isinstance(value, int):
+        assert int(text.replace(",", "")) == value
+    else:
+        assert back == pytest.approx(value, rel=1e-5, abs=0.0)  # 6 significant digits
