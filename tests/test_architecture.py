@@ -13,13 +13,14 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "madmax"
 # config -> workload -> parallel -> program (with hardware costs and the sim scheduler) -> results ->
 # analysis (search, sweep, validate, report) -> api and cli.
 ANALYSIS = {"config", "collective", "workload", "hardware", "parallel", "sim", "program", "results", "request",
-            "catalog", "serve"}
+            "catalog", "serve", "terminal"}
 ALLOWED = {
     "errors": set(),
     "catalog": set(),
     "collective": set(),
     "config": set(),
     "sim": set(),
+    "terminal": set(),  # consoles and progress bars: rich only
     "workload": {"config"},
     "hardware": {"config", "collective", "workload"},
     "parallel": {"config", "workload", "collective"},

@@ -47,6 +47,20 @@ def _emit_json(data: Any) -> None:
     typer.echo(json.dumps(data, indent=2, default=str))
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from madmax import __version__
+
+        typer.echo(f"madmax {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
+                                                   help="Print the version and exit.")] = False) -> None:
+    """Predict how fast large ML models train and serve on distributed GPU systems."""
+
+
 ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Catalog name, HF id, or a YAML/JSON/config.json file.")]
 SystemOpt = Annotated[str, typer.Option("--system", "-s", help="Catalog system name or a YAML/JSON file.")]
 NumGpusOpt = Annotated[int | None, typer.Option(help="Cluster size in GPUs (default: one node).")]
@@ -135,6 +149,7 @@ def simulate(
             from madmax.report.trace import write_trace
 
             write_trace(result, trace)
+            typer.echo(f"wrote trace {trace} (open it in https://ui.perfetto.dev or chrome://tracing)", err=True)
     except MadmaxError as exc:
         _fail(str(exc))
         return
@@ -226,8 +241,10 @@ def validate(
                                                    "(all datasets).")] = False,
     jobs: Annotated[int | None, typer.Option(help="Worker processes (default: CPU count).")] = None,
     sample: Annotated[int | None, typer.Option(help="At most N rows per dataset (quick look).")] = None,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar (on a terminal).")] = True,
 ) -> None:
     """Compare predictions with measured training and serving runs: error statistics, worst rows, groupings."""
+    from madmax.terminal import shown
     from madmax.validate import command
 
     try:
@@ -235,7 +252,9 @@ def validate(
             command.check_bands_request(datasets, calibration, sample)
         if sample is not None and sample < 1:
             _fail(f"--sample={sample} must be a positive number of rows")
-        report = command.run(datasets, calibration=calibration, vtrain_stack=vtrain_stack, jobs=jobs, sample=sample)
+        with shown("validate", "rows", enabled=progress):
+            report = command.run(datasets, calibration=calibration, vtrain_stack=vtrain_stack, jobs=jobs,
+                                 sample=sample)
     except MadmaxError as exc:
         _fail(str(exc))
         return
@@ -259,15 +278,18 @@ def calibrate(
     gpu: Annotated[str | None, typer.Option(help="Catalog GPU of the kernel file when its name is not.")] = None,
     held_out: Annotated[bool, typer.Option(help="Also report held-out errors (refits).")] = True,
     jobs: Annotated[int | None, typer.Option(help="Worker processes for iteration-time fits.")] = None,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar of the rows simulated (on a terminal).")] = True,
 ) -> None:
     """Fit a compute profile to measured kernels, collectives or iteration times."""
     import os
 
+    from madmax.terminal import shown
     from madmax.validate.calibrate import calibrate as fit
     from madmax.validate.calibrate import write_profile
 
     try:
-        profile, lines = fit(files, base=base, gpu=gpu, held_out=held_out, jobs=jobs or os.cpu_count() or 1)
+        with shown("calibrate", "rows", enabled=progress):
+            profile, lines = fit(files, base=base, gpu=gpu, held_out=held_out, jobs=jobs or os.cpu_count() or 1)
     except MadmaxError as exc:
         _fail(str(exc))
         return
@@ -375,6 +397,8 @@ def search(
     max_ttft: Annotated[float | None, typer.Option(help="Time-to-first-token limit (inference), s.")] = None,
     max_tpot: Annotated[float | None, typer.Option(help="Time-per-output-token limit (inference), s.")] = None,
     max_batch: Annotated[int | None, typer.Option(help="Largest batch per replica (inference).")] = None,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar of the strategies simulated (on a "
+                                                "terminal).")] = True,
 ) -> None:
     """Search every valid strategy (or serving layout, with --task inference); print the best, each simulated."""
     import time
@@ -396,7 +420,8 @@ def search(
                   f"{', '.join(serving_only)}, stack, max_tp, max_pp, top, exact, calibration, json")
         _search_serving(model, system, num_gpus, prompt_len, output_len, mode=mode, stack=stack, dtypes=dtypes,
                         kv_dtypes=kv_dtypes, max_ttft=max_ttft, max_tpot=max_tpot, max_tp=max_tp, max_pp=max_pp,
-                        max_batch=max_batch, top=top, exact=exact, calibration=calibration, as_json=as_json)
+                        max_batch=max_batch, top=top, exact=exact, calibration=calibration, as_json=as_json,
+                        progress=progress)
         return
     if given := [name for name, value in serving_only.items() if value is not None]:
         _fail(f"{given[0]} applies to serving searches; allowed: --task inference, or omit it")
@@ -404,6 +429,7 @@ def search(
     from madmax.search.api import find, to_frame
     from madmax.search.core import summary
     from madmax.search.text import print_search, report
+    from madmax.terminal import shown
 
     def numbers(text: str | None, field: str) -> list[int] | None:
         if text is None:
@@ -418,16 +444,17 @@ def search(
         if out is not None and out.suffix.lower() != ".parquet":
             raise MadmaxError(f"out={str(out)!r} must be a .parquet file; allowed: a path ending in .parquet")
         start = time.perf_counter()
-        outcome = find(model, system, num_gpus, task, global_batch, seq_len, dtype, objective=objective,
-                       tokens=tokens, top=top, exact=exact, refine=refine, max_tp=max_tp, max_pp=max_pp,
-                       max_cp=max_cp, max_vp=max_vp, max_mbs=max_mbs, zero=numbers(zero, "zero"),
-                       recompute=recompute.split(",") if recompute else None, hybrid=hybrid,
-                       orders=orders.split(",") if orders else None, calibration=calibration, workers=workers,
-                       finetune=finetune, lora_rank=lora_rank, frozen_layers=frozen_layers,
-                       lora_targets=lora_targets.split(",") if lora_targets else None,
-                       emb=emb.split(",") if emb else None, max_ep=max_ep, max_etp=max_etp,
-                       ep_overlap=numbers(ep_overlap, "ep_overlap"), expert_load=expert_load,
-                       capacity_factor=capacity_factor, stack=stack)
+        with shown("search", "simulations", enabled=progress):
+            outcome = find(model, system, num_gpus, task, global_batch, seq_len, dtype, objective=objective,
+                           tokens=tokens, top=top, exact=exact, refine=refine, max_tp=max_tp, max_pp=max_pp,
+                           max_cp=max_cp, max_vp=max_vp, max_mbs=max_mbs, zero=numbers(zero, "zero"),
+                           recompute=recompute.split(",") if recompute else None, hybrid=hybrid,
+                           orders=orders.split(",") if orders else None, calibration=calibration,
+                           workers=workers, finetune=finetune, lora_rank=lora_rank, frozen_layers=frozen_layers,
+                           lora_targets=lora_targets.split(",") if lora_targets else None,
+                           emb=emb.split(",") if emb else None, max_ep=max_ep, max_etp=max_etp,
+                           ep_overlap=numbers(ep_overlap, "ep_overlap"), expert_load=expert_load,
+                           capacity_factor=capacity_factor, stack=stack)
         wall = time.perf_counter() - start
         if out is not None:
             try:
@@ -448,18 +475,20 @@ def search(
 
 
 def _search_serving(model, system, num_gpus, prompt_len, output_len, *, as_json: bool, dtypes: str | None,
-                    kv_dtypes: str | None, **options) -> None:
+                    kv_dtypes: str | None, progress: bool, **options) -> None:
     """`madmax search --task inference`: the serving layouts (madmax.search.serving)."""
     import time
 
     from madmax.search.serving import find_serving, summary
     from madmax.search.text import print_serving_search
+    from madmax.terminal import shown
 
     try:
         start = time.perf_counter()
-        found = find_serving(model, system, num_gpus, prompt_len=prompt_len, output_len=output_len,
-                             dtypes=dtypes.split(",") if dtypes else None,
-                             kv_dtypes=kv_dtypes.split(",") if kv_dtypes else None, **options)
+        with shown("search", "simulations", enabled=progress):
+            found = find_serving(model, system, num_gpus, prompt_len=prompt_len, output_len=output_len,
+                                 dtypes=dtypes.split(",") if dtypes else None,
+                                 kv_dtypes=kv_dtypes.split(",") if kv_dtypes else None, **options)
         wall = time.perf_counter() - start
     except MadmaxError as exc:
         _fail(str(exc))

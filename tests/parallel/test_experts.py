@@ -166,7 +166,9 @@ def test_overlapping_the_all_to_all_hides_it_behind_compute():
     overlapped = api.simulate(qwen3_30b_like(), "dgx-h100", 16, strategy="tp=1,ep=16,zero=1,ep_overlap=1",
                               global_batch=64)
     comm = plain.breakdown["communication_s"]["ep.all_to_all"]
-    assert comm["exposed"] == pytest.approx(comm["total"])  # without overlap the layer waits for it
+    # Without overlap the layer waits for it: all of it is exposed, but for the share that goes to the data-parallel
+    # collectives exposed beside the last layers' all-to-alls (concurrent exposure is split: results.breakdown).
+    assert comm["exposed"] == pytest.approx(comm["total"], rel=0.01)
     hidden = overlapped.breakdown["communication_s"]["ep.all_to_all"]
     assert hidden["total"] == pytest.approx(comm["total"])
     assert hidden["overlapped"] > 0.5 * hidden["total"]

@@ -8,9 +8,11 @@ from rich.console import Console
 from rich.table import Table
 
 from madmax.config.training_stack import default_training_stack
+from madmax.errors import MadmaxError
 from madmax.parallel.memory import RESERVE_PARTS
 from madmax.results import Result
 from madmax.results.serving import ServingResult
+from madmax.terminal import make_console
 
 GIB = 2**30
 EXPOSED_CAPTION = ("exposed: each kind's share of exposed communication (collectives in flight together split it "
@@ -23,7 +25,7 @@ def _ms(seconds: float) -> str:
 
 def print_result(result: Result, console: Console | None = None) -> None:
     """Headline metrics, the compute/communication breakdown and memory of one simulation."""
-    console = console or Console()
+    console = console or make_console()
     # The training stack is named when it is not the default (Megatron-Core), as a serving run names its engine.
     stack = f", stack {result.stack}" if result.stack and result.stack != default_training_stack() else ""
     console.print(f"[bold]{result.model}[/bold] on {result.num_gpus} x {result.system} "
@@ -83,7 +85,7 @@ def print_result(result: Result, console: Console | None = None) -> None:
 
 def print_serving(result: ServingResult, console: Console | None = None) -> None:
     """Headline serving metrics, the breakdown of a prefill and a decode step, and memory."""
-    console = console or Console()
+    console = console or make_console()
     console.print(f"[bold]{result.model}[/bold] on {result.num_gpus} x {result.system} (inference, {result.mode}, "
                   f"{result.dtype}, kv {result.kv_dtype}, stack {result.stack})\nstrategy {result.strategy}",
                   soft_wrap=True)
@@ -142,7 +144,7 @@ def print_serving(result: ServingResult, console: Console | None = None) -> None
 
 
 def print_inspect(info: dict[str, Any], console: Console | None = None) -> None:
-    console = console or Console()
+    console = console or make_console()
     model = info["model"]
     table = Table(title=f"{model['name']}", show_header=False, title_justify="left")
     shape = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "ffn_hidden_size", "is_gated_ffn",
@@ -185,12 +187,63 @@ def _moe_and_mla_rows(model: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def print_catalog_list(kind: str, console: Console | None = None) -> None:
+    """The catalog entries of `kind` with their headline numbers: a GPU's memory, dense peak and memory
+    bandwidth; a system's GPU, node and network bandwidths per GPU; a model's parameters."""
     from madmax.config.loaders import catalog_entries
 
-    console = console or Console()
+    console = console or make_console()
     table = Table(title=f"catalog {kind}", title_justify="left")
-    table.add_column("name")
+    columns, rows = _CATALOG_COLUMNS[kind], _CATALOG_ROWS[kind]
+    table.add_column("name", no_wrap=True)
+    for column in columns:
+        table.add_column(column, justify="right", no_wrap=True)
     table.add_column("aliases")
     for entry in catalog_entries(kind).values():
-        table.add_row(entry["name"], ", ".join(entry.get("aliases", [])))
+        try:
+            cells = rows(entry["name"])
+        except MadmaxError:  # an entry that does not load lists its name alone (`catalog show` says why)
+            cells = [""] * len(columns)
+        table.add_row(entry["name"], *cells, ", ".join(entry.get("aliases", [])))
     console.print(table)
+
+
+def _gpu_row(name: str) -> list[str]:
+    from madmax.config.loaders import load_gpu
+
+    gpu = load_gpu(name)
+    half = gpu.half_dtype
+    return [f"{gpu.hbm_bytes / GIB:,.0f} GiB", f"{gpu.flops_per_s[half] / 1e12:,.0f} TFLOP/s {half.value}",
+            f"{gpu.hbm_bytes_per_s / 1e12:,.2f} TB/s"]
+
+
+def _system_row(name: str) -> list[str]:
+    from madmax.config.loaders import load_system
+
+    system = load_system(name)
+    gpu, half = system.gpu, system.gpu.half_dtype
+    price = system.price_per_gpu_hour_usd
+    return [f"{system.gpus_per_node} x {gpu.name}", f"{gpu.hbm_bytes / GIB:,.0f} GiB",
+            f"{gpu.flops_per_s[half] / 1e12:,.0f} TFLOP/s {half.value}",
+            f"{system.scale_up.bytes_per_s / 1e9:,.0f} GB/s", f"{system.scale_out.bytes_per_s / 1e9:,.1f} GB/s",
+            "" if price is None else f"${price:,.2f}"]
+
+
+def _model_row(name: str) -> list[str]:
+    from madmax import api
+
+    info = api.inspect(name)
+    total, active = info["total_params"], info["active_params"]
+    return [_count(total), _count(active) if active != total else ""]
+
+
+def _count(n: float) -> str:
+    """A parameter count in billions (B), or millions (M) below a billion."""
+    return f"{n / 1e9:,.2f} B" if n >= 1e9 else f"{n / 1e6:,.1f} M"
+
+
+_CATALOG_COLUMNS = {
+    "gpus": ("memory", "dense peak", "memory bandwidth"),
+    "systems": ("node", "memory/GPU", "dense peak/GPU", "scale-up/GPU", "scale-out/GPU", "USD/GPU-h"),
+    "models": ("parameters", "active"),
+}
+_CATALOG_ROWS = {"gpus": _gpu_row, "systems": _system_row, "models": _model_row}

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from madmax import terminal
 from madmax.parallel.formats import tensor_bytes
 from madmax.parallel.memory import group_sizes
 from madmax.parallel.pipeline import inflight_cap
@@ -244,17 +245,19 @@ def simulate_many(ctx: Context, strategies: list[str], workers: int, *,
 
     An error of a type in `refused` comes back in the list in place of the result (a candidate the
     engine refuses); any other error propagates. chunksize: strategies per task sent to a process
-    (default a quarter of each process' share).
+    (default a quarter of each process' share). Each finished simulation advances the command's progress bar.
     """
     jobs = [(ctx.simulate_kwargs, s, refused) for s in strategies]
+    terminal.expect(len(jobs))
     if workers > 1 and len(strategies) > workers:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
         if "fork" in multiprocessing.get_all_start_methods():
             with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-                return list(pool.map(_simulate_one, jobs, chunksize=chunksize or max(1, len(jobs) // (4 * workers))))
-    return [_simulate_one(job) for job in jobs]
+                chunks = chunksize or max(1, len(jobs) // (4 * workers))
+                return list(terminal.counted(pool.map(_simulate_one, jobs, chunksize=chunks)))
+    return [_simulate_one(job) for job in terminal.counted(jobs)]
 
 
 def _simulate_one(job: tuple[dict[str, Any], str, tuple[type[Exception], ...]]) -> Any:

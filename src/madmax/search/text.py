@@ -8,6 +8,8 @@ from rich.console import Console
 from rich.table import Table
 
 from madmax.search.core import Outcome
+from madmax.search.objective import Scorer
+from madmax.terminal import make_console
 
 GIB = 2**30
 
@@ -20,6 +22,15 @@ def _objective(value: float, unit: str) -> str:
     if unit == "USD":
         return f"${value:,.2f}"
     return f"{value:,.0f}"
+
+
+def _objective_header(score: Scorer) -> str:
+    """The objective's column: what it measures, its unit where the cells carry none, and over how many
+    tokens ('cost USD per iteration', 'time for 1e+12 tokens')."""
+    scope = ("per iteration" if score.tokens == score.tokens_per_iteration
+             else f"for {score.tokens:,.4g} tokens")
+    unit = " USD" if score.unit == "USD" else ""
+    return f"{score.objective.value}{unit} {scope}"
 
 
 def report(outcome: Outcome, top: int, wall_s: float) -> dict[str, Any]:
@@ -42,7 +53,7 @@ def _counts(rows: list[tuple[str, str]]) -> Table:
 
 def print_search(outcome: Outcome, top: int, wall_s: float, console: Console | None = None) -> None:
     """The pruning counts, then the top strategies with time, throughput, MFU, memory and exposed comm."""
-    console = console or Console()
+    console = console or make_console()
     ctx, score = outcome.ctx, outcome.scorer
     # A model with tables has no sequence: a token is a sample (seq_len 1).
     batch = f"{ctx.global_batch} samples" if ctx.has_tables else f"{ctx.global_batch} x {ctx.seq_len}"
@@ -64,7 +75,7 @@ def print_search(outcome: Outcome, top: int, wall_s: float, console: Console | N
     columns = ["#", "strategy", "iter ms", "samples/s/GPU" if ctx.has_tables else "tok/s/GPU", "MFU", "GiB",
                "exposed ms"]
     if score.objective.value != "throughput":
-        columns.append(f"{score.objective.value}")
+        columns.append(_objective_header(score))
     for name in columns:
         table.add_column(name, justify="left" if name == "strategy" else "right", overflow="fold")
     fixed = TABLE_FIXED if ctx.has_tables else set()
@@ -81,7 +92,7 @@ def print_search(outcome: Outcome, top: int, wall_s: float, console: Console | N
 
 def print_serving_search(search, top: int, wall_s: float, console: Console | None = None) -> None:
     """Counts of a serving search and its best layouts, each simulated."""
-    console = console or Console()
+    console = console or make_console()
     limits = ", ".join(f"{k.removesuffix('_s').replace('max_', 'max ')} {v * 1e3:,.0f} ms"
                        for k, v in search.limits.items() if v is not None)
     console.print(f"[bold]{search.model}[/bold] on {search.num_gpus} x {search.system} (inference, {search.mode}, "

@@ -34,6 +34,7 @@ from madmax.errors import ConfigError
 from madmax.sweep import store
 from madmax.sweep.evaluate import evaluate_chunk
 from madmax.sweep.spec import Point, Sweep, load_sweep
+from madmax.terminal import ProgressBar as _ProgressBar  # points done of the total, on a terminal only
 
 MAX_CHUNK = 64
 # Points one unbounded run expands (about 12 us each) and keeps the keys of: more would take minutes
@@ -277,32 +278,6 @@ def _dask_results(chunks: Iterator[list[Point]], dask: Any, workers: int,
     finally:
         for thing in owned:
             thing.close()
-
-
-class _ProgressBar:
-    """A rich progress bar on stderr: points done of the total, rate, elapsed time and ETA."""
-
-    def __init__(self, name: str, total: int, done: int) -> None:
-        from rich import progress as rp
-        from rich.console import Console
-        from rich.text import Text
-
-        class Rate(rp.ProgressColumn):
-            def render(self, task) -> Text:
-                speed = task.finished_speed or task.speed
-                return Text(f"{speed:,.1f} points/s" if speed else "- points/s", style="progress.data.speed")
-
-        self.progress = rp.Progress(rp.TextColumn("[bold]{task.description}"), rp.BarColumn(),
-                                    rp.MofNCompleteColumn(), Rate(), rp.TimeElapsedColumn(), rp.TextColumn("ETA"),
-                                    rp.TimeRemainingColumn(), console=Console(stderr=True), transient=False)
-        self.task = self.progress.add_task(name, total=total, completed=done)
-        self.progress.start()
-
-    def update(self, done: int) -> None:
-        self.progress.update(self.task, completed=done)
-
-    def close(self) -> None:
-        self.progress.stop()
 
 
 def parse_prices(items: list[str]) -> dict[str, float]:

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from madmax import terminal
 from madmax.errors import MadmaxError
 from madmax.validate.conventions import engine_value, predicted_value
 from madmax.validate.datasets import Case, Dataset, Unmapped, load_datasets
@@ -265,9 +266,11 @@ def _run_chunk(cases: Sequence[Case], simulate: Callable[..., Any]) -> list[RowR
 
 def _run_cases(cases: Sequence[Case], simulate: Callable[..., Any], jobs: int) -> list[RowResult]:
     """run_case over `cases` in order; with jobs > 1 in a process pool, over 4 x jobs chunks of about
-    equal estimated cost (longest first, each row to the least loaded chunk)."""
+    equal estimated cost (longest first, each row to the least loaded chunk). Rows done advance the
+    command's progress bar."""
+    terminal.expect(len(cases))
     if jobs <= 1 or len(cases) < 2:
-        return _run_chunk(cases, simulate)
+        return [run_case(c, simulate) for c in terminal.counted(cases)]
     bins: list[list[int]] = [[] for _ in range(min(4 * jobs, len(cases)))]
     loads = [0.0] * len(bins)
     for i in sorted(range(len(cases)), key=lambda i: -_cost(cases[i])):
@@ -275,12 +278,13 @@ def _run_cases(cases: Sequence[Case], simulate: Callable[..., Any], jobs: int) -
         bins[b].append(i)
         loads[b] += _cost(cases[i])
     bins = [b for _, b in sorted(zip(loads, bins, strict=True), key=lambda lb: -lb[0]) if b]
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        done = list(pool.map(_run_chunk, [[cases[i] for i in b] for b in bins], [simulate] * len(bins)))
     results: list[RowResult | None] = [None] * len(cases)
-    for b, rows in zip(bins, done, strict=True):
-        for i, r in zip(b, rows, strict=True):
-            results[i] = r
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        done = pool.map(_run_chunk, [[cases[i] for i in b] for b in bins], [simulate] * len(bins))
+        for b, rows in zip(bins, done, strict=True):
+            for i, r in zip(b, rows, strict=True):
+                results[i] = r
+            terminal.advance(len(rows))
     return results  # type: ignore[return-value]
 
 
