@@ -523,7 +523,8 @@ def sweep(
     workers: Annotated[int | None, typer.Option(help="Worker processes (default: CPU count).")] = None,
     price: Annotated[list[str] | None, typer.Option(help="USD per GPU-hour overriding the catalog and the "
                                                          "file: SYSTEM=USD, or USD for all; repeatable.")] = None,
-    limit: Annotated[int | None, typer.Option(help="Stop after this many new points (resume later).")] = None,
+    limit: Annotated[int | None, typer.Option(help="Stop after this many new points (resume later); a sweep "
+                                                   "of over 1,000,000 points runs in such parts.")] = None,
     progress: Annotated[bool, typer.Option(help="Show a progress bar with rate and ETA.")] = True,
 ) -> None:
     """Evaluate every point of a sweep into Parquet shards; an interrupted sweep resumes where it stopped."""
