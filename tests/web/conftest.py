@@ -41,6 +41,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.fixture
+def free_port() -> int:
+    return _free_port()
+
+
 @pytest.fixture(scope="session")
 def live_server(tmp_path_factory):
     """The app served by uvicorn in a thread of this process; yields its base URL."""

@@ -246,3 +246,20 @@ def test_any_body_answers_a_result_or_one_sentence(client, model, num_gpus, stra
     if response.status_code != 200:
         error = response.json()["error"]
         assert error and "\n" not in error and "Traceback" not in error
+
+
+def test_a_serving_search_streams_the_serving_searchs_result(client):
+    body = {"model": "llama-3-8b", "system": "dgx-h100", "num_gpus": 8, "task": "inference", "prompt_len": 512,
+            "output_len": 64, "top": 2, "max_batch": 8, "dtypes": ["bf16"]}
+    status, events = search_events(client, body)
+    assert status == 200 and events[-1]["event"] == "result"
+    from madmax.search.serving import find_serving, summary
+
+    options = {k: v for k, v in body.items() if k != "task"}
+    expected = summary(find_serving(**options), 2)
+    found = events[-1]["result"]
+    assert [r["strategy"] for r in found["results"]] == [r["strategy"] for r in expected["results"]]
+    assert found["results"][0]["ttft_s"] == pytest.approx(expected["results"][0]["ttft_s"])
+    wrong = client.post("/search", json={**body, "zero": [1]})
+    assert wrong.status_code == 400
+    assert wrong.json()["error"].startswith("zero applies to training searches; allowed here: ")

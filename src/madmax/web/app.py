@@ -215,12 +215,14 @@ def _search_call(body: SearchRequest) -> tuple[str, dict[str, Any]]:
     if "model" not in given or "system" not in given:
         raise ConfigError("model and system are required")
     serving = str(given.get("task", "")).lower() == "inference"
-    allowed = SERVING_SEARCH_FIELDS if serving else TRAINING_SEARCH_FIELDS | {"task"}
-    if extra := sorted(k for k in given if k not in allowed and given[k] is not None):
-        which = "serving searches (task=inference)" if not serving else "training searches"
+    allowed = SERVING_SEARCH_FIELDS if serving else TRAINING_SEARCH_FIELDS
+    given = {k: v for k, v in given.items() if v is not None}
+    if extra := sorted(k for k in given if k not in allowed | {"task"}):
+        which = "training searches" if serving else "serving searches (task=inference)"
         raise ConfigError(f"{extra[0]} applies to {which}; allowed here: {', '.join(sorted(allowed))}")
-    kwargs = {k: v for k, v in given.items() if v is not None and k != ("task" if serving else "")}
-    return ("serving" if serving else "training"), kwargs
+    if serving:  # the serving search has no task argument: it is inference
+        del given["task"]
+    return ("serving" if serving else "training"), given
 
 
 async def _next(messages: Any, timeout: float) -> tuple[str, Any]:
