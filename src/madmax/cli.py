@@ -593,13 +593,14 @@ def query(
         writer.writerow(columns)
         writer.writerows(rows)
     else:
-        from rich.console import Console
         from rich.table import Table
+
+        from madmax.terminal import make_console
 
         table = Table(*columns)
         for r in rows:
             table.add_row(*(display_value(v) for v in r))
-        Console().print(table)
+        make_console().print(table)  # piped: wide enough that no cell wraps
 
 
 @app.command()
