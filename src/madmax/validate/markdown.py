@@ -60,6 +60,9 @@ def describe_inputs(kwargs: dict[str, Any]) -> str:
         tables = sum(t.get("count", 1) for t in m["tables"])
         model = (f"{m['name']} ({tables} tables, bottom {m['bottom_mlp']}, top {m['top_mlp']}, "
                  f"{m.get('interaction', 'dot')} interaction)")
+    elif isinstance(m, dict) and m.get("family") == "vit":
+        model = (f"{m['name']} (L={m['num_layers']}, h={m['hidden_size']}, a={m['num_heads']}, "
+                 f"f={m['ffn_hidden_size']}, image {m['image_size']} in patches of {m['patch_size']})")
     elif isinstance(m, dict):
         model = (f"{m['name']} (L={m['num_layers']}, h={m['hidden_size']}, a={m['num_heads']}, "
                  f"kv={m.get('num_kv_heads')}, f={m['ffn_hidden_size']}, V={m['vocab_size']})")

@@ -94,7 +94,7 @@ def vit_case(row_id: str, row: dict[str, str], configs: Mapping[str, Mapping[str
         notes.append(LAYER_FIXES[config["name"]][1])
     s = {**STRATEGY, "dp": num_gpus, "mbs": local}
     kwargs = {"model": model, "system": SYSTEM, "num_gpus": num_gpus, "task": "pretrain", "global_batch": gb,
-              "dtype": DTYPE, "strategy": strategy_string(**s)}
+              "seq_len": seq, "dtype": DTYPE, "strategy": strategy_string(**s)}
     return Case(dataset="vit_reference", row_id=row_id, label=f"{sheet} {num_gpus}xa100 fsdp gb{gb} lb{local}",
                 kwargs=kwargs, metric="tflops_per_gpu", measured=float(row["measured"]), unit="TFLOP/s",
                 family="vit", gpu=GPU, parallelism="fsdp",
