@@ -114,3 +114,28 @@ def test_a_bad_strategy_shows_the_apis_sentence(page, live_server):
     expected = json.loads(post(live_server, "/simulate", {**SIMULATE, "strategy": "tp=3"}))["error"]
     assert page.inner_text("#error") == expected
     assert expected.startswith("tp*pp*cp=3*1*1=3 does not divide num_gpus=16")
+
+
+HF_CONFIG = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 2048,
+             "intermediate_size": 8192, "num_hidden_layers": 16, "num_attention_heads": 32, "num_key_value_heads": 8,
+             "vocab_size": 128256, "max_position_embeddings": 8192, "hidden_act": "silu", "rms_norm_eps": 1e-5,
+             "tie_word_embeddings": True}
+
+
+def test_an_uploaded_config_is_simulated_and_an_oversized_one_refused(page, live_server):
+    state = {"system": "dgx-h100", "num_gpus": 8, "task": "pretrain", "global_batch": 32}
+    open_page(page, live_server, state)
+    page.set_input_files("#model-file", files=[{"name": "config.json", "mimeType": "application/json",
+                                                "buffer": json.dumps(HF_CONFIG).encode()}])
+    page.wait_for_function("document.getElementById('model').value === '__upload__'", timeout=TIMEOUT_MS)
+    page.click("#simulate-btn")
+    page.wait_for_selector("#result-table tr", timeout=TIMEOUT_MS)
+    expected = json.loads(post(live_server, "/simulate", {**state, "model": HF_CONFIG}))
+    cell = page.inner_text("#result-table tr[data-key='iteration_time_s'] td")
+    assert shown(cell, "s") == pytest.approx(expected["iteration_time_s"], rel=5e-4)
+    assert "model=" not in page.url  # an upload does not fit in a URL
+    page.set_input_files("#model-file", files=[{"name": "big.json", "mimeType": "application/json",
+                                                "buffer": b" " * (2**20 + 1)}])
+    page.wait_for_selector("#error:not([hidden])", timeout=TIMEOUT_MS)
+    assert page.inner_text("#error") == ("big.json is 1,048,577 bytes; allowed: up to 1 MB (a model's config.json "
+                                         "is a few kB)")

@@ -263,3 +263,28 @@ def test_a_serving_search_streams_the_serving_searchs_result(client):
     wrong = client.post("/search", json={**body, "zero": [1]})
     assert wrong.status_code == 400
     assert wrong.json()["error"].startswith("zero applies to training searches; allowed here: ")
+
+
+def test_a_short_simulate_is_answered_while_a_long_search_runs(live_server):
+    """Searches run in processes of their own: a simulate sent after a search started is answered first.
+
+    The search (every layout of a 70B model on 1,024 GPUs, about 20 s) is stopped at its 4 s limit."""
+    import threading
+    import urllib.request
+
+    def request(path: str, body: dict) -> bytes:
+        call = urllib.request.Request(live_server + path, data=json.dumps(body).encode(),
+                                      headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(call, timeout=120) as response:
+            return response.read()
+
+    finished: list[str] = []
+    long_search = {"model": "llama-3-70b", "system": "dgx-h100", "num_gpus": 1024, "global_batch": 1024,
+                   "time_limit_s": 4}
+    search = threading.Thread(target=lambda: (request("/search", long_search), finished.append("search")))
+    search.start()
+    answer = json.loads(request("/simulate", SMALL))
+    finished.append("simulate")
+    search.join()
+    assert answer["iteration_time_s"] > 0
+    assert finished == ["simulate", "search"]
