@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from madmax.cli import app
@@ -252,3 +254,20 @@ def test_a_full_disk_is_one_sentence_and_leaves_no_temporary_file(spec_file, tmp
     assert line == (f"error: results folder {str(out)!r}: a shard cannot be written (No space left on device); "
                     "its 16 rows are computed again when the sweep is resumed")
     assert not shard_paths(out) and not list(out.glob(".part-*"))
+
+
+@settings(max_examples=25, deadline=None)
+@given(sizes=st.lists(st.sampled_from([8, 16, 32, 64]), min_size=1, max_size=3, unique=True),
+       batches=st.lists(st.integers(1, 64), min_size=1, max_size=3, unique=True),
+       strategies=st.lists(st.sampled_from(["tp=1", "tp=2", "pp=2", "tp=2,pp=2"]), min_size=1, max_size=3,
+                           unique=True),
+       factors=st.lists(st.sampled_from([0.5, 2.0, 4.0]), max_size=2, unique=True))
+def test_count_matches_the_points_of_distinct_axes(sizes, batches, strategies, factors):
+    from madmax.sweep import load_sweep
+
+    spec = {"name": "fuzz", "models": "llama-2-7b", "systems": "dgx-h100", "num_gpus": sizes, "global_batches": batches,
+            "strategies": strategies,
+            "codesign": {"resources": ["flops", "nic_bandwidth"], "factors": factors} if factors else None}
+    sweep = load_sweep(spec)
+    whatifs = 1 + 3 * len(factors) if factors else 1  # baseline + (2 resources + together) per factor
+    assert sweep.count() == len(sizes) * len(batches) * len(strategies) * whatifs == sum(1 for _ in sweep.points())
