@@ -52,7 +52,7 @@ MB = 2**20
 CATALOG_KINDS = ("models", "systems", "gpus")
 # Seconds between the progress lines of a streaming search.
 PROGRESS_S = 0.5
-# Traces of the latest page simulations kept for GET /trace (each a few MB at most).
+# Traces of the latest page simulations kept for GET /trace (gzip-compressed, each a few MB at most).
 TRACES_KEPT = 16
 
 
@@ -91,7 +91,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                   description="Predict how fast large ML models train and serve on distributed GPU systems.")
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     jobs = Jobs(settings.data_dir, settings.sweep_workers)
-    traces: OrderedDict[str, dict] = OrderedDict()
+    traces: OrderedDict[str, bytes] = OrderedDict()  # gzip-compressed Chrome traces
     searches: list[Any] = []  # the search processes started, pruned as they end
     _error_handlers(app)
 
@@ -100,16 +100,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         loop = asyncio.get_running_loop()
         pool = state["pool"]
         try:
-            data = await loop.run_in_executor(pool, work.simulate, kwargs, view,
-                                              (settings.timeline_segments, settings.timeline_merge))
+            answer = await loop.run_in_executor(pool, work.simulate, kwargs, view,
+                                                (settings.timeline_segments, settings.timeline_merge))
         except BrokenProcessPool:
             if state["pool"] is pool:  # the first request to see it replaces the pool
                 state["pool"] = work.simulation_pool(settings.workers)
                 pool.shutdown(wait=False, cancel_futures=True)
             raise HTTPException(503, "a simulation process ended abruptly (out of memory?); the server started "
                                      "new ones: try again") from None
-        if "error" in data and len(data) == 1:
-            raise ConfigError(data["error"])
+        outcome, data = answer
+        if outcome == "error":
+            raise ConfigError(data)
         return data
 
     @app.post("/simulate", summary="madmax.simulate(...).to_dict()")
@@ -120,7 +121,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def simulate_view(body: SimulateRequest) -> dict[str, Any]:
         data = await run_simulation(body, view=True)
         trace_id = os.urandom(6).hex()
-        traces[trace_id] = data.pop("trace")
+        traces[trace_id] = data.pop("trace_gz")
         while len(traces) > TRACES_KEPT:
             traces.popitem(last=False)
         return {**data, "trace_url": f"/trace/{trace_id}.json"}
@@ -130,8 +131,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if trace_id not in traces:
             raise HTTPException(404, f"trace {trace_id!r} is not kept (the latest {TRACES_KEPT} are); "
                                      "simulate again")
-        return Response(json.dumps(traces[trace_id]), media_type="application/json",
-                        headers={"Content-Disposition": f'attachment; filename="madmax-{trace_id}.json"'})
+        return Response(traces[trace_id], media_type="application/json",
+                        headers={"Content-Encoding": "gzip",
+                                 "Content-Disposition": f'attachment; filename="madmax-{trace_id}.json"'})
 
     @app.post("/search", summary="madmax search, streamed as NDJSON progress then the result")
     async def search(body: SearchRequest) -> Response:

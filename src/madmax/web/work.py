@@ -8,6 +8,8 @@ worker does not pay the import again and no thread of the server is forked.
 
 from __future__ import annotations
 
+import gzip
+import json
 import multiprocessing
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -18,6 +20,8 @@ from madmax.errors import MadmaxError
 PRELOAD = ["madmax.api", "madmax.search.api", "madmax.search.serving", "madmax.web.view", "madmax.report.trace"]
 # A pool process is replaced after this many simulations, so the caches it grows stay bounded.
 TASKS_PER_WORKER = 200
+# gzip's fast end: a trace is compressed about tenfold either way, and is read at most once.
+TRACE_GZIP_LEVEL = 1
 
 
 def context() -> multiprocessing.context.BaseContext:
@@ -33,25 +37,27 @@ def simulation_pool(workers: int) -> ProcessPoolExecutor:
     return ProcessPoolExecutor(max_workers=workers, mp_context=context(), max_tasks_per_child=TASKS_PER_WORKER)
 
 
-def simulate(kwargs: dict[str, Any], view: bool, timeline_options: tuple[int, float]) -> dict[str, Any]:
-    """`madmax.simulate(**kwargs).to_dict()`, or {"error": sentence}; with `view`, also what the page draws:
-    {"result", "bars", "memory_per_stage", "timeline", "trace"} (trace: the Chrome trace events);
-    timeline_options: the segment limit and merge fraction of `madmax.web.view.timeline`."""
+def simulate(kwargs: dict[str, Any], view: bool, timeline_options: tuple[int, float]) -> tuple[str, Any]:
+    """("result", `madmax.simulate(**kwargs).to_dict()`) or ("error", sentence). With `view`, the result is
+    what the page draws: {"result", "bars", "memory_per_stage", "timeline", "trace_gz"} (trace_gz: the
+    Chrome trace, gzip-compressed JSON); timeline_options: the segment limit and merge fraction of
+    `madmax.web.view.timeline`."""
     from madmax import api
 
     try:
         result = api.simulate(**kwargs, keep_schedule=view)
     except MadmaxError as exc:
-        return {"error": str(exc)}
+        return "error", str(exc)
     if not view:
-        return result.to_dict()
+        return "result", result.to_dict()
     from madmax.report.trace import trace_events
     from madmax.web.view import breakdown_bars, memory_per_stage, timeline
 
     data = result.to_dict()
-    return {"result": data, "bars": breakdown_bars(data["breakdown"]), "memory_per_stage": memory_per_stage(result),
-            "timeline": timeline(result, *timeline_options),
-            "trace": {"traceEvents": trace_events(result), "displayTimeUnit": "ms"}}
+    trace = json.dumps({"traceEvents": trace_events(result), "displayTimeUnit": "ms"}).encode()
+    return "result", {"result": data, "bars": breakdown_bars(data["breakdown"]),
+                      "memory_per_stage": memory_per_stage(result), "timeline": timeline(result, *timeline_options),
+                      "trace_gz": gzip.compress(trace, compresslevel=TRACE_GZIP_LEVEL)}
 
 
 def search(kind: str, kwargs: dict[str, Any], queue: Any) -> None:
