@@ -220,3 +220,32 @@ def test_bf16_layers_recompute_like_the_others():
     firsts = [next(k for k in chunk if k.startswith("layer")) for (chunk,) in plan.stages]
     assert firsts == ["layer" + HIGH_PRECISION_SUFFIX + "_recompute"] * 2
     assert plan.units[firsts[0]].recompute and not plan.units["layer" + HIGH_PRECISION_SUFFIX].recompute
+
+
+def test_fp8_primary_weights_replace_the_bf16_copy():
+    # fp8_params: the fp8 weight and its transpose are the weights (2 B per GEMM parameter instead of bf16 2 B
+    # plus the 2 B cached copies); norms and the embedding keep bf16.
+    plain, primary = _plan("fp8"), _plan("fp8", "tp=1,pp=1,mbs=1,recompute=none,fp8_params=1")
+    layer, layer_p = plain.units["layer"], primary.units["layer"]
+    assert layer.cast_cache_bytes - layer_p.cast_cache_bytes == LAYER_GEMM_PARAMS * 2
+    assert stage_memory(plain, 0, 0.0).weights_bytes - stage_memory(primary, 0, 0.0).weights_bytes == (
+        16 * LAYER_GEMM_PARAMS * 2)
+    # No cast from bf16: the optimizer wrote the fp8 weights, the transpose is made once per step (read and
+    # write 1 B per parameter), a quarter of it in each of the 4 micro-batches.
+    (cast,) = [k for k in layer_p.fwd if k.category == WEIGHT_CAST]
+    assert cast.num_bytes == LAYER_GEMM_PARAMS * 2 / 4
+
+
+def test_fp8_primary_weights_are_gathered_in_fp8():
+    plan = _plan("fp8", "tp=1,pp=1,mbs=1,recompute=none,zero=1,fp8_params=1", global_batch=8, num_gpus=2)
+    layer = plan.units["layer"]
+    norms = layer.trainable_params - LAYER_GEMM_PARAMS  # two RMSNorm weights of 1024
+    assert norms == 2 * 1024
+    gathered = layer.trainable_params * layer.gather_width("dp", plan.data, layer.trainable_params, trainable=True)
+    assert gathered == pytest.approx(norms * 2 + LAYER_GEMM_PARAMS * 1)
+
+
+def test_fp8_primary_weights_need_fp8():
+    with pytest.raises(MadmaxError, match=r"strategy.fp8_params needs dtype=fp8 .* got dtype=bf16"):
+        _plan("bf16", "tp=1,pp=1,mbs=1,recompute=none,fp8_params=1")
+    assert "fp8_params=1" in parse_strategy("tp=2,fp8_params=1").describe()

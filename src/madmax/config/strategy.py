@@ -70,6 +70,10 @@ class Strategy(Schema):
     overlap_cost: bool = Field(False, description="Charge the compute that runs beside a collective for the SMs "
                                "and HBM bandwidth the collective holds (catalog efficiency.yaml `overlap`); "
                                "default off: overlap is free, as the search's estimates assume.")
+    fp8_params: bool = Field(False, description="dtype=fp8: keep the low-precision GEMMs' weights in fp8 only, "
+                             "no bf16 copy (Transformer Engine fp8 primary weights; Megatron's --fp8-param-gather, "
+                             "default false, on in NeMo's and Megatron-Bridge's fp8 recipes): the optimizer writes "
+                             "fp8 weights and the distributed optimizer gathers them in fp8.")
     etp: PositiveInt = Field(1, description="Expert tensor parallel degree: ranks that split each routed "
                              "expert's width (needs ep > 1); expert data parallelism is tp*cp*dp / (ep*etp). "
                              "Default 1, as Megatron-Bridge's MoE recipes set it (Megatron-Core's own default "
@@ -191,7 +195,7 @@ class Strategy(Schema):
             parts.append(f"etp={self.etp}")
         if self.ep_overlap:
             parts.append("ep_overlap=1")
-        parts += [f"{key}=1" for key in ("tp_overlap", "overlap_cost") if getattr(self, key)]
+        parts += [f"{key}=1" for key in ("tp_overlap", "overlap_cost", "fp8_params") if getattr(self, key)]
         if self.dispatch_fp8:
             parts.append("dispatch_fp8=1")
         if self.dispatcher != "alltoall":

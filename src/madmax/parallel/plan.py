@@ -34,6 +34,7 @@ from madmax.parallel.tensor import (
     cast_cache_bytes,
     cast_sites,
     forward_kernels,
+    primary_cast_params,
     saved_bytes,
     weight_cast_kernels,
 )
@@ -89,6 +90,10 @@ class UnitPlan:
     gathers: tuple[float, ...] | None = None
     # Low-precision GEMMs: bytes of the cast weight copies (and delayed-scaling amax histories) kept all step.
     cast_cache_bytes: float = 0.0
+    # Weights kept in the low-precision format only (strategy fp8_params): bytes by which a gather of the
+    # dense part and of the experts' part is smaller than at the data plan's width, P (a - q) each, over all
+    # their parameters and over the trainable ones.
+    gather_discount: tuple[tuple[float, float], tuple[float, float]] = ((0.0, 0.0), (0.0, 0.0))
 
     def state_groups(self, plan: Plan) -> tuple[tuple[str, DataParallelPlan, float, float], ...]:
         """(process group, data-parallel plan, parameters, trainable parameters) of the unit's dense part
@@ -101,6 +106,13 @@ class UnitPlan:
             assert plan.expert_data is not None
             out.append((EXPERT_DATA_GROUP, plan.expert_data, self.expert_params, self.expert_trainable_params))
         return tuple(out)
+
+    def gather_width(self, group: str, data: DataParallelPlan, params: float, trainable: bool = False) -> float:
+        """Mean bytes per parameter that a gather of the unit's `group` part (`params` of them: all, or the
+        trainable ones after an optimizer step) moves: the data plan's width, less the weights kept in the
+        low-precision format only (`gather_discount`)."""
+        discount = self.gather_discount[group == EXPERT_DATA_GROUP][trainable]
+        return data.weight_bytes - discount / params if params else data.weight_bytes
 
     @property
     def has_backward(self) -> bool:
@@ -166,8 +178,12 @@ def build_plan(workload: Workload, strategy: Strategy, *, domain_size: int, seq_
     microbatches = global_batch // (s.dp * s.mbs)
     # Weights cast once per step (the first micro-batch's forward) are costed as 1/m of a cast per micro-batch.
     casts = 1 / microbatches if fmt and fmt.weight_cache else 1.0
+    if s.fp8_params and dtype is not DType.FP8:
+        raise StrategyError(f"strategy.fp8_params needs dtype=fp8 (fp8 primary weights with per-tensor scaling); "
+                            f"got dtype={dtype}; allowed with it: fp8_params=0")
     shape = Shape(batch=s.mbs, seq_len=seq_len, tp=s.tp, cp=s.cp, sp=s.sequence_parallel, act_bytes=act_bytes,
-                  cast=fmt, weight_casts=casts, ep=s.ep, etp=s.etp, expert_load=expert_load)
+                  cast=fmt, weight_casts=casts, primary_cast=s.fp8_params, ep=s.ep, etp=s.etp,
+                  expert_load=expert_load)
     # Outside the transformer layers (the LM head) and in the layers the recipe keeps: bf16 GEMMs, no casts.
     high = dataclasses.replace(shape, cast=None, gemm_dtype=high_precision()) if fmt else shape
     tp_span = span(s, (Axis.TP,), domain_size)
@@ -479,8 +495,25 @@ def _unit(key: str, block: Block, shape: Shape, s: Strategy, tp_span: Span, cp_s
                     expert_params=sum(n for _, n in expert),
                     expert_trainable_params=sum(n for op, n in expert if op.trainable), info=info,
                     cast_cache_bytes=cast_cache_bytes(block.ops, rank_params, shape),
+                    gather_discount=_gather_discount(block.ops, rank_params, shape),
                     gathers=stack.gather_sizes([(op.params, n) for op, n in per_rank
                                                 if op.params and op.tp not in EXPERT_SPLITS]))
+
+
+def _gather_discount(ops: tuple[Op, ...], params: list[float],
+                     shape: Shape) -> tuple[tuple[float, float], tuple[float, float]]:
+    """(dense, experts) x (all, trainable): bytes saved per gather of the unit's weights when its
+    low-precision GEMMs keep them in the format only, P (a - q) over those parameters of each part."""
+    if shape.cast is None or not shape.primary_cast:
+        return ((0.0, 0.0), (0.0, 0.0))
+    saved = shape.act_bytes - shape.cast.bytes_per_element
+
+    def discount(expert: bool, trainable: bool) -> float:
+        part = [(op, n) for op, n in zip(ops, params, strict=True)
+                if (op.tp in EXPERT_SPLITS) == expert and (op.trainable or not trainable)]
+        return primary_cast_params([op for op, _ in part], [n for _, n in part], shape) * saved
+
+    return ((discount(False, False), discount(False, True)), (discount(True, False), discount(True, True)))
 
 
 def _rank_params(op: Op, s: Strategy) -> float:

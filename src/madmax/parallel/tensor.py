@@ -62,6 +62,8 @@ class Shape:
     # the GEMMs outside Transformer Engine in bf16. None: GEMM operands taken as they are.
     cast: LowPrecision | None = None
     weight_casts: float = 1.0  # weight casts per micro-batch: 1/m when cast once per step and cached
+    # The low-precision GEMMs' weights are kept in the format only (strategy fp8_params): no high-precision copy.
+    primary_cast: bool = False
     calls: tuple[AttentionCall, ...] = ()
     gemm_dtype: DType | None = None  # None: the plan's dtype
     weight_width: float | None = None
@@ -244,18 +246,29 @@ def weight_cast_kernels(ops: tuple[Op, ...] | list[Op], params: list[float], sha
     cast = sum(_cast_params(ops, params, shape))
     if not cast:
         return []
-    return [Kernel(KernelKind.MEMORY, WEIGHT_CAST,
-                   num_bytes=shape.weight_casts * weight_cast_bytes(cast, fmt, high_precision().num_bytes))]
+    if shape.primary_cast:  # the optimizer wrote the fp8 weights: only the other copies are made, P (c - 1) 2 q
+        moved = cast * (fmt.copies - 1) * 2 * fmt.bytes_per_element
+    else:
+        moved = weight_cast_bytes(cast, fmt, high_precision().num_bytes)
+    return [Kernel(KernelKind.MEMORY, WEIGHT_CAST, num_bytes=shape.weight_casts * moved)]
 
 
 def cast_cache_bytes(ops: tuple[Op, ...] | list[Op], params: list[float], shape: Shape) -> float:
-    """Bytes a unit keeps for its low-precision GEMMs through the step on one rank: the cast weight copies
-    (c q per parameter) and, under delayed scaling, every GEMM's amax histories (forward and backward)."""
+    """Bytes a unit keeps for its low-precision GEMMs through the step on one rank beyond the weights the
+    data-parallel plan counts (a per parameter): the cast weight copies (c q per parameter) and, under
+    delayed scaling, every GEMM's amax histories (forward and backward). With `primary_cast` the copies are
+    the weights themselves: c q - a per parameter (fp8: 0, the fp8 weight and its transpose replace bf16)."""
     fmt = shape.cast
     if fmt is None:
         return 0.0
     history = fmt.history_bytes(backward=False) + fmt.history_bytes(backward=True)
-    return sum(n * fmt.copies * fmt.bytes_per_element + history for n in _cast_params(ops, params, shape))
+    per_param = fmt.copies * fmt.bytes_per_element - (shape.act_bytes if shape.primary_cast else 0.0)
+    return sum(n * per_param + history for n in _cast_params(ops, params, shape))
+
+
+def primary_cast_params(ops: tuple[Op, ...] | list[Op], params: list[float], shape: Shape) -> float:
+    """Parameters of the unit's low-precision GEMMs that are kept in the format only (`primary_cast`), else 0."""
+    return sum(_cast_params(ops, params, shape)) if shape.cast is not None and shape.primary_cast else 0.0
 
 
 def _cast_params(ops: tuple[Op, ...] | list[Op], params: list[float], shape: Shape) -> list[float]:

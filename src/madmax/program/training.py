@@ -439,11 +439,11 @@ class _Builder:
         segs = []
         for group, d, params, _ in self._state_groups(unit):
             sizes = unit.gathers if group == DATA_GROUP and unit.gathers is not None else (params,)
+            width = unit.gather_width(group, d, params)
             for size in sizes:
-                seg = self.comm(streams[group], Collective.ALL_GATHER, size * d.weight_bytes, d.shard_span, group,
-                                start)
+                seg = self.comm(streams[group], Collective.ALL_GATHER, size * width, d.shard_span, group, start)
                 if copies and d.shard > 1:
-                    piece = size * d.weight_bytes / d.shard
+                    piece = size * width / d.shard
                     seg = self.prog.add(streams[group], d.shard * self.compute.memory_s(2 * piece), (seg,),
                                         category=f"{group}.gather_copies", label=f"{group} gather copies")
                 segs.append(seg)
@@ -458,7 +458,8 @@ class _Builder:
             if d.shard == 1:
                 segs.append(self.prog.add(streams[group], 0.0, category="sync", label="no gather"))
             else:
-                segs.append(self.comm(streams[group], Collective.ALL_GATHER, trainable * d.weight_bytes,
+                segs.append(self.comm(streams[group], Collective.ALL_GATHER,
+                                      trainable * unit.gather_width(group, d, trainable, trainable=True),
                                       d.shard_span, group))
         return segs
 
@@ -502,19 +503,20 @@ class _Builder:
         if plan.tied_sync_bytes and stage in (0, plan.num_stages - 1):
             deps.append(self.comm(streams[DP], Collective.ALL_REDUCE, plan.tied_sync_bytes, Span(1, 2), PP,
                                   (last_compute,)))
-        groups = [g for chunk in plan.stages[stage] for k in chunk for g in self._state_groups(plan.units[k])]
+        members = [(plan.units[k], g) for chunk in plan.stages[stage] for k in chunk
+                   for g in self._state_groups(plan.units[k])]
         moved = 0.0
-        for _, d, _, trainable in groups:
+        for _, (_, d, _, trainable) in members:
             w, g, o = d.state_bytes_per_param()
             moved += trainable * (2 * o + g + w)
         optimizer_s = self.compute.memory_s(moved) if moved else 0.0
         deps = self._step_end(streams, stage, deps, last_compute)
         opt = prog.add(streams[COMPUTE], optimizer_s, tuple(deps), category="optimizer", label="optimizer step")
         self.out.optimizer_s.append(optimizer_s)
-        for group, d, _, trainable in groups:
+        for unit, (group, d, _, trainable) in members:
             if d.zero in (1, 2) and not d.overlap and d.shard > 1 and trainable:
-                self.comm(streams[group], Collective.ALL_GATHER, trainable * d.weight_bytes, d.shard_span, group,
-                          (opt,))
+                width = unit.gather_width(group, d, trainable, trainable=True)
+                self.comm(streams[group], Collective.ALL_GATHER, trainable * width, d.shard_span, group, (opt,))
 
     def _step_end(self, streams: _Streams, stage: int, deps: list[int], last_compute: int) -> list[int]:
         """The step's work outside the passes' kernels (`madmax.program.step_end`): the last stage's loss

@@ -246,6 +246,8 @@ def _published_case(dataset: str, row_id: str, row: dict[str, str], *, defaults:
                      else f"recompute not stated; {s['recompute']} assumed")
     s["sp"] = {"yes": True, "no": False}.get(row["sp"])
     s.update({k: defaults[k] for k in ("flash", "dp_overlap") if k in defaults})
+    if defaults.get("fp8_params") and dtype == "fp8":
+        s["fp8_params"] = True
     intra, inter = (float(row[k]) if row[k] else None for k in ("intra_bw_GBps", "inter_bw_GBps"))
     system = system_for(row["gpu"], per_node, intra, inter)
     peak = peak_flops_per_s(row["gpu"], dtype)
@@ -312,7 +314,11 @@ def load_korthikanti2022(rows: Rows | None = None) -> Dataset:
 
 
 # NeMo 24.x (Megatron-Core): flash attention, distributed optimizer, gradient reduction overlapped.
-_NEMO = {"vp": 1, "mbs": 1, "zero": 1, "recompute": RECOMPUTE_AUTO, "flash": True, "dp_overlap": True}
+# NeMo's fp8 recipes keep the weights in fp8 (fp8_params): nemo/collections/llm/recipes/precision/
+# mixed_precision.py bf16_with_fp8_mixed sets fp8_params=True (later spelled fp8_param_gather); NVIDIA's NeMo 1.x
+# fp8 benchmark configs set model.fp8_params: true as well.
+_NEMO = {"vp": 1, "mbs": 1, "zero": 1, "recompute": RECOMPUTE_AUTO, "flash": True, "dp_overlap": True,
+         "fp8_params": True}
 # NeMo's megatron_gpt_finetuning_config.yaml: lora_tuning.adapter_dim 32, target_modules [attention_qkv].
 NEMO_LORA = {"kind": "finetune", "finetune": "lora", "lora_rank": 32, "lora_targets": ["qkv"]}
 
