@@ -72,3 +72,12 @@ def test_sweeps_take_vit_models_in_both_modes(tmp_path: Path) -> None:
     run_sweep(path, tmp_path / "out", workers=1)
     df = load(tmp_path / "out")
     assert len(df) == 3 and set(df["status"]) == {"ok"} and (df["samples_per_s"] > 0).all()
+
+
+def test_serving_search_refuses_a_model_that_generates_no_tokens() -> None:
+    # it used to crash (an AssertionError for a vit, a KeyError for a DLRM) deep in the serving layouts
+    for model in ("vit-b/16", "dlrm-dcnv2"):
+        result = runner.invoke(app, ["search", "--model", model, "--system", "dgx-a100", "--num-gpus", "8",
+                                     "--task", "inference", "--prompt-len", "4", "--output-len", "1"])
+        assert result.exit_code == 2 and "Traceback" not in result.output
+        assert f"{model} runs one forward pass per batch" in " ".join(result.output.split())

@@ -104,6 +104,10 @@ def find_serving(model: Any, system: Any, num_gpus: int | None = None, *, prompt
     base = resolve_request(model, system, num_gpus, "inference", calibration=calibration, batch=1,
                            prompt_len=prompt_len, output_len=output_len, mode=mode, max_ttft_s=max_ttft,
                            max_tpot_s=max_tpot)
+    if not base.workload.generates_tokens:  # a recommendation model or a ViT: one forward pass per batch
+        raise ConfigError(f"search --task inference searches the serving layouts of models that generate tokens; "
+                          f"{base.spec.name} runs one forward pass per batch; allowed: simulate --task inference "
+                          "--batch B with a --strategy, or search its training (--task pretrain)")
     t = base.task
     if t.prompt_len is None or t.output_len is None:
         raise ConfigError("search --task inference needs prompt_len and output_len (tokens per request); "
