@@ -81,3 +81,12 @@ def test_serving_search_refuses_a_model_that_generates_no_tokens() -> None:
                                      "--task", "inference", "--prompt-len", "4", "--output-len", "1"])
         assert result.exit_code == 2 and "Traceback" not in result.output
         assert f"{model} runs one forward pass per batch" in " ".join(result.output.split())
+
+
+def test_inspect_shows_the_image_shape() -> None:
+    result = runner.invoke(app, ["inspect", "vit-l/16"])
+    assert result.exit_code == 0
+    rows = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in result.output.splitlines()
+            if line.count("│") == 3}
+    assert rows["image_size"] == "224" and rows["patch_size"] == "16" and rows["num_classes"] == "1000"
+    assert rows["total params"] == "0.304 B" and "vocab_size" not in rows

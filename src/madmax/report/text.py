@@ -153,6 +153,9 @@ def print_inspect(info: dict[str, Any], console: Console | None = None) -> None:
         shape = ("num_dense_features", "bottom_mlp", "top_mlp", "interaction", "embedding_dtype")
         tables = model["tables"]
         table.add_row("tables", f"{sum(t['count'] for t in tables)} in {len(tables)} shapes")
+    if model.get("family") == "vit":
+        shape = ("image_size", "patch_size", "num_channels", "num_layers", "hidden_size", "num_heads",
+                 "ffn_hidden_size", "num_classes", "class_token", "parallel_layers", "qk_norm")
     for key in shape:
         value = model.get(key)
         if model.get("mla") and key in ("num_kv_heads", "head_dim"):
