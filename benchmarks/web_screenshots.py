@@ -74,10 +74,11 @@ def main() -> None:
 
 def shot(page, first: str, last: str, path: Path) -> None:
     """A screenshot from the top of `first` to the bottom of `last`, the page's full width."""
-    top = page.locator(first).bounding_box()
-    bottom = page.locator(last).bounding_box()
-    width = page.evaluate("document.documentElement.scrollWidth")
-    clip = {"x": 0, "y": top["y"] - 8, "width": width, "height": bottom["y"] + bottom["height"] - top["y"] + 16}
+    top, bottom, width = page.evaluate(
+        """([first, last]) => [document.querySelector(first).getBoundingClientRect().top + window.scrollY,
+                               document.querySelector(last).getBoundingClientRect().bottom + window.scrollY,
+                               document.documentElement.scrollWidth]""", [first, last])
+    clip = {"x": 0, "y": top - 8, "width": width, "height": bottom - top + 16}  # page coordinates
     page.screenshot(path=str(path), clip=clip, full_page=True)
     print(f"wrote {path}")
 

@@ -188,7 +188,7 @@ function stacked(plot, groups, categories, scale) {
   }));
 }
 
-const LAYOUT = {margin: {l: 60, r: 10, t: 40, b: 40}, barmode: "stack", legend: {font: {size: 10}}};
+const LAYOUT = {margin: {l: 60, r: 10, t: 40, b: 40}, barmode: "stack", legend: {font: {size: 10}}, height: 440};
 
 function plotBreakdown(bars) {
   const names = Object.keys(bars);
