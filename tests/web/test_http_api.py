@@ -288,3 +288,21 @@ def test_a_short_simulate_is_answered_while_a_long_search_runs(live_server):
     search.join()
     assert answer["iteration_time_s"] > 0
     assert finished == ["simulate", "search"]
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(top=st.integers(-1, 2), max_tp=st.sampled_from([None, -1, 0, 1, 2]), zero=st.sampled_from([None, [1], [5], []]),
+       recompute=st.sampled_from([None, ["none"], ["sometimes"], []]),
+       objective=st.sampled_from(["throughput", "cost", "speed"]), extra=st.sampled_from([{}, {"prompt_len": 8},
+                                                                                          {"tp": 2}]))
+def test_any_search_body_answers_a_stream_or_one_sentence(client, top, max_tp, zero, recompute, objective, extra):
+    body = {"model": "llama-3-8b", "system": "dgx-h100", "num_gpus": 8, "global_batch": 16, "max_pp": 1, "top": top,
+            "max_tp": max_tp, "zero": zero, "recompute": recompute, "objective": objective, **extra}
+    status, events = search_events(client, body)
+    assert status in (200, 400, 422)
+    error = events[-1].get("error")
+    if status != 200:
+        assert error and "\n" not in error and "Traceback" not in error
+    else:
+        assert events[-1]["event"] in ("result", "error")
+        assert "internal error" not in (error or "")
