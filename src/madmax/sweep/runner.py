@@ -47,7 +47,7 @@ class Summary:
     """What one run of a sweep did."""
 
     directory: Path
-    total: int  # distinct points of the sweep
+    total: int  # distinct points of the sweep (over max_points, run in parts: counted before repeats drop)
     done_before: int  # points found in the folder when the run started
     computed: int  # points evaluated and stored by this run
     errors: int  # of those, rows with status 'error' (bad input for that point)
