@@ -62,7 +62,8 @@ def test_bad_input_is_a_400_with_the_python_apis_sentence(client, bad):
 def test_unknown_field_malformed_json_and_wrong_types_are_422_sentences(client):
     unknown = client.post("/simulate", json={**SMALL, "gpus": 8})
     assert unknown.status_code == 422
-    assert unknown.json() == {"error": "gpus is not a field of the request; see GET /docs for the allowed fields"}
+    assert unknown.json() == {"error": "gpus is not a field of the request; see GET /openapi.json for the allowed "
+                                       "fields"}
     malformed = client.post("/simulate", content=b'{"model": ', headers={"content-type": "application/json"})
     assert malformed.status_code == 422
     assert malformed.json()["error"].startswith("the request body is not valid JSON")
@@ -123,6 +124,11 @@ def test_catalog_health_page_and_plotly(client):
     page = client.get("/")
     assert page.status_code == 200 and '<script src="/vendor/plotly.min.js">' in page.text
     assert client.get("/static/app.js").status_code == 200
+    # The OpenAPI document has the Python API's fields; no page that needs a CDN is served.
+    schema = client.get("/openapi.json").json()
+    assert {"/simulate", "/search", "/sweep", "/health"} <= set(schema["paths"])
+    assert "strategy" in schema["components"]["schemas"]["SimulateRequest"]["properties"]
+    assert client.get("/docs").status_code == 404
     plotly = client.get("/vendor/plotly.min.js")
     assert plotly.status_code == 200 and len(plotly.content) > 1_000_000
 

@@ -5,7 +5,7 @@
     POST /search            streams NDJSON: started, progress (every PROGRESS_S), then result or error
     POST /sweep             starts a sweep into <data dir>/<name>-results -> 202 {"id", ...}
     GET  /sweep/{id}        its progress; GET /sweep/{id}/pareto the frontier of two objectives
-    GET  /catalog/{models,systems,gpus}, GET /trace/{id}.json, GET /health, GET / (the page)
+    GET  /catalog/{models,systems,gpus}, GET /trace/{id}.json, GET /health, GET /openapi.json, GET / (the page)
 
 Bad input is a 400 (`MadmaxError`), 413 (body too large), 422 (malformed request) or 429 (too many
 searches), each with {"error": one sentence}; an internal error is a 500 naming only the exception class.
@@ -87,7 +87,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 if process.is_alive():
                     process.kill()
 
-    app = FastAPI(title="madmax", version=__version__, lifespan=lifespan,
+    # FastAPI's /docs and /redoc pages load their scripts from a CDN: left out (no network at run time);
+    # the OpenAPI document itself is served at /openapi.json.
+    app = FastAPI(title="madmax", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Predict how fast large ML models train and serve on distributed GPU systems.")
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     jobs = Jobs(settings.data_dir, settings.sweep_workers)

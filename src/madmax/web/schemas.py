@@ -94,7 +94,7 @@ def sentence(exc: ValidationError | Any, body: str = "request") -> str:
     if kind == "json_invalid":
         return f"the {body} body is not valid JSON: {err.get('ctx', {}).get('error', err['msg'])}"
     if kind == "extra_forbidden":
-        return f"{field} is not a field of the {body}; see GET /docs for the allowed fields"
+        return f"{field} is not a field of the {body}; see GET /openapi.json for the allowed fields"
     if kind == "missing":
         return f"{field} is required"
     if kind in ("model_type", "dict_type") and not loc:
