@@ -296,7 +296,8 @@ function showSearch(found) {
     `${(found.evaluated ?? 0).toLocaleString("en-US")} evaluated, ${found.simulated} simulated in ${wall}; ` +
     (results.length ? `the best ${results.length}:` : "no strategy fits in memory");
   const columns = serving
-    ? [["strategy", "Strategy", "text"], ["ttft_s", "TTFT", "s"], ["tpot_s", "TPOT", "s"],
+    ? [["strategy", "Strategy", "text"], ["dtype", "Weights", "text"], ["kv_dtype", "KV cache", "text"],
+       ["batch", "Batch", "int"], ["ttft_s", "TTFT", "s"], ["tpot_s", "TPOT", "s"],
        ["output_tokens_per_s_per_gpu", "Output tok/s/GPU", "num"], ["peak_memory_bytes", "Memory", "gib"]]
     : [["strategy", "Strategy", "text"], ["iteration_time_s", "Iteration time", "s"],
        ["tokens_per_s_per_gpu", "Tokens/s per GPU", "num"], ["mfu", "MFU", "pct"],
@@ -315,12 +316,17 @@ function showSearch(found) {
     const button = document.createElement("button");
     button.type = "button";
     button.textContent = "simulate";
-    button.addEventListener("click", () => { $("strategy").value = r.strategy; runSimulate(); });
+    button.addEventListener("click", () => {
+      $("strategy").value = r.strategy;
+      if (serving) $("batch").value = r.batch;
+      runSimulate();
+    });
     tr.insertCell().append(button);
   });
   const key = serving ? "output_tokens_per_s_per_gpu" : "tokens_per_s_per_gpu";
-  Plotly.react("search-plot", [{type: "bar", orientation: "h", y: results.map((r) => r.strategy).reverse(),
-                                x: results.map((r) => r[key]).reverse()}],
+  // Rank first: two serving layouts may share a strategy and differ in batch or formats.
+  const labels = results.map((r, i) => `#${i + 1} ${r.strategy}`);
+  Plotly.react("search-plot", [{type: "bar", orientation: "h", y: labels.reverse(), x: results.map((r) => r[key]).reverse()}],
                {margin: {l: 10, r: 10, t: 40, b: 40}, yaxis: {automargin: true}, title: {text: `Top strategies: ${key}`},
                 height: 120 + 28 * results.length}, {responsive: true, displaylogo: false});
 }
