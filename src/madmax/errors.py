@@ -6,7 +6,13 @@ The CLI turns any `MadmaxError` into that sentence on stderr and exit status 2; 
 
 
 class MadmaxError(Exception):
-    """Bad input: an unknown name, an impossible strategy, a malformed file, a size out of range."""
+    """Bad input: an unknown name, an impossible strategy, a malformed file, a size out of range.
+
+    Its text is one line: a line break that a quoted input carries into the message is shown as a space,
+    so the CLI's one-sentence error stays one line."""
+
+    def __str__(self) -> str:
+        return " ".join(super().__str__().splitlines())
 
 
 class ConfigError(MadmaxError):

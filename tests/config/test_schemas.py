@@ -402,7 +402,8 @@ def test_system_file_and_num_gpus(tmp_path: Path) -> None:
         load_system(path, num_gpus=12)
     assert str(info.value) == ("num_gpus=12 is not a whole number of test-node nodes of 8 GPUs; "
                                "allowed: 1..8 or a multiple of 8")
-    with pytest.raises(ConfigError, match=r"^num_gpus=0 must be a positive number of GPUs$"):
+    with pytest.raises(ConfigError, match=r"^num_gpus=0 must be a positive number of GPUs; allowed: an integer "
+                                          r"from 1 to 1,048,576$"):
         load_system(path, num_gpus=0)
 
 

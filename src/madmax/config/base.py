@@ -4,13 +4,25 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator
+
+from madmax.config.checks import check_numbers
 
 
 class Schema(BaseModel):
-    """Frozen pydantic model that rejects unknown keys, so a typo in a file is an error, not a no-op."""
+    """Frozen pydantic model that rejects unknown keys, so a typo in a file is an error, not a no-op.
+
+    Every number of every field (in lists and mappings too) must be finite, an integer at most 2**53
+    and any other number at most 1e30 in magnitude (`madmax.config.checks.check_numbers`):
+    `pooling: .inf` or a width of 4,000 digits is refused with the field's name instead of overflowing
+    later."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _finite_in_range(cls, value: object) -> object:
+        return check_numbers(value)
 
 
 class DType(StrEnum):

@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from madmax.config.checks import GPUS_WHY, MAX_DEPTH, MAX_GPUS, is_file, name_or_path, shown, whole_number
 from madmax.config.hardware import GPU, System
 from madmax.config.model import MODEL_FAMILIES, ModelSpec
 from madmax.errors import CatalogError, ConfigError
@@ -55,10 +56,10 @@ def find_in_catalog(kind: str, name: str) -> dict[str, Any] | None:
 
 def _unknown(kind: str, field: str, name: str) -> CatalogError:
     names = catalog_names(kind)
-    close = difflib.get_close_matches(name.lower(), [n.lower() for n in names], n=3)
+    close = difflib.get_close_matches(name.lower(), [n.lower() for n in names], n=3) if len(name) < 200 else []
     hint = f"did you mean {', '.join(close)}? " if close else ""
     return CatalogError(
-        f"{field} {name!r} is neither a catalog name nor a file; {hint}see `madmax catalog list {kind}`"
+        f"{field} {shown(name)} is neither a catalog name nor a file; {hint}see `madmax catalog list {kind}`"
     )
 
 
@@ -70,7 +71,15 @@ def read_file(path: Path, field: str) -> dict[str, Any]:
         raise ConfigError(f"{field} file {str(path)!r} cannot be read: {exc.__class__.__name__}") from None
     try:
         data = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+    except RecursionError:
+        raise ConfigError(f"{field} file {str(path)!r} is nested too deeply to read; allowed: at most "
+                          f"{MAX_DEPTH} levels of lists and mappings") from None
+    except ValueError as exc:  # a number of more than 4,300 digits (Python's integer conversion limit)
+        if isinstance(exc, json.JSONDecodeError):
+            raise ConfigError(f"{field} file {str(path)!r} is not valid YAML/JSON: {exc}") from None
+        raise ConfigError(f"{field} file {str(path)!r} holds a number of more than 4,300 digits; allowed: "
+                          "integers up to 2**53") from None
+    except yaml.YAMLError as exc:
         first = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
         mark = getattr(exc, "problem_mark", None)
         if isinstance(exc, yaml.MarkedYAMLError) and exc.problem and mark is not None:
@@ -80,7 +89,22 @@ def read_file(path: Path, field: str) -> dict[str, Any]:
         raise ConfigError(f"{field} file {str(path)!r} is empty; it must hold a mapping of fields")
     if not isinstance(data, dict):
         raise ConfigError(f"{field} file {str(path)!r} must hold a mapping of fields, got {type(data).__name__}")
+    if _depth(data) > MAX_DEPTH:
+        raise ConfigError(f"{field} file {str(path)!r} is nested more than {MAX_DEPTH} levels deep; allowed: at "
+                          f"most {MAX_DEPTH} levels of lists and mappings")
     return data
+
+
+def _depth(data: Any) -> int:
+    """Levels of lists and mappings in `data` (counted without recursion)."""
+    deepest, stack = 0, [(data, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, level)
+            if level <= MAX_DEPTH:
+                stack += [(v, level + 1) for v in (item.values() if isinstance(item, dict) else item)]
+    return deepest
 
 
 def validate(schema: type[BaseModel], data: dict[str, Any], field: str) -> Any:
@@ -127,22 +151,26 @@ def _sentence(schema: type[BaseModel], exc: ValidationError, field: str, data: d
         value = value.get(part) if isinstance(value, dict) else err.get("input")
     if isinstance(value, dict | list) or value is None:
         value = err.get("input")
-    shown = f"={value!r}" if loc and not isinstance(value, dict | list) else ""
-    return f"{where}{shown}: {err['msg'].removeprefix('Value error, ')}"
+    given = f"={shown(value)}" if loc and not isinstance(value, dict | list) else ""
+    return f"{shown(where)[1:-1] if len(where) > 60 else where}{given}: {err['msg'].removeprefix('Value error, ')}"
 
 
 def _lookup(kind: str, field: str, spec: str | Path | dict) -> tuple[dict[str, Any], bool]:
     """Raw data for `spec` and whether it came from a file."""
     if isinstance(spec, dict):
+        if _depth(spec) > MAX_DEPTH:
+            raise ConfigError(f"{field} is nested more than {MAX_DEPTH} levels deep; allowed: at most {MAX_DEPTH} "
+                              "levels of lists and mappings")
         return spec, True
+    spec = name_or_path(spec, field)
     entry = find_in_catalog(kind, str(spec)) if isinstance(spec, str) else None
     if entry is not None:
         return dict(entry), False
     path = Path(spec)
-    if path.is_file():
+    if is_file(path):
         return read_file(path, field), True
     if path.suffix.lower() in {".yaml", ".yml", ".json"}:
-        raise ConfigError(f"{field} file {str(path)!r} does not exist")
+        raise ConfigError(f"{field} file {shown(str(path))} does not exist")
     raise _unknown(kind, field, str(spec))
 
 
@@ -165,8 +193,7 @@ def load_system(spec: str | Path | dict | System, num_gpus: int | None = None) -
             data["gpu"] = load_gpu(gpu)
         system = validate(System, data, "system")
     if num_gpus is not None:
-        if num_gpus <= 0:
-            raise ConfigError(f"num_gpus={num_gpus} must be a positive number of GPUs")
+        num_gpus = whole_number(num_gpus, "num_gpus", maximum=MAX_GPUS, unit="GPUs", why=GPUS_WHY)
         if num_gpus > system.gpus_per_node and num_gpus % system.gpus_per_node:
             raise ConfigError(
                 f"num_gpus={num_gpus} is not a whole number of {system.name} nodes of "
@@ -197,7 +224,7 @@ def load_model(spec: str | Path | dict | ModelSpec) -> ModelSpec:
         name = Path(spec).parent.name if isinstance(spec, str | Path) else "hf-model"
         data = from_hf_config(data, name=name or "hf-model")
     family = data.get("family", "decoder")
-    schema = MODEL_FAMILIES.get(family)
+    schema = MODEL_FAMILIES.get(family) if isinstance(family, str) else None
     if schema is None:
-        raise ConfigError(f"model.family={family!r} is unknown; allowed: {', '.join(MODEL_FAMILIES)}")
+        raise ConfigError(f"model.family={shown(family)} is unknown; allowed: {', '.join(MODEL_FAMILIES)}")
     return validate(schema, data, "model")
