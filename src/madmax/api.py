@@ -7,13 +7,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from madmax.config.base import DType
+from madmax.config.checks import whole_number
 from madmax.config.hardware import System
 from madmax.config.loaders import load_model
 from madmax.config.model import ModelSpec
 from madmax.config.strategy import Strategy, parse_strategy
 from madmax.config.task import Task, TaskKind
 from madmax.config.training_stack import load_training_stack
-from madmax.errors import ConfigError
 from madmax.program import SERVING, builder_for
 from madmax.request import TrainingRequest, resolve_request, resolve_training
 from madmax.results import Result
@@ -196,9 +196,7 @@ def inspect(model: str | Path | dict | ModelSpec, seq_len: int | None = None) ->
     from madmax.workload import build_workload
 
     spec = load_model(model)
-    seq = spec.default_seq_len if seq_len is None else seq_len
-    if seq <= 0:
-        raise ConfigError(f"seq_len={seq} must be a positive number of tokens")
+    seq = spec.default_seq_len if seq_len is None else whole_number(seq_len, "seq_len", unit="tokens")
     workload = build_workload(spec, Task(kind=TaskKind.PRETRAIN))
     counts = workload.params_by_component
     total = workload.total_params

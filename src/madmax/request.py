@@ -12,7 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
+
 from madmax.config.base import DType
+from madmax.config.checks import usable_path
 from madmax.config.hardware import System
 from madmax.config.loaders import load_model, load_system, validate
 from madmax.config.model import ModelSpec
@@ -57,6 +60,8 @@ def resolve_request(model: Any, system: Any, num_gpus: int | None = None, task: 
     """
     from madmax.workload import build_workload
 
+    if calibration is not None and not isinstance(calibration, BaseModel):  # a profile file, or a ComputeProfile
+        calibration = usable_path(calibration, "calibration")
     spec = load_model(model)
     sysm = load_system(system, num_gpus)
     assumptions = []

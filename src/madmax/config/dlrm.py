@@ -16,6 +16,7 @@ from typing import Literal
 from pydantic import Field, PositiveFloat, PositiveInt, field_validator, model_validator
 
 from madmax.config.base import DType, Schema, dtype_among
+from madmax.config.checks import MAX_TABLES
 
 
 class Interaction(StrEnum):
@@ -104,6 +105,14 @@ class DLRMModel(Schema):
             for name in ("num_cross_layers", "low_rank"):
                 if getattr(self, name) is not None:
                     raise ValueError(f"{name} applies only to interaction 'dcnv2', not {self.interaction.value!r}")
+        return self
+
+    @model_validator(mode="after")
+    def _table_count(self) -> DLRMModel:
+        if self.num_tables > MAX_TABLES:
+            raise ValueError(f"has {self.num_tables:,} tables (the sum of their counts); the placement and the "
+                             f"workload hold each table, and at most {MAX_TABLES:,} are simulated; allowed: "
+                             f"counts summing to at most {MAX_TABLES:,}")
         return self
 
     @property

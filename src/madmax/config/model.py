@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import Field, PositiveInt, model_validator
 
 from madmax.config.base import Schema
+from madmax.config.checks import MAX_LAYERS
 from madmax.config.dlrm import DLRMModel
 from madmax.config.vit import ViTModel
 
@@ -125,7 +126,8 @@ class DecoderModel(Schema):
     family: Literal["decoder"] = Field("decoder", description="Model family.")
     name: str = Field(description="Catalog name, e.g. 'llama-3.1-70b'.")
     aliases: list[str] = Field(default_factory=list, description="Other names, e.g. the Hugging Face id.")
-    num_layers: PositiveInt = Field(description="Transformer layers (blocks).")
+    num_layers: PositiveInt = Field(le=MAX_LAYERS, description="Transformer layers (blocks); at most 16,384 (the "
+                                    "workload and the plan hold each layer).")
     hidden_size: PositiveInt = Field(description="Model width h (elements).")
     num_heads: PositiveInt = Field(description="Query heads a.")
     num_kv_heads: PositiveInt | None = Field(None, description="Key/value heads (GQA); default num_heads.")
@@ -175,9 +177,9 @@ class DecoderModel(Schema):
         False, description="A learned sink logit per query head joins each softmax (GPT-OSS): num_heads "
         "parameters per layer.")
     mtp_layers: int = Field(
-        0, ge=0, description="Multi-token-prediction modules after the model (DeepSeek-V3: 1), each a norm "
-        "pair, a (2h x h) projection and one more layer; they share the embedding and LM head. In training "
-        "they run on every token; a serving engine may skip them.")
+        0, ge=0, le=MAX_LAYERS, description="Multi-token-prediction modules after the model (DeepSeek-V3: 1), "
+        "each a norm pair, a (2h x h) projection and one more layer; they share the embedding and LM head. In "
+        "training they run on every token; a serving engine may skip them.")
     vocab_size: PositiveInt = Field(description="Vocabulary size V.")
     tied_embeddings: bool = Field(False, description="The LM head reuses the input embedding matrix.")
     max_seq_len: PositiveInt = Field(description="Longest context the model supports, tokens.")

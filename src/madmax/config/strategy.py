@@ -14,6 +14,7 @@ from pydantic import Field, PositiveInt, ValidationError, field_validator
 
 from madmax.config import pipeline_layout as layout
 from madmax.config.base import Schema
+from madmax.config.checks import MAX_SCHEDULE_STEPS, divisors, shown
 from madmax.errors import StrategyError
 
 
@@ -234,18 +235,21 @@ def parse_strategy(text: str | dict | Strategy | None) -> Strategy:
                 continue
             key = key.strip()
             if key in items:
-                raise StrategyError(f"strategy key {key!r} is given twice in {text!r}")
+                raise StrategyError(f"strategy key {shown(key)} is given twice in {shown(text)}")
             if not sep or not value.strip():
-                raise StrategyError(f"strategy item {part!r} is not key=value; example: tp=8,pp=4,dp=32")
+                raise StrategyError(f"strategy item {shown(part)} is not key=value; example: tp=8,pp=4,dp=32")
             items[key] = value.strip()
         raw: dict = items
-    else:
+    elif isinstance(text, dict):
         raw = dict(text)
+    else:
+        raise StrategyError(f"strategy={shown(text)} is of type {type(text).__name__}; allowed: a string such as "
+                            "'tp=8,pp=4', a mapping of keys, or a Strategy")
     data: dict = {}
     for key, value in raw.items():
         name = _ALIASES.get(key, key)
         if name not in STRATEGY_KEYS:
-            raise StrategyError(f"strategy key {key!r} is unknown; allowed: {', '.join(STRATEGY_KEYS)}")
+            raise StrategyError(f"strategy key {shown(key)} is unknown; allowed: {', '.join(STRATEGY_KEYS)}")
         if key == "fsdp":
             value = 3 if str(value).lower() in {"1", "true", "on", "yes"} else 0
         data[name] = value
@@ -272,14 +276,13 @@ def _first_error(prefix: str, exc: ValidationError) -> str:
     field = ".".join(str(p) for p in err["loc"])
     where = f"{prefix}.{field}" if field else prefix
     value = err.get("input")
-    shown = f"={value!r}" if field and not isinstance(value, dict) else ""
+    given = f"={shown(value)}" if field and not isinstance(value, dict) else ""
     if err["type"] in {"bool_parsing", "bool_type"}:
-        return f"{where}{shown} is not a boolean; allowed: 1, 0, true, false, on, off"
-    return f"{where}{shown}: {err['msg'].removeprefix('Value error, ')}"
+        return f"{where}{given} is not a boolean; allowed: 1, 0, true, false, on, off"
+    return f"{where}{given}: {err['msg'].removeprefix('Value error, ')}"
 
 
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+_divisors = divisors  # factored, so that listing the divisors of a size of 2**40 answers at once
 
 
 def _allowed(values: list[int], limit: int = 12) -> str:
@@ -381,6 +384,13 @@ def resolve_strategy(
             else f"global_batch={global_batch} is not a multiple of dp={dp}; allowed: a multiple of {dp}"
         )
     microbatches = global_batch // (dp * s.mbs)
+    if microbatches * s.pp * s.vp > MAX_SCHEDULE_STEPS:
+        most = MAX_SCHEDULE_STEPS // (s.pp * s.vp) * dp * s.mbs
+        raise StrategyError(
+            f"global_batch={global_batch} is {microbatches:,} micro-batches per replica on pp*vp={s.pp * s.vp} "
+            f"pipeline chunks, {microbatches * s.pp * s.vp:,} (micro-batch, chunk) steps; the simulator schedules "
+            f"each one and takes at most {MAX_SCHEDULE_STEPS:,}; allowed: global_batch up to {most:,} with "
+            f"dp*mbs={dp}*{s.mbs}, or a larger mbs or dp")
     if s.ep_overlap and microbatches < 2:
         raise StrategyError(f"strategy.ep_overlap=1 hides one micro-batch's all-to-all behind another's compute, "
                             f"but each replica runs {microbatches} micro-batch; allowed: ep_overlap=0, or a "

@@ -10,6 +10,7 @@ from typing import Annotated
 from pydantic import Field, NonNegativeInt, PositiveInt, field_validator, model_validator
 
 from madmax.config.base import DType, Schema, dtype_among
+from madmax.config.checks import MAX_FLOAT, MAX_GLOBAL_BATCH, shown
 from madmax.errors import ConfigError
 
 
@@ -58,7 +59,8 @@ class Task(Schema):
 
     kind: TaskKind = Field(description="pretrain, finetune or inference.")
     global_batch: PositiveInt | None = Field(
-        None, description="Sequences per optimizer step (training); default dp x mbs x pp."
+        None, le=MAX_GLOBAL_BATCH, description="Sequences per optimizer step (training); default dp x mbs x pp; at "
+        "most 2**31 - 1 (the search holds micro-batch sizes as 32-bit integers)."
     )
     seq_len: PositiveInt | None = Field(None, description="Tokens per training sequence; default the model's.")
     dtype: DType = Field(DType.BF16, description="Compute dtype of the GEMMs (bf16, fp16, fp8, fp32, tf32; mxfp8 and "
@@ -194,9 +196,9 @@ class ExpertLoad:
 def parse_expert_load(text: str | float | None, capacity_factor: float | None = None) -> ExpertLoad:
     """'balanced' (default), a number >= 1 (the busiest rank's rows over the mean, measured), or
     'zipf:ALPHA' (finite ALPHA > 0); ConfigError naming the field otherwise."""
-    finite = isinstance(capacity_factor, int | float) and 1 <= capacity_factor < math.inf
+    finite = isinstance(capacity_factor, int | float) and 1 <= capacity_factor <= MAX_FLOAT
     if capacity_factor is not None and not finite:
-        raise ConfigError(f"task.capacity_factor={capacity_factor!r} must be a finite number >= 1 (tokens an "
+        raise ConfigError(f"task.capacity_factor={shown(capacity_factor)} must be a finite number >= 1 (tokens an "
                           "expert takes over its mean share before dropping); allowed: e.g. 1.0, 1.25, or none "
                           "(dropless)")
     cap = None if capacity_factor is None else float(capacity_factor)
@@ -210,14 +212,14 @@ def parse_expert_load(text: str | float | None, capacity_factor: float | None = 
         except ValueError:
             alpha = -1.0
         if not alpha > 0 or math.isinf(alpha):
-            raise ConfigError(f"task.expert_load={text!r} has no positive power-law exponent; {allowed}")
+            raise ConfigError(f"task.expert_load={shown(text)} has no positive power-law exponent; {allowed}")
         return ExpertLoad("zipf", alpha, cap)
     try:
         value = float(text)
-    except (TypeError, ValueError):
-        raise ConfigError(f"task.expert_load={text!r} is not understood; {allowed}") from None
-    if not 1 <= value < math.inf:
-        raise ConfigError(f"task.expert_load={text!r} must be a finite number >= 1 (the busiest rank cannot get "
+    except (TypeError, ValueError, OverflowError):
+        raise ConfigError(f"task.expert_load={shown(text)} is not understood; {allowed}") from None
+    if not 1 <= value <= MAX_FLOAT:
+        raise ConfigError(f"task.expert_load={shown(text)} must be a finite number >= 1 (the busiest rank cannot get "
                           f"less than the mean); {allowed}")
     return ExpertLoad("measured", value, cap)
 

@@ -22,6 +22,7 @@ from enum import StrEnum
 
 import numpy as np
 
+from madmax.config.checks import positive_number
 from madmax.config.hardware import System
 from madmax.errors import ConfigError
 
@@ -91,8 +92,7 @@ def scorer(objective: str | Objective, system: System, tokens_per_iteration: int
         obj = Objective(str(objective).lower())
     except ValueError:
         raise ConfigError(f"objective={objective!r} is unknown; allowed: {allowed}") from None
-    if tokens is not None and not tokens > 0:
-        raise ConfigError(f"tokens={tokens} must be a positive number of tokens to train")
+    tokens = None if tokens is None else positive_number(tokens, "tokens", "tokens to train")
     if obj is Objective.COST and system.price_per_gpu_hour_usd is None:
         raise ConfigError(f"objective=cost needs a price, but system {system.name} has no price_per_gpu_hour_usd; "
                           "allowed: a system with a price (e.g. p5.48xlarge) or another objective")
