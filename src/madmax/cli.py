@@ -15,10 +15,45 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+import typer.core
 
 from madmax.errors import MadmaxError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+
+class _OneLineErrors(typer.core.TyperGroup):
+    """The command group, with every usage error (a wrong type, a missing option, an unknown command) and
+    any MadmaxError a command lets through printed as one line on stderr with exit status 2, as every
+    other error, instead of typer's usage box."""
+
+    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
+             standalone_mode: bool = True, **extra: Any) -> Any:
+        try:
+            from typer._click import exceptions as click  # typer >= 0.24 carries its own copy of click
+        except ImportError:
+            from click import exceptions as click  # type: ignore[no-redef]
+
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.NoArgsIsHelpError as exc:
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            ctx = getattr(exc, "ctx", None)
+            hint = f"; see `{ctx.command_path} --help`" if ctx is not None else ""
+            typer.echo(f"error: {' '.join(exc.format_message().split()).rstrip('.')}{hint}", err=True)
+            sys.exit(exc.exit_code)
+        except typer.Abort:
+            typer.echo("aborted", err=True)
+            sys.exit(1)
+        except MadmaxError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            sys.exit(2)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, cls=_OneLineErrors,
                   help="Predict how fast large ML models train and serve on distributed GPU systems.")
 catalog_app = typer.Typer(no_args_is_help=True, help="List and show catalog GPUs, systems and models.")
 app.add_typer(catalog_app, name="catalog")
@@ -252,6 +287,7 @@ def validate(
             command.check_bands_request(datasets, calibration, sample)
         if sample is not None and sample < 1:
             _fail(f"--sample={sample} must be a positive number of rows")
+        command.check_outputs(out, markdown)
         with shown("validate", "rows", enabled=progress):
             report = command.run(datasets, calibration=calibration, vtrain_stack=vtrain_stack, jobs=jobs,
                                  sample=sample)
@@ -283,11 +319,13 @@ def calibrate(
     """Fit a compute profile to measured kernels, collectives or iteration times."""
     import os
 
+    from madmax.config.checks import writable_file
     from madmax.terminal import shown
     from madmax.validate.calibrate import calibrate as fit
     from madmax.validate.calibrate import write_profile
 
     try:
+        writable_file(out, "--out", make_folder=True)
         with shown("calibrate", "rows", enabled=progress):
             profile, lines = fit(files, base=base, gpu=gpu, held_out=held_out, jobs=jobs or os.cpu_count() or 1)
     except MadmaxError as exc:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from madmax.config.checks import MAX_FLOAT, shown, usable_path
 from madmax.errors import ConfigError
 from madmax.hardware.profile import ComputeProfile, ReferencePeaks, efficiency_table, load_profile, reference_peaks
 from madmax.validate.nccl_tests import fit_run, looks_like_nccl_tests, read_nccl_tests
@@ -105,17 +106,42 @@ def device_peaks(device: str, gpu: str | None = None) -> ReferencePeaks:
                           source=f"catalog gpus.yaml {g.name!r}")
 
 
+# The shortest kernel time a row may state: a nanosecond, a thousandth of the few microseconds a kernel
+# launch takes; shorter times are not measurements and would turn the fitted rates infinite.
+MIN_KERNEL_S = 1e-9
+
+
+def _kernel_rows(path: Path) -> list[dict[str, Any]]:
+    """The rows of a kernel JSONL file, each a JSON object with a string `kind` whose numbers (sizes,
+    shapes, rates, times) are finite and positive; else a ConfigError naming the line and the field."""
+    rows = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        where = f"kernel file {path.name}:{number}"
+        try:
+            row = json.loads(line)
+        except (ValueError, RecursionError):  # not JSON, a number of over 4,300 digits, or nested too deep
+            raise ConfigError(f"{where} is not a JSON object") from None
+        if not isinstance(row, dict) or not isinstance(row.get("kind"), str):
+            raise ConfigError(f"{where} is not a JSON object with a 'kind' string; got {shown(row)}")
+        if row["kind"] == "env" and not isinstance(row.get("name", ""), str):
+            raise ConfigError(f"{where} field name={shown(row['name'])} is not a device name (a string)")
+        for key, value in row.items():
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                continue
+            low = MIN_KERNEL_S if str(key).endswith("_s") else 0
+            if not low < value <= MAX_FLOAT:  # also false for NaN
+                raise ConfigError(f"{where} field {shown(key)}={shown(value)} is not a positive finite number; "
+                                  f"allowed: a size, shape, rate or time above {low:g}")
+        rows.append(row)
+    return rows
+
+
 def _kernel_profile(paths: list[Path], gpu: str | None, held_out: bool) -> dict[str, Any]:
     from madmax.hardware.calibration import fit_profile
 
-    records: list[dict[str, Any]] = []
-    for path in paths:
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-            if line.strip():
-                try:
-                    records.append(json.loads(line))
-                except json.JSONDecodeError:
-                    raise ConfigError(f"kernel file {path.name}:{number} is not a JSON object") from None
+    records = [row for path in paths for row in _kernel_rows(path)]
     env = next((r for r in records if r.get("kind") == "env"), {})
     try:
         profile = fit_profile(records, reference=device_peaks(env.get("name", "unknown"), gpu), held_out=held_out)
@@ -178,6 +204,7 @@ def calibrate(paths: list[Path], *, base: str | Path | None = None, gpu: str | N
     """The profile (dict form of `ComputeProfile`) fitted to `paths`, and a report, one line per fit."""
     from madmax.validate.usercsv import load_csv
 
+    base = None if base is None else usable_path(base, "base")
     inputs = classify(paths)
     runs = [run for path in inputs.nccl for run in read_nccl_tests(path)]  # read every input before fitting
     cases = [c for p in inputs.iterations for c in load_csv(p).cases]

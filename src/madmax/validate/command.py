@@ -65,6 +65,15 @@ def run(names: Sequence[str] | None = None, *, calibration: str | None = None, v
     return run_validation(datasets, jobs=jobs or os.cpu_count() or 1, sample=sample, seed=seed)
 
 
+def check_outputs(out: Path | None, markdown: Path | None) -> None:
+    """Refuse, before any row is simulated, an --out or --markdown that is a folder or in a missing one."""
+    from madmax.config.checks import writable_file
+
+    for option, path in (("--out", out), ("--markdown", markdown)):
+        if path is not None:
+            writable_file(path, option)
+
+
 def write_rows(report: Report, path: Path) -> None:
     """One CSV line per row: inputs in brief, measured and predicted values, errors."""
     with path.open("w", encoding="utf-8", newline="") as f:

@@ -13,9 +13,11 @@ does not hold a number, is a `ConfigError` naming the file, the line and the col
 from __future__ import annotations
 
 import csv
+import math
 from dataclasses import replace
 from pathlib import Path
 
+from madmax.config.checks import shown
 from madmax.errors import ConfigError
 from madmax.validate.datasets import (
     _NEMO,
@@ -55,9 +57,12 @@ def _check_numbers(rows: list[tuple[str, dict[str, str]]], columns: tuple[str, .
         for column in columns:
             text = row.get(column, "")
             try:
-                float(text) if text else None
+                number = float(text) if text else 1.0
             except ValueError:
-                raise ConfigError(f"{row_id} column {column!r}={text!r} is not a number") from None
+                raise ConfigError(f"{row_id} column {column!r}={shown(text)} is not a number") from None
+            if not (math.isfinite(number) and number > 0):  # sizes, degrees and measured values
+                raise ConfigError(f"{row_id} column {column!r}={shown(text)} is not a positive finite number; "
+                                  "allowed: a size, a degree or a measured value above 0")
 
 
 def _generic(name: str, rows: list[tuple[str, dict[str, str]]]) -> Dataset:
