@@ -91,6 +91,16 @@ def test_simulate_with_any_arguments(num_gpus: Any, global_batch: Any, seq_len: 
         assert math.isfinite(result.iteration_time_s) and result.iteration_time_s > 0
 
 
+@settings(FUZZ, max_examples=10)
+@given(num_gpus=st.one_of(st.sampled_from([8, 16]), junk), global_batch=st.one_of(st.sampled_from([16, 64]), junk),
+       objective=st.one_of(st.sampled_from(["throughput", "time", "cost"]), junk), tokens=st.one_of(st.none(), junk))
+def test_search_with_any_arguments(num_gpus: Any, global_batch: Any, objective: Any, tokens: Any) -> None:
+    from madmax.search.api import find
+
+    settle(lambda: find(TINY, "dgx-h100", num_gpus, global_batch=global_batch, objective=objective, tokens=tokens,
+                        top=1, refine=1))
+
+
 simulate_options = st.dictionaries(
     st.sampled_from(["--num-gpus", "--global-batch", "--seq-len", "--dtype", "--task", "--strategy", "--batch",
                      "--mode", "--request-rate", "--capacity-factor", "--expert-load", "--lora-rank"]),
