@@ -350,6 +350,15 @@ def section_exposed_and_gains(workers: int, cloud: list[dict[str, Any]]) -> tupl
     ref_cloud, our_cloud = cloud_strategy_gains(cloud)
     paper_gain, where = PAPER["pretrain_gain"]
     searched_gain = max(g[3] / g[1] for g in gains if g[3])
+    worst_w = max(gains, key=lambda g: g[2] / g[4])[0]
+    worst = min((p for p in points if p["workload"] == worst_w and "error" not in p["result"]
+                 and p["result"]["fits"]), key=lambda p: p["result"]["samples_per_s"])
+    keys = dict(kv.split("=") for kv in worst["result"]["strategy"].split(","))
+    steps = worst_w.global_batch // (int(keys["dp"]) * int(keys["mbs"]))
+    worst_why = (f"{worst['name']} of {worst_w.model} splits its {worst_w.global_batch} sequences over "
+                 f"{keys['dp']} replicas, so each runs {steps} micro-batches of {keys['mbs']}, and ZeRO-3 "
+                 "gathers every layer's weights (forward and backward) and reduce-scatters its gradients over "
+                 "the NICs again for each of them")
     spread = max(g[2] / g[4] for g in gains)
     s2 = Section("2. Pre-training throughput of the best strategy over the paper's baseline", [
         f"**Paper** ({where}): {paper_gain}x. **Reference** (its cloud study, DLRM-A: the best of DDP, FSDP and "
@@ -366,8 +375,7 @@ def section_exposed_and_gains(workers: int, cloud: list[dict[str, Any]]) -> tupl
         "has no capacity check, so strategies that cannot run count there; in madmax DDP and TP+DDP of the LLMs "
         "do not fit a 40 GB A100 (16-bit weights and gradients plus fp32 Adam state: 16 bytes per parameter over "
         "at most 8 GPUs), so FSDP, the reference tasks' choice, is the best that fits, and the spread to the "
-        f"worst that fits (TP+FSDP: 8-way tensor parallelism leaves 256-way weight gathers over the NICs) is "
-        f"{times(spread)}.",
+        f"worst that fits is {times(spread)}: {worst_why}.",
         "- What the paper could not try: pipeline parallelism (the reference treats it as a weight shard factor "
         "only), interleaved stages, sequence parallelism, ZeRO-1/2 and selective recompute. madmax's search "
         "picks tp x pp x dp with interleaving for the LLMs: weights stay on one node's NVLink, only activations "
@@ -696,20 +704,20 @@ def cloud_systems() -> dict[int, str]:
     return out
 
 
-def cloud_points(workers: int) -> list[dict[str, Any]]:
-    """Every row of the reference's cloud study simulated on its catalog instance (same GPUs, strategy and
-    batches), with time, GPU-hours, cost and energy for 5 B and 30 B samples by madmax's cost model."""
+def cloud_points(workers: int, rows: list[dict[str, str]] | None = None) -> list[dict[str, Any]]:
+    """Every row of the reference's cloud study (or `rows` of it) simulated on its catalog instance (same
+    GPUs, strategy and batches), with time, GPU-hours, cost and energy for 5 B and 30 B samples by madmax's
+    cost model."""
     systems = cloud_systems()
-    points, jobs = [], []
-    for r in _read_csv("cloud_provider_dlrm_a_predictions.csv"):
+    points = []
+    for r in _read_csv("cloud_provider_dlrm_a_predictions.csv") if rows is None else rows:
         task = json.loads(r["repro_task_assumed"])
         kinds, degrees = task["mlp_parallel"], task["mlp_parallel_degree"]
-        system = systems[int(r["gpu_config_row"])]
-        kw = {"model": DLRM_MODEL, "system": system, "num_gpus": int(r["gpus"]), "task": "pretrain",
-              "global_batch": int(task["local_emb_bs"]), "strategy": strategy_of(kinds, degrees, task["emb_parallel"])}
+        kw = {"model": DLRM_MODEL, "system": systems[int(r["gpu_config_row"])], "num_gpus": int(r["gpus"]),
+              "task": "pretrain", "global_batch": int(task["local_emb_bs"]),
+              "strategy": strategy_of(kinds, degrees, task["emb_parallel"])}
         points.append({"ref": r, "kwargs": kw, "label": r["strategy"]})
-        jobs.append(kw)
-    for p, d in zip(points, run_all(jobs, workers), strict=True):
+    for p, d in zip(points, run_all([p["kwargs"] for p in points], workers), strict=True):
         p["result"] = d
         p["train"] = train_amounts(p["kwargs"], d) if "error" not in d and d["fits"] else None
     return points
