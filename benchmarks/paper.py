@@ -155,6 +155,11 @@ def paper_strategies(w: Workload) -> dict[str, str]:
     return {name: strategy_of(k, d, emb) for name, (k, d) in choices.items()}
 
 
+def reference_dense_bytes() -> str:
+    """Bytes per dense (non-embedding) parameter in the reference's DLRM-A config."""
+    return {r["name"]: r for r in _read_csv("model_configs.csv")}["DLRM_A"]["bytes_per_nonemb_param"]
+
+
 def simulate_dict(kwargs: dict[str, Any]) -> dict[str, Any]:
     """`madmax.simulate(**kwargs).to_dict()`, or {'error': sentence} for an input madmax refuses."""
     from madmax.api import simulate
@@ -326,8 +331,9 @@ def section_exposed_and_gains(workers: int, cloud: list[dict[str, Any]]) -> tupl
         f"- DLRM-A is far more exposed than the paper's range in both models ({pct(ref128)} reference, "
         f"{pct(ddp128)} madmax, DDP on 128 GPUs): the pooled-embedding all-to-all must finish before the "
         "interaction and the top MLP can start, so little compute exists to hide it; madmax is "
-        + ("lower" if ddp128 < ref128 else "higher") + " because its bucketed DDP all-reduce overlaps the "
-        "backward MLPs (Section 4 itemizes the parts).",
+        + ("lower" if ddp128 < ref128 else "higher") + " because its DDP all-reduce moves bf16 gradients (the "
+        f"reference: {reference_dense_bytes()} bytes per dense parameter) in buckets under the MLPs' backward "
+        "(Section 4 itemizes the parts).",
         f"- On 8 GPUs the reference keeps 201 GB of tables per GPU in a 40 GB HBM; madmax offloads the excess to "
         f"host memory, so {pct(offload)} of the iteration is lookups over PCIe and communication is a "
         f"negligible {pct(exposed_share(v))} (reference {pct(ref8)}).",
@@ -378,8 +384,8 @@ def section_exposed_and_gains(workers: int, cloud: list[dict[str, Any]]) -> tupl
         "",
         "Differences:",
         "",
-        f"- The paper's {paper_gain}x comes from the reference's model, which charges no activation memory and "
-        "has no capacity check, so strategies that cannot run count there; in madmax DDP and TP+DDP of the LLMs "
+        f"- The paper's {paper_gain}x is the reference model's, which charges no activation memory and has no "
+        "capacity check, so it can rank strategies that cannot run; in madmax DDP and TP+DDP of the LLMs "
         "do not fit a 40 GB A100 (16-bit weights and gradients plus fp32 Adam state: 16 bytes per parameter over "
         "at most 8 GPUs), so FSDP, the reference tasks' choice, is the best that fits, and the spread to the "
         f"worst that fits is {times(spread)}: {worst_why}.",
@@ -613,7 +619,6 @@ def section_breakdowns(workers: int, img: Path) -> tuple[Section, list]:
 
     multi = [p for p in ok if int(p["ref"]["nodes"]) > 1]
     below = [p for p in multi if float(p["ref"]["all2all_ms"]) < 1e3 * pooled_a2a_floor_s(p["kwargs"])]
-    dense = {r["name"]: r for r in _read_csv("model_configs.csv")}["DLRM_A"]
     longer = sorted({p["kwargs"]["system"] for p in ok for c in ("all-reduce", "all-gather")
                      if float(p["ref"][next(r for n, r, _ in BREAKDOWN if n == c)]) > 0
                      and 1e3 * next(g for n, _, g in BREAKDOWN if n == c)(p["result"])
@@ -645,7 +650,7 @@ def section_breakdowns(workers: int, img: Path) -> tuple[Section, list]:
         f"all-to-all is below the NIC floor on {len(below)} of its {len(multi)} multi-node rows, i.e. faster than "
         "the NICs can carry the bytes.",
         f"- Dense collectives (all-reduce {span(ratios('all-reduce'))}, all-gather {span(ratios('all-gather'))}): "
-        f"the reference moves DLRM-A's dense weights and gradients at {dense['bytes_per_nonemb_param']} bytes per "
+        f"the reference moves DLRM-A's dense weights and gradients at {reference_dense_bytes()} bytes per "
         "parameter (its model config), madmax at the training dtype's 2 (bf16), half the bytes, hierarchically "
         "(NVLink inside the node, each GPU's slice across the NICs); "
         + (f"on {', '.join(longer)} madmax's still take longer, as that slice crosses the thin NICs at their "
