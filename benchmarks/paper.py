@@ -207,6 +207,10 @@ def pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
 
 
+def signed_pct(x: float) -> str:
+    return f"{100 * x:+.1f}%"
+
+
 def times(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}x"
 
@@ -1046,10 +1050,10 @@ def section_vit() -> tuple[Section, list]:
         ref_err = (ref - r.case.measured) / r.case.measured
         theirs.append(abs(ref_err))
         row = {"row": r.case.label, "measured TFLOP/s/GPU": fmt(r.case.measured), "reference": fmt(ref),
-               "reference error": pct(ref_err)}
+               "reference error": signed_pct(ref_err)}
         if r.predicted is not None:
             ours.append(abs(r.signed_error_pct) / 100)
-            row.update({"madmax": fmt(r.predicted), "madmax error": pct(r.signed_error_pct / 100)})
+            row.update({"madmax": fmt(r.predicted), "madmax error": signed_pct(r.signed_error_pct / 100)})
         rows.append(row)
     return Section("7. ViT validation: the reference's error and ours", [
         "**Paper**: its ViT validation (measured vs predicted TFLOP/s per GPU on A100 clusters). **Reference**: "
