@@ -167,15 +167,18 @@ def test_tp3_on_the_largest_cluster_lists_the_divisors_at_once() -> None:
                                "16, 32, 64, 128, 256, 512, 1024, 2048, ...")
 
 
-def test_mbs3_with_a_global_batch_of_2_40_lists_the_allowed_mbs_at_once() -> None:
+def test_mbs3_with_a_global_batch_of_2_30_lists_the_allowed_mbs_at_once() -> None:
     with pytest.raises(StrategyError) as info:
-        api.simulate(TINY, "dgx-h100", global_batch=2**40, strategy="mbs=3")
-    assert str(info.value) == ("global_batch=1099511627776 is not a multiple of dp*mbs=8*3=24; allowed mbs: 1, 2, 4, "
+        api.simulate(TINY, "dgx-h100", global_batch=2**30, strategy="mbs=3")
+    assert str(info.value) == ("global_batch=1073741824 is not a multiple of dp*mbs=8*3=24; allowed mbs: 1, 2, 4, "
                                "8, 16, 32, 64, 128, 256, 512, 1024, 2048, ...")
+    with pytest.raises(ConfigError, match=r"^task\.global_batch=1099511627776: Input should be less than or equal "
+                                          r"to 2147483647$"):  # 2**40 is beyond any global batch
+        api.simulate(TINY, "dgx-h100", global_batch=2**40, strategy="mbs=3")
 
 
 @pytest.mark.parametrize(("global_batch", "strategy", "steps", "most"), [
-    (2**40, "pp=1", "137,438,953,472", "524,288"),  # 2**40 / dp 8 micro-batches, one chunk; 2**16 * 8
+    (2**30, "pp=1", "134,217,728", "524,288"),  # 2**30 / dp 8 micro-batches, one chunk; 2**16 * 8
     (2**20, "pp=2,dp=4", "524,288", "131,072"),  # 2**18 micro-batches on 2 stages; 2**16 / 2 * 4
 ])
 def test_a_schedule_of_more_than_2_16_steps_is_refused(global_batch: int, strategy: str, steps: str,
