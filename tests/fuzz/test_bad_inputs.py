@@ -217,6 +217,19 @@ def test_a_model_of_2_40_layers_is_refused() -> None:
     assert str(info.value) == "model.num_layers=1099511627776: Input should be less than or equal to 16384"
 
 
+def test_a_vision_transformer_of_2_40_layers_or_pixels_is_refused() -> None:
+    vit = {"family": "vit", "name": "tiny-vit", "image_size": 64, "patch_size": 16, "num_layers": 2,
+           "hidden_size": 64, "num_heads": 4, "ffn_hidden_size": 256, "num_classes": 10}
+    assert api.inspect(vit)["seq_len"] == 17  # (64 / 16)^2 patches and the class token
+    with pytest.raises(ConfigError, match=r"^model\.num_layers=1099511627776: Input should be less than or equal "
+                                          r"to 16384$"):
+        api.inspect({**vit, "num_layers": 2**40})
+    with pytest.raises(ConfigError) as info:  # (2**40 / 16)^2 + 1 = 2**72 + 1 tokens, beyond 2**53
+        api.inspect({**vit, "image_size": 2**40})
+    assert str(info.value) == ("model: image_size=1099511627776 / patch_size=16 gives 4,722,366,482,869,645,213,697 "
+                               "tokens per image; allowed: at most 9,007,199,254,740,992 (2**53)")
+
+
 def test_inspect_of_a_huge_model_prints_finite_flops() -> None:
     info = api.inspect({**TINY, "hidden_size": 2**40, "num_heads": 1, "num_kv_heads": 1})
     assert math.isfinite(info["forward_flops_per_token"]) and info["forward_flops_per_token"] > 0

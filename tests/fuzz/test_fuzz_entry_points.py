@@ -63,6 +63,18 @@ def test_model_fields_of_any_value(field: str, value: Any) -> None:
         assert math.isfinite(info["forward_flops_per_token"])
 
 
+VIT = {"family": "vit", "name": "tiny-vit", "image_size": 64, "patch_size": 16, "num_layers": 2, "hidden_size": 64,
+       "num_heads": 4, "ffn_hidden_size": 256, "num_classes": 10}
+
+
+@FUZZ
+@given(field=st.sampled_from(sorted(VIT)[1:]), value=junk)
+def test_vit_fields_of_any_value(field: str, value: Any) -> None:
+    info = settle(lambda: api.inspect({**VIT, field: value}))
+    if info is not None:
+        assert math.isfinite(info["forward_flops_per_token"])
+
+
 @FUZZ
 @given(field=st.sampled_from(["rows", "dim", "pooling", "count", "sharding"]), value=junk)
 def test_dlrm_table_fields_of_any_value(field: str, value: Any) -> None:

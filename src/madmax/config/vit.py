@@ -22,6 +22,7 @@ from typing import Any, Literal
 from pydantic import Field, PositiveInt, model_validator
 
 from madmax.config.base import Schema
+from madmax.config.checks import MAX_INT, MAX_LAYERS
 from madmax.config.hf_keys import HFConfig
 from madmax.errors import ConfigError
 
@@ -41,7 +42,7 @@ class ViTModel(Schema):
     image_size: PositiveInt = Field(description="Side of the square input image, pixels.")
     patch_size: PositiveInt = Field(description="Side of a square patch, pixels; must divide image_size.")
     num_channels: PositiveInt = Field(3, description="Channels of the input image (3 for RGB).")
-    num_layers: PositiveInt = Field(description="Encoder layers (depth).")
+    num_layers: PositiveInt = Field(le=MAX_LAYERS, description="Encoder layers (depth); at most 16,384.")
     hidden_size: PositiveInt = Field(description="Model width h (elements).")
     num_heads: PositiveInt = Field(description="Attention heads a; must divide hidden_size.")
     ffn_hidden_size: PositiveInt = Field(description="Inner width of the MLP (the paper's 'MLP size').")
@@ -68,6 +69,13 @@ class ViTModel(Schema):
                              f"a divisor of {self.image_size}")
         if self.hidden_size % self.num_heads:
             raise ValueError(f"num_heads={self.num_heads} does not divide hidden_size={self.hidden_size}")
+        return self
+
+    @model_validator(mode="after")
+    def _tokens_in_range(self) -> ViTModel:
+        if self.seq_len > MAX_INT:
+            raise ValueError(f"image_size={self.image_size} / patch_size={self.patch_size} gives {self.seq_len:,} "
+                             f"tokens per image; allowed: at most {MAX_INT:,} (2**53)")
         return self
 
     @property
