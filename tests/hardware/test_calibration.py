@@ -99,3 +99,11 @@ def test_report_names_every_kernel_kind():
     for kind in ("gemm", "attention_forward", "attention_backward", "decode_attention", "memory_read", "NVLink"):
         assert kind in text
     assert not math.isnan(load_profile().launch_s)
+
+
+def test_a_profile_name_too_long_for_a_path_is_a_config_error():
+    from madmax.errors import ConfigError
+    from madmax.hardware.profile import load_profile
+
+    with pytest.raises(ConfigError, match=r"profile file .* does not exist"):
+        load_profile("p" * 5000)

@@ -69,6 +69,9 @@ def test_whatif_scales_the_system():
     ({"strategies": ["tp=two"]}, ["sweep.strategies.0='tp=two'", "integer"]),
     ({"whatifs": [{"flopz": 2}]}, ["sweep.whatifs.0", "'flopz' is not a field", "allowed: name, flops"]),
     ({"whatifs": [{"flops": 0}]}, ["sweep.whatifs.0.flops=0", "greater than 0"]),
+    ({"whatifs": [{"flops": float("inf")}]}, ["sweep.whatifs.0.flops", "not a finite number"]),
+    ({"price_per_gpu_hour_usd": float("inf")}, ["sweep.price_per_gpu_hour_usd", "not a finite number"]),
+    ({"price_per_gpu_hour_usd": {"dgx-h100": float("nan")}}, ["sweep.price_per_gpu_hour_usd", "not a finite"]),
     ({"train": {"tokens": 1e9, "samples": 5}}, ["sweep.train", "exactly one of tokens or samples"]),
     ({"price_per_gpu_hour_usd": {"p9": 3}}, ["sweep.price_per_gpu_hour_usd.p9", "not a system of this sweep"]),
     ({"mode": "search", "global_batches": None}, ["sweep.global_batches", "required with mode=search"]),
@@ -88,3 +91,17 @@ def test_search_needs_candidates_for_non_decoder_models(tmp_path, make_spec, bas
     spec = {**base_spec, "mode": "search", "models": "dlrm-a", "strategies": None, "seq_lens": None}
     with pytest.raises(ConfigError, match=r"sweep.models.0='dlrm-a' is a dlrm model.*give strategies"):
         load_sweep(make_spec(tmp_path, spec))
+
+
+@pytest.mark.parametrize("factor", [0.0, -1.0, float("inf"), float("nan")])
+def test_whatif_factor_must_be_positive_and_finite(factor):
+    with pytest.raises(ConfigError, match=r"whatif.flops=.* must be a positive, finite multiplier"):
+        apply_whatif(load_system("dgx-h100"), {"flops": factor})
+
+
+@pytest.mark.parametrize("item", ["inf", "dgx-h100=inf", "nan", "-1", "x"])
+def test_price_option_must_be_a_finite_non_negative_number(item):
+    from madmax.sweep.runner import parse_prices
+
+    with pytest.raises(ConfigError, match="must be SYSTEM=USD or USD per GPU-hour"):
+        parse_prices([item])

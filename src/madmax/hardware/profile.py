@@ -23,6 +23,7 @@ import yaml
 from pydantic import Field
 
 from madmax.config.base import DType, Schema
+from madmax.config.checks import is_file, shown
 from madmax.config.loaders import read_file, validate
 from madmax.config.units import BytesPerS, FlopsPerS, Seconds
 from madmax.errors import ConfigError
@@ -178,10 +179,10 @@ def load_profile(profile: str | Path | ComputeProfile | None = None) -> ComputeP
     if profile is None:
         return _default_profile()
     path = Path(profile)
-    if not path.is_file():
+    if not is_file(path):  # False, not OSError, for a name too long for a path
         shipped = catalog_path(str(profile))
-        if not shipped.is_file():
-            raise ConfigError(f"profile file {str(profile)!r} does not exist")
+        if not is_file(shipped):
+            raise ConfigError(f"profile file {shown(str(profile))} does not exist")
         path = shipped
     return _load_profile(str(path.resolve()))
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import math
 import multiprocessing
 import os
 import threading
@@ -289,7 +290,7 @@ def parse_prices(items: list[str]) -> dict[str, float]:
             usd = float(value)
         except ValueError:
             usd = -1.0
-        if not usd >= 0:
+        if not 0 <= usd < math.inf:
             raise ConfigError(f"price={item!r} must be SYSTEM=USD or USD per GPU-hour (>= 0), e.g. p4d.24xlarge=3.5")
         prices[name.strip() or "*"] = usd
     return prices

@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, field_validator, model_validator
 
+from madmax.config.checks import check_numbers
 from madmax.config.task import COMPUTE_DTYPES
 from madmax.sweep.whatif import RESOURCES, multiplier
 
@@ -29,6 +30,11 @@ Resource = StrEnum("Resource", {r.upper(): r for r in RESOURCES})
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _finite_in_range(cls, value: Any) -> Any:
+        return check_numbers(value)  # as every madmax schema: `flops: .inf` or a price of inf is refused
 
     @model_validator(mode="before")
     @classmethod

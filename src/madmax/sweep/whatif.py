@@ -17,6 +17,7 @@ peaks (the compute and network models key their caches by the numbers, not by th
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 from madmax.config.hardware import System
@@ -42,8 +43,8 @@ def apply_whatif(system: System, scales: Mapping[str, float]) -> System:
     for name, factor in scales.items():
         if name not in RESOURCES:
             raise ConfigError(f"whatif.{name} is not a resource; allowed: {', '.join(RESOURCES)}")
-        if not factor > 0:
-            raise ConfigError(f"whatif.{name}={factor} must be a positive multiplier")
+        if not 0 < factor < math.inf:
+            raise ConfigError(f"whatif.{name}={factor} must be a positive, finite multiplier")
     s = {r: float(scales.get(r, 1)) for r in RESOURCES}
     if all(v == 1 for v in s.values()):
         return system
