@@ -118,3 +118,23 @@ def test_readme_example_prints_what_it_shows(example: Example, tmp_path, monkeyp
             f"README lines not printed by `{example.command}`:\n" + "\n".join(run)
             + "\n--- the program printed ---\n" + "\n".join(actual))
         position = found
+
+
+def test_the_python_example_returns_what_it_shows():
+    # The README's Python block: run it up to the line whose comment shows a tuple, and compare that line's
+    # value with the tuple, each number at the precision shown.
+    block = re.search(r"^```python\n(.*?)^```$", README.read_text(), flags=re.S | re.M).group(1)
+    lines = block.splitlines()
+    at = next(i for i, line in enumerate(lines) if re.search(r"#\s*\(", line))
+    expression, shown = (part.strip() for part in lines[at].split("#", 1))
+    scope: dict = {}
+    exec("\n".join(lines[:at]), scope)
+    actual = eval(expression, scope)
+    expected = [part.strip() for part in shown.strip("()").split(",")]
+    assert len(actual) == len(expected)
+    for value, text in zip(actual, expected, strict=True):
+        if text in ("True", "False"):
+            assert value is (text == "True")
+        else:
+            decimals = len(text.split(".")[1]) if "." in text else 0
+            assert round(value, decimals) == float(text), (expression, actual)
