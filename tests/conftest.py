@@ -1,0 +1,44 @@
+"""Fixtures shared by the test folders."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from madmax.config.loaders import load_model
+from madmax.errors import MadmaxError
+from madmax.workload import param_counts
+
+
+def _mangled_configs_import_or_fail(base: dict[str, Any], keys: Sequence[str], values: Sequence[Any],
+                                    examples: int) -> None:
+    """Up to 3 of `keys` of the Hugging Face config `base` set to one of `values` (None: removed): each
+    config imports as a model with parameters, or fails with one MadmaxError sentence."""
+
+    @settings(max_examples=examples, deadline=None)
+    @given(st.dictionaries(st.sampled_from(keys), st.sampled_from(values), max_size=3))
+    def check(changes: dict[str, Any]) -> None:
+        cfg = dict(base)
+        for key, value in changes.items():
+            if value is None:
+                cfg.pop(key, None)
+            else:
+                cfg[key] = value
+        try:
+            model = load_model(cfg)
+        except MadmaxError as exc:
+            message = str(exc)
+            assert "\n" not in message and "Traceback" not in message
+            return
+        assert sum(param_counts(model).values()) > 0
+
+    check()
+
+
+@pytest.fixture
+def mangled_configs_import_or_fail() -> Callable[..., None]:
+    return _mangled_configs_import_or_fail
