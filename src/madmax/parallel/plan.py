@@ -181,6 +181,10 @@ def build_plan(workload: Workload, strategy: Strategy, *, domain_size: int, seq_
     if s.fp8_params and dtype is not DType.FP8:
         raise StrategyError(f"strategy.fp8_params needs dtype=fp8 (fp8 primary weights with per-tensor scaling); "
                             f"got dtype={dtype}; allowed with it: fp8_params=0")
+    if s.fp8_params and s.zero >= 3:
+        raise StrategyError("strategy.fp8_params is modelled with the distributed optimizer's fp8 parameter "
+                            f"gather (zero <= 2), not with ZeRO-3's sharded weights; got zero={s.zero}; allowed "
+                            "with it: zero=0, 1 or 2")
     shape = Shape(batch=s.mbs, seq_len=seq_len, tp=s.tp, cp=s.cp, sp=s.sequence_parallel, act_bytes=act_bytes,
                   cast=fmt, weight_casts=casts, primary_cast=s.fp8_params, ep=s.ep, etp=s.etp,
                   expert_load=expert_load)
