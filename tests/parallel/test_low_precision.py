@@ -249,5 +249,5 @@ def test_fp8_primary_weights_need_fp8():
     with pytest.raises(MadmaxError, match=r"strategy.fp8_params needs dtype=fp8 .* got dtype=bf16"):
         _plan("bf16", "tp=1,pp=1,mbs=1,recompute=none,fp8_params=1")
     assert "fp8_params=1" in parse_strategy("tp=2,fp8_params=1").describe()
-    with pytest.raises(MadmaxError, match=r"strategy.fp8_params .* zero <= 2.* got zero=3"):
+    with pytest.raises(MadmaxError, match=r"strategy.fp8_params .*zero <= 2.* got zero=3"):
         _plan("fp8", "tp=1,pp=1,mbs=1,recompute=none,zero=3,fp8_params=1", global_batch=8, num_gpus=2)
