@@ -46,5 +46,6 @@ def test_the_table_command_writes_both_errors(tmp_path: Path) -> None:
     assert spec.loader is not None
     spec.loader.exec_module(module)
     text = module.markdown(module.rows())
-    assert "| ViT-L 32xa100 fsdp gb4096 lb128 | 46.2 | 59.5 | +28.8% |" in text
-    assert "Median |error| over the 9 rows: reference 30.8%, madmax" in text
+    assert "| ViT-L 32xa100 fsdp gb4096 lb128 | fitted | 46.2 | 59.5 | +28.8% |" in text
+    assert "| ViT-H 32xa100 fsdp gb4096 lb128 | held out | 54.2 | 61.6 | +13.8% |" in text
+    assert "| all rows (9) | 30.8% |" in text and "| held-out rows (5) | 40.0% |" in text

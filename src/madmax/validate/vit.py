@@ -21,16 +21,45 @@ What the sheet does not state, and what is assumed for every row alike:
   `task_cfgs/vit/vit_train.json` (transformer_parallel fsdp);
 - recompute: the cheapest that fits in memory (recompute=auto);
 - bf16 compute (the sheet divides by the BF16 peak).
+
+The cluster fit (`fit_cluster`, option of `benchmarks/validate_vit.py --fit`): the rows themselves say the
+network was far slower than dc-a's. Under FSDP each node sends and receives about the model's bf16 bytes
+three times per iteration whatever the GPU count (two all-gathers, one reduce-scatter), while the compute
+per GPU falls with the GPU count; so a network-bound row takes a time that grows with the parameters and
+hardly with the local batch. ViT-25B on 128 GPUs does: 37.5 s at 16 images per GPU, 42.1 s at 32 (the 2.0 s
+of peak compute added cost 4.6 s, 44% of peak, as the 32-GPU row's 42% MFU), leaving ~33 s of
+communication for ~150 GB per node, ~40 Gbit/s per node. Two unknowns are fitted, nothing per row:
+
+    (B*, k*) = argmin_{B, k}  sum_i ln(y_i(B, k) / m_i)^2   over the fitted rows
+
+B the scale-out bandwidth per GPU of the cluster (dc-a's node with B in place of its 200 Gbit/s RoCE), k the
+software stack's compute efficiency relative to the shipped profile (its GEMM and attention peak fractions
+times k, at most 1: a 2022-23 eager PyTorch FSDP ViT step, no flash attention, data loading and fp32
+element-wise work included). The search: a grid of B log-spaced over `BANDWIDTH_GRID_GBIT` by k over
+`COMPUTE_GRID`, then a finer grid between the neighbours of the best point. Split by model
+(`split_by_model`): models sorted by (width, layers), even positions fitted, odd ones held out, so no row of
+a held-out model enters the fit. The fitted values and their errors are in `FIT_YAML`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import copy
+import hashlib
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from importlib import resources
 from typing import Any
+
+import numpy as np
 
 from madmax.validate.datasets import Case, Dataset, Rows, build_dataset, read_rows, row_ints
 from madmax.validate.inputs import NotMappable, peak_flops_per_s, strategy_string
 
+FIT_YAML = "reference/vit_cluster_fit.yaml"
+BANDWIDTH_GRID_GBIT = (1.0, 400.0, 27)  # first, last and number of log-spaced grid points of B, Gbit/s per GPU
+COMPUTE_GRID = (0.1, 1.0, 19)  # first, last and number of grid points of k
+REFINE_POINTS = 9  # points per axis of the finer grid between the best point's neighbours
 MEASURED_CSV = "reference/vit_validation_measured_vs_predicted.csv"
 FLOPS_CSV = "reference/vit_model_flops_per_sample.csv"
 CONFIGS_CSV = "reference/vit_model_configs.csv"
@@ -117,3 +146,107 @@ def load_vit_reference(rows: Rows | None = None) -> Dataset:
     chosen = [(i, r) for i, r in (read_rows(MEASURED_CSV) if rows is None else rows) if r["metric"] == TFLOPS_METRIC]
     return build_dataset("vit_reference", f"ViT training TFLOP/s per GPU on A100 clusters, {SOURCE}", chosen,
                          lambda row_id, row: vit_case(row_id, row, configs, flops))
+
+
+@dataclass(frozen=True)
+class ClusterFit:
+    """The unnamed cluster and stack of the sheet's rows: scale-out Gbit/s per GPU and compute scale k."""
+
+    scale_out_gbit_per_s: float
+    compute_scale: float
+
+
+def _model_key(case: Case) -> tuple[int, int]:
+    model = case.kwargs["model"]
+    return model["hidden_size"], model["num_layers"]
+
+
+def split_by_model(cases: Sequence[Case]) -> tuple[list[Case], list[Case]]:
+    """(fitted, held out): models sorted by (width, layers), even positions fitted, odd ones held out."""
+    models = sorted({_model_key(c) for c in cases})
+    held = set(models[1::2])
+    return [c for c in cases if _model_key(c) not in held], [c for c in cases if _model_key(c) in held]
+
+
+def cluster_system(scale_out_gbit_per_s: float) -> dict[str, Any]:
+    """`SYSTEM` with its scale-out bandwidth per GPU replaced by the fitted one."""
+    from madmax.config.loaders import find_in_catalog
+
+    entry = find_in_catalog("systems", SYSTEM)
+    assert entry is not None, SYSTEM
+    system = copy.deepcopy(dict(entry))
+    system["name"] = f"{SYSTEM}-vit-fit"
+    system["scale_out"] = {**system["scale_out"], "bytes_per_s": f"{scale_out_gbit_per_s:.6g} Gbit/s"}
+    return system
+
+
+def stack_profile(compute_scale: float) -> Any:
+    """The shipped compute profile with its GEMM and attention peak fractions times k (at most 1)."""
+    from madmax.hardware.profile import ComputeProfile, load_profile
+
+    data = load_profile(None).model_dump()
+    data["gemm"]["peak_fraction"] = {d: min(1.0, f * compute_scale) for d, f in data["gemm"]["peak_fraction"].items()}
+    for direction in ("forward", "backward"):
+        fit = data["attention"][direction]
+        fit["peak_fraction"] = min(1.0, fit["peak_fraction"] * compute_scale)
+    return ComputeProfile.model_validate(data)
+
+
+def fitted_case(case: Case, fit: ClusterFit) -> Case:
+    """`case` on the fitted cluster and stack (both stated in its assumptions)."""
+    kwargs = {**case.kwargs, "system": cluster_system(fit.scale_out_gbit_per_s),
+              "calibration": stack_profile(fit.compute_scale)}
+    notes = (*case.assumptions, f"cluster fitted to the fitted half of the rows: {fit.scale_out_gbit_per_s:.3g} "
+             f"Gbit/s scale-out per GPU, compute efficiency x{fit.compute_scale:.3g} of the shipped profile")
+    return replace(case, kwargs=kwargs, assumptions=notes)
+
+
+def _log_loss(cases: Sequence[Case], fit: ClusterFit, simulate: Callable[..., Any]) -> float:
+    from madmax.validate.runner import run_case
+
+    total = 0.0
+    for case in cases:
+        row = run_case(fitted_case(case, fit), simulate)
+        if row.predicted is None or row.predicted <= 0:
+            return math.inf
+        total += math.log(row.predicted / case.measured) ** 2
+    return total
+
+
+def grid_minimum(loss: Callable[[float, float], float], bandwidths: Sequence[float],
+                 scales: Sequence[float]) -> tuple[float, float, float]:
+    """(loss, B, k) at the smallest loss over the grid, then over a finer grid between its neighbours."""
+    def best(bs: Sequence[float], ks: Sequence[float]) -> tuple[float, int, int]:
+        values = [(loss(b, k), i, j) for i, b in enumerate(bs) for j, k in enumerate(ks)]
+        return min(values)
+
+    _, i, j = best(bandwidths, scales)
+    lo_b, hi_b = bandwidths[max(i - 1, 0)], bandwidths[min(i + 1, len(bandwidths) - 1)]
+    lo_k, hi_k = scales[max(j - 1, 0)], scales[min(j + 1, len(scales) - 1)]
+    fine_b = np.geomspace(lo_b, hi_b, REFINE_POINTS).tolist()
+    fine_k = np.linspace(lo_k, hi_k, REFINE_POINTS).tolist()
+    value, i, j = best(fine_b, fine_k)
+    return value, fine_b[i], fine_k[j]
+
+
+def fit_cluster(cases: Sequence[Case], simulate: Callable[..., Any]) -> tuple[ClusterFit, float]:
+    """The (B, k) of least squared log error of `cases` (see the module docstring), and that loss."""
+    bandwidths = np.geomspace(BANDWIDTH_GRID_GBIT[0], BANDWIDTH_GRID_GBIT[1], int(BANDWIDTH_GRID_GBIT[2])).tolist()
+    scales = np.linspace(COMPUTE_GRID[0], COMPUTE_GRID[1], int(COMPUTE_GRID[2])).tolist()
+    value, b, k = grid_minimum(lambda b, k: _log_loss(cases, ClusterFit(b, k), simulate), bandwidths, scales)
+    return ClusterFit(round(b, 4), round(k, 4)), value
+
+
+def measured_sha256() -> str:
+    """sha256 (16 hex digits) of the sheet's CSV the fit read."""
+    data = resources.files("madmax.validate").joinpath("data", *MEASURED_CSV.split("/")).read_bytes()
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def load_cluster_fit() -> ClusterFit:
+    """The fitted cluster of `FIT_YAML` (written by `benchmarks/validate_vit.py --fit`)."""
+    import yaml
+
+    text = resources.files("madmax.validate").joinpath("data", *FIT_YAML.split("/")).read_text(encoding="utf-8")
+    data = yaml.safe_load(text)
+    return ClusterFit(float(data["scale_out_gbit_per_s"]), float(data["compute_scale"]))
