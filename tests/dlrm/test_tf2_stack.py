@@ -1,0 +1,54 @@
+"""The tf2 training stack's runtime: the shipped profile with a launch floor fitted to half of nvidia_dlrm."""
+
+from __future__ import annotations
+
+import pytest
+
+import madmax as mm
+from madmax.config.training_stack import load_training_stack
+from madmax.hardware.profile import load_profile
+from madmax.validate.datasets import load_nvidia_dlrm
+from madmax.validate.tf2_launch_fit import dlrm_key, split_by_model
+
+TF2_PROFILE = "calibration/tf2_dlrm_xla.yaml"
+
+
+def test_tf2_profile_changes_only_the_launch_floor():
+    assert load_training_stack("tf2").calibration == TF2_PROFILE
+    assert "calibration" in load_training_stack("tf2").sources
+    base = load_profile(None).model_dump(mode="json")
+    tf2 = load_profile(TF2_PROFILE).model_dump(mode="json")
+    provenance = {"software", "source", "fit_errors", "launch_fit"}
+    assert {k for k in base if base[k] != tf2[k]} == provenance | {"launch_s", "attention"}
+    assert {k for k in base["attention"] if base["attention"][k] != tf2["attention"][k]} == {"launch_s"}
+    assert tf2["launch_s"] == pytest.approx(98.5e-6, rel=1e-3)  # the fit (docs/calibration.md)
+    # the attention floor scaled by the same factor: 22.38 us x 98.50 / 18.61 = 118.4 us
+    assert tf2["attention"]["launch_s"] == pytest.approx(base["attention"]["launch_s"] * tf2["launch_s"]
+                                                         / base["launch_s"], rel=1e-4)
+    assert tf2["launch_fit"]["train_rows"] == 16 and tf2["launch_fit"]["held_out_rows"] == 12
+
+
+def test_rows_split_by_model_task_and_batch():
+    # 8 keys sorted as text; odd positions held out: no row of a held-out key is fitted.
+    fitted, held = split_by_model(list(load_nvidia_dlrm().cases))
+    assert {dlrm_key(c) for c in held} == {("dlrm-22.8b", "pretrain", 4096), ("dlrm-4.2b", "inference", 2048),
+                                           ("dlrm-dcnv2-22.8b", "pretrain", 8192),
+                                           ("dlrm-dcnv2-4.2b", "pretrain", 65536)}
+    assert (len(fitted), len(held)) == (16, 12)
+    assert not {dlrm_key(c) for c in fitted} & {dlrm_key(c) for c in held}
+    # the shipped profile names the same split
+    split = load_profile(TF2_PROFILE).launch_fit.split
+    assert "held out: dlrm-22.8b pretrain 4096, dlrm-4.2b inference 2048" in " ".join(split.split())
+
+
+def test_tf2_small_batches_wait_for_the_host():
+    # Inference of a 2,048-sample batch is a few hundred microseconds of kernels on an A100; under tf2 each
+    # kernel waits for the host (98.5 us per kernel), so the pass takes several times longer, while a
+    # training step of 65,536 samples (kernels of milliseconds) hardly moves.
+    small = {"model": "dlrm-dcnv2", "system": "dgx-a100", "num_gpus": 1, "task": "inference", "batch": 2048}
+    default, tf2 = mm.simulate(**small).iteration_time_s, mm.simulate(**small, stack="tf2").iteration_time_s
+    assert tf2 > default + 5 * 98.5e-6
+    big = {"model": "dlrm-dcnv2", "system": "dgx-a100", "num_gpus": 1, "global_batch": 65536, "strategy": "zero=0"}
+    train_default = mm.simulate(**big, stack="tf2", calibration="calibration/h200_profile.yaml").iteration_time_s
+    train_tf2 = mm.simulate(**big, stack="tf2").iteration_time_s
+    assert train_tf2 == pytest.approx(train_default, rel=0.1)
