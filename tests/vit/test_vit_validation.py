@@ -49,3 +49,4 @@ def test_the_table_command_writes_both_errors(tmp_path: Path) -> None:
     assert "| ViT-L 32xa100 fsdp gb4096 lb128 | fitted | 46.2 | 59.5 | +28.8% |" in text
     assert "| ViT-H 32xa100 fsdp gb4096 lb128 | held out | 54.2 | 61.6 | +13.8% |" in text
     assert "| all rows (9) | 30.8% |" in text and "| held-out rows (5) | 40.0% |" in text
+    assert "| default (used) |" in text and "| fsdp2 |" in text  # the stack sensitivity, from the fit file

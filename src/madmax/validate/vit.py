@@ -192,21 +192,22 @@ def stack_profile(compute_scale: float) -> Any:
     return ComputeProfile.model_validate(data)
 
 
-def fitted_case(case: Case, fit: ClusterFit) -> Case:
-    """`case` on the fitted cluster and stack (both stated in its assumptions)."""
+def fitted_case(case: Case, fit: ClusterFit, stack: str | None = None) -> Case:
+    """`case` on the fitted cluster and compute scale (stated in its assumptions), under the training
+    `stack` (default: the default stack)."""
     kwargs = {**case.kwargs, "system": cluster_system(fit.scale_out_gbit_per_s),
-              "calibration": stack_profile(fit.compute_scale)}
+              "calibration": stack_profile(fit.compute_scale), **({"stack": stack} if stack else {})}
     notes = (*case.assumptions, f"cluster fitted to the fitted half of the rows: {fit.scale_out_gbit_per_s:.3g} "
              f"Gbit/s scale-out per GPU, compute efficiency x{fit.compute_scale:.3g} of the shipped profile")
     return replace(case, kwargs=kwargs, assumptions=notes)
 
 
-def _log_loss(cases: Sequence[Case], fit: ClusterFit, simulate: Callable[..., Any]) -> float:
+def _log_loss(cases: Sequence[Case], fit: ClusterFit, simulate: Callable[..., Any], stack: str | None) -> float:
     from madmax.validate.runner import run_case
 
     total = 0.0
     for case in cases:
-        row = run_case(fitted_case(case, fit), simulate)
+        row = run_case(fitted_case(case, fit, stack), simulate)
         if row.predicted is None or row.predicted <= 0:
             return math.inf
         total += math.log(row.predicted / case.measured) ** 2
@@ -229,11 +230,13 @@ def grid_minimum(loss: Callable[[float, float], float], bandwidths: Sequence[flo
     return value, fine_b[i], fine_k[j]
 
 
-def fit_cluster(cases: Sequence[Case], simulate: Callable[..., Any]) -> tuple[ClusterFit, float]:
-    """The (B, k) of least squared log error of `cases` (see the module docstring), and that loss."""
+def fit_cluster(cases: Sequence[Case], simulate: Callable[..., Any],
+                stack: str | None = None) -> tuple[ClusterFit, float]:
+    """The (B, k) of least squared log error of `cases` under `stack` (see the module docstring), and that
+    loss."""
     bandwidths = np.geomspace(BANDWIDTH_GRID_GBIT[0], BANDWIDTH_GRID_GBIT[1], int(BANDWIDTH_GRID_GBIT[2])).tolist()
     scales = np.linspace(COMPUTE_GRID[0], COMPUTE_GRID[1], int(COMPUTE_GRID[2])).tolist()
-    value, b, k = grid_minimum(lambda b, k: _log_loss(cases, ClusterFit(b, k), simulate), bandwidths, scales)
+    value, b, k = grid_minimum(lambda b, k: _log_loss(cases, ClusterFit(b, k), simulate, stack), bandwidths, scales)
     return ClusterFit(round(b, 4), round(k, 4)), value
 
 
