@@ -138,3 +138,22 @@ def test_the_python_example_returns_what_it_shows():
         else:
             decimals = len(text.split(".")[1]) if "." in text else 0
             assert round(value, decimals) == float(text), (expression, actual)
+
+
+def test_the_readme_accuracy_sentence_is_the_benchmarks():
+    # docs/training_accuracy.md is written by benchmarks/validate_training.py; the README quotes it rounded.
+    page = (ROOT / "docs" / "training_accuracy.md").read_text()
+
+    def figure(name: str) -> float:
+        return float(re.search(rf"{re.escape(name)}: ([\d.]+)", page).group(1))
+
+    text = " ".join(README.read_text().split())
+    quoted = re.search(r"mean absolute error is ([\d.]+)%; over the ([\d,]+) dense training rows, each under its "
+                       r"software stack, the median is ([\d.]+)% and the 90th percentile ([\d.]+)%", text)
+    assert quoted, "the README's accuracy sentence changed its wording"
+    korthikanti, rows, median, p90 = quoted.groups()
+    assert int(rows.replace(",", "")) == int(re.search(r"dense rows, each stack: (\d+) rows run", page).group(1))
+    for shown, name in ((korthikanti, "Korthikanti 2022 iteration times: mean |error| %"),
+                        (median, "dense rows, each stack: median |error| %"),
+                        (p90, "dense rows, each stack: p90 |error| %")):
+        assert abs(float(shown) - figure(name)) <= 0.05 + 1e-9, (name, shown, figure(name))
