@@ -15,6 +15,8 @@ from typing import Annotated
 
 from pydantic import BeforeValidator
 
+GIB = 2**30  # bytes in a GiB, the unit memory is reported in
+
 _DECIMAL = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
 _BINARY = {"Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50}
 # Micro: "us", the micro sign U+00B5 and the Greek mu U+03BC (both are typed for "µs").

@@ -24,10 +24,9 @@ from dataclasses import dataclass
 from functools import cache
 
 from madmax.config.strategy import Recompute, Strategy
+from madmax.config.units import GIB
 from madmax.parallel.memory import StageMemory
 from madmax.parallel.plan import Plan, UnitPlan, largest_chunk_layers
-
-GIB = 2**30
 
 
 @dataclass(frozen=True)

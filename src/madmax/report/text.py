@@ -8,13 +8,13 @@ from rich.console import Console
 from rich.table import Table
 
 from madmax.config.training_stack import default_training_stack
+from madmax.config.units import GIB
 from madmax.errors import MadmaxError
 from madmax.parallel.memory import RESERVE_PARTS
 from madmax.results import Result
 from madmax.results.serving import ServingResult
 from madmax.terminal import make_console
 
-GIB = 2**30
 EXPOSED_CAPTION = ("exposed: each kind's share of exposed communication (collectives in flight together split it "
                    "equally); overlapped: hidden behind compute or another collective")
 

@@ -12,13 +12,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from madmax.config.training_stack import default_training_stack
+from madmax.config.units import GIB
 from madmax.parallel.memory import RESERVE_PARTS, StageMemory
 from madmax.parallel.plan import Plan
 from madmax.program.training import TrainingProgram, overlap_assumptions
 from madmax.results.breakdown import COMPUTE_STREAM, stream_breakdown
 from madmax.sim import Schedule
-
-GIB = 2**30
 
 
 @dataclass(frozen=True)

@@ -7,11 +7,10 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from madmax.config.units import GIB
 from madmax.search.core import Outcome
 from madmax.search.objective import Scorer
 from madmax.terminal import make_console
-
-GIB = 2**30
 
 
 def _objective(value: float, unit: str) -> str:

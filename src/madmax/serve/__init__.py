@@ -17,6 +17,7 @@ from madmax.collective import Collective, Span
 from madmax.config.stack import ServingStack, load_stack
 from madmax.config.strategy import Strategy
 from madmax.config.task import MAX_ARRIVAL_S, ServingMode
+from madmax.config.units import GIB
 from madmax.errors import ConfigError
 from madmax.program.serving import build_step, stage_times
 from madmax.request import Request
@@ -34,7 +35,6 @@ from madmax.serve.deployment import (
 )
 from madmax.sim import schedule
 
-GIB = 2**30
 MAX_ARRIVALS = 10_000_000
 
 
