@@ -9,9 +9,9 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, field_validator, model_validator
+from pydantic import Field, PositiveFloat, PositiveInt, field_validator, model_validator
 
-from madmax.config.checks import check_numbers
+from madmax.config.base import Schema
 from madmax.config.task import COMPUTE_DTYPES
 from madmax.sweep.whatif import RESOURCES, multiplier
 
@@ -28,13 +28,8 @@ class Mode(StrEnum):
 Resource = StrEnum("Resource", {r.upper(): r for r in RESOURCES})
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    @field_validator("*", mode="after")
-    @classmethod
-    def _finite_in_range(cls, value: Any) -> Any:
-        return check_numbers(value)  # as every madmax schema: `flops: .inf` or a price of inf is refused
+class _Strict(Schema):
+    """A madmax schema (unknown keys refused, every number finite and in range) that names the allowed keys."""
 
     @model_validator(mode="before")
     @classmethod
