@@ -76,8 +76,9 @@ def simulate(model: str | Path | dict | ModelSpec, system: str | Path | dict | S
 
         return simulate_serving(request, requested, stack, keep_schedule)
     training_stack = load_training_stack(stack)
-    if training_stack.calibration and calibration is None:  # the stack's runtime, unless a profile is given
-        request = dataclasses.replace(request, calibration=training_stack.calibration)
+    runtime = training_stack.calibration_for(request.task.kind is TaskKind.INFERENCE)
+    if runtime and calibration is None:  # the stack's runtime, unless a profile is given
+        request = dataclasses.replace(request, calibration=runtime)
     with gc_paused():
         run = dataclasses.replace(resolve_training(request, requested), stack=training_stack)
         if stack is not None:

@@ -86,6 +86,9 @@ class TrainingStack(Schema):
         False, description="Each all-gather lands in a list of one tensor per rank: n copy kernels after it.")
     calibration: str | None = Field(None, description="Compute profile of the stack's runtime (its launch floor), "
                                                       "a catalog path; None: the shipped default.")
+    inference_calibration: str | None = Field(
+        None, description="Compute profile of the stack's forward-only steps (task inference), when they run under "
+                          "another runtime than its training steps, a catalog path; None: `calibration`.")
     gemm_epilogue: list[OpRole] = Field(
         default_factory=list, description="Element-wise ops of these roles run in the epilogue of the GEMM before "
                                           "them (cuBLASLt bias+ReLU): no kernel and no bytes of their own.")
@@ -104,6 +107,10 @@ class TrainingStack(Schema):
         if self.zero3_gather is GatherIssue.BLOCK:
             return None
         return tuple(rank for whole, rank in params if rank and whole >= self.persistence_threshold)
+
+    def calibration_for(self, inference: bool) -> str | None:
+        """The compute profile of a training (`inference` False) or forward-only step under this stack."""
+        return (self.inference_calibration or self.calibration) if inference else self.calibration
 
 
 @cache

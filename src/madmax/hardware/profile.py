@@ -113,16 +113,21 @@ class CollectiveFit(Schema):
     )
 
 
-class LaunchFit(Schema):
-    """Provenance of a launch floor fitted to measured iteration times (`madmax calibrate FILE.csv`)."""
+class HostFit(Schema):
+    """Provenance of a host time fitted to measured step times: which rows, which split, which objective."""
 
     data: str = Field(description="The iteration-time file(s) and their sha256.")
     base_profile: str = Field(description="The profile whose other parameters were kept.")
-    base_launch_s: Seconds = Field(ge=0, description="launch_s of the base profile, s.")
     objective: str = Field(description="What the 1-D search minimized.")
     split: str = Field(description="How rows were split into fitted and held-out rows.")
     train_rows: int = Field(ge=0, description="Rows fitted.")
     held_out_rows: int = Field(ge=0, description="Rows left out of the fit (their errors are held-out).")
+
+
+class LaunchFit(HostFit):
+    """Provenance of a launch floor fitted to measured iteration times (`madmax calibrate FILE.csv`)."""
+
+    base_launch_s: Seconds = Field(ge=0, description="launch_s of the base profile, s.")
 
 
 class ComputeProfile(Schema):
@@ -145,6 +150,11 @@ class ComputeProfile(Schema):
     launch_fit: LaunchFit | None = Field(
         None, description="Provenance of launch_s when it was fitted to iteration times."
     )
+    call_host_s: Seconds = Field(
+        0.0, ge=0, description="Host seconds per step call besides its kernel launches (the framework's dispatch "
+        "of the step function, the input pipeline's next batch), run beside the GPU's work: a step lasts at "
+        "least this long. 0: a step's host costs are those of runtime.yaml step_end alone.")
+    call_fit: HostFit | None = Field(None, description="Provenance of call_host_s when it was fitted.")
 
 
 CATALOG = resources.files("madmax.catalog")

@@ -33,6 +33,7 @@ from madmax.sim import Program
 COMPUTE = "compute"
 DP, PP = DATA_GROUP, "pp"
 STEP, HOST = "step", "host"  # the step-end collectives' stream; the host's work the GPU waits for
+CALL = "call"  # the host's step call (profile call_host_s), beside the whole step: a step lasts at least that
 GEMM_CATEGORY = "gemm"  # the breakdown category of GEMM kernels (OpKind.GEMM)
 
 
@@ -196,6 +197,9 @@ class _Builder:
         cs = streams[COMPUTE]
         if self.contention.on:
             prog.contend(cs, self.contention.max_load)
+        call = self.compute.profile.call_host_s
+        if call:
+            prog.add(streams[CALL], call, (), category="host", label="step call (dispatch, next batch)")
         by_kind: dict[str, float] = defaultdict(float)
         model_flops = hw_flops = 0.0
         m = plan.microbatches

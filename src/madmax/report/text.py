@@ -67,7 +67,7 @@ def print_result(result: Result, console: Console | None = None) -> None:
     table.add_row("exposed communication", _ms(b["exposed_communication_s"]), "", "")
     if b.get("host_s", {}).get("total"):
         h = b["host_s"]
-        table.add_row("host: sync, data, logging", _ms(h["total"]), _ms(h["exposed"]), _ms(h["overlapped"]))
+        table.add_row("host: call, sync, data, logging", _ms(h["total"]), _ms(h["exposed"]), _ms(h["overlapped"]))
     if b.get("overlap_slowdown_s"):
         table.add_row("overlap slowdown", _ms(b["overlap_slowdown_s"]), "", "")
     table.add_row("pipeline bubble", _ms(b["pipeline_bubble_s"]), "", "")

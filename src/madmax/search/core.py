@@ -151,6 +151,8 @@ def estimate_all(ctx: Context, cols: dict[str, np.ndarray], orders: tuple[str, .
         sub = costs.take(idx)
         opt = optimizer_s(ctx.compute, layouts[(pp, vp)], sub)
         estimate[idx] = closed_form(layouts[(pp, vp)], cols["m"][idx], sub, cols["zero"][idx], opt)
+    # the host's time per step call (profile call_host_s) runs beside the GPU's work: a step lasts at least that
+    estimate = np.maximum(estimate, ctx.compute.profile.call_host_s)
     clock.lap("estimate")
     return costs, estimate, flops
 
@@ -173,8 +175,9 @@ def finish(ctx: Context, space: Space, scorer: Scorer, ev: dict[str, np.ndarray]
             pool_costs, at = costs, pool
         for (pp, vp, m), idx in groups({k: v[pool] for k, v in ev.items()}, ("pp", "vp", "m")):
             sub = pool_costs.take(at[idx])
-            refined[pool[idx]] = refine(layouts[(pp, vp)], m, sub, ev["zero"][pool[idx]],
-                                        optimizer_s(ctx.compute, layouts[(pp, vp)], sub))
+            refined[pool[idx]] = np.maximum(refine(layouts[(pp, vp)], m, sub, ev["zero"][pool[idx]],
+                                                   optimizer_s(ctx.compute, layouts[(pp, vp)], sub)),
+                                            ctx.compute.profile.call_host_s)
         clock.lap("refine")
         by_replay = pool[np.argsort(scorer.sort_key(refined[pool]), kind="stable")]
         results = _simulate(ctx, ev, space, by_replay[:exact], workers)

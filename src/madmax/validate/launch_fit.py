@@ -71,6 +71,11 @@ def with_launch(profile: ComputeProfile, launch_s: float) -> ComputeProfile:
     return ComputeProfile.model_validate(data)
 
 
+def with_call(profile: ComputeProfile, call_host_s: float) -> ComputeProfile:
+    """`profile` with the host's time per step call set to `call_host_s`."""
+    return profile.model_copy(update={"call_host_s": call_host_s})
+
+
 def _simulate_with(profile: ComputeProfile, **kwargs: Any) -> Any:
     from madmax.api import simulate
 
@@ -132,20 +137,30 @@ def fit_launch_floor(cases: Sequence[Case], base: ComputeProfile, *, rtol: float
     Grid of `GRID` in ln L, then golden-section search between the best point's neighbours until the
     bracket is narrower than ln(1 + rtol).
     """
+    value, loss, evaluations, rows = fit_log_parameter(cases, partial(with_launch, base), GRID, rtol=rtol, jobs=jobs)
+    return LaunchResult(launch_s=value, loss=loss, evaluations=evaluations, rows=rows)
+
+
+def fit_log_parameter(cases: Sequence[Case], profile_at: Callable[[float], ComputeProfile],
+                      grid: tuple[float, float, int], *, rtol: float = 1e-3,
+                      jobs: int = 1) -> tuple[float, float, int, int]:
+    """x* = argmin_x sum ln(y_i(x)/m_i)^2 over `cases`, y_i(x) simulated with `profile_at(x)`: the loss on
+    `grid` (first, last, points; log-spaced), then a golden-section search in ln x between the best point's
+    neighbours until the bracket is narrower than ln(1 + rtol). Returns (x*, loss, evaluations, rows)."""
     memo: dict[float, tuple[float, int]] = {}
 
-    def loss(log_l: float) -> float:
-        if log_l not in memo:
-            r = log_ratios(predict(cases, with_launch(base, math.exp(log_l)), jobs))
-            memo[log_l] = (float(np.sum(r**2)) if r.size else math.inf, int(r.size))
-        return memo[log_l][0]
+    def loss(log_x: float) -> float:
+        if log_x not in memo:
+            r = log_ratios(predict(cases, profile_at(math.exp(log_x)), jobs))
+            memo[log_x] = (float(np.sum(r**2)) if r.size else math.inf, int(r.size))
+        return memo[log_x][0]
 
-    first, last, num = GRID
-    grid = np.linspace(math.log(first), math.log(last), num)
-    values = [loss(float(x)) for x in grid]
+    first, last, num = grid
+    points = np.linspace(math.log(first), math.log(last), num)
+    values = [loss(float(x)) for x in points]
     i = int(np.argmin(values))
-    lo, hi = float(grid[max(i - 1, 0)]), float(grid[min(i + 1, num - 1)])
+    lo, hi = float(points[max(i - 1, 0)]), float(points[min(i + 1, num - 1)])
     best = golden_search(loss, lo, hi, math.log1p(rtol))
     if loss(best) > values[i]:
-        best = float(grid[i])
-    return LaunchResult(launch_s=math.exp(best), loss=loss(best), evaluations=len(memo), rows=memo[best][1])
+        best = float(points[i])
+    return math.exp(best), loss(best), len(memo), memo[best][1]

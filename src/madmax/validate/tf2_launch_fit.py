@@ -1,19 +1,29 @@
-"""The tf2 training stack's launch floor, fitted to half of the NVIDIA TF2 DLRM/DCNv2 rows (`nvidia_dlrm`).
+"""The tf2 stack's host costs, fitted to half of the NVIDIA TF2 DLRM/DCNv2 rows (`nvidia_dlrm`).
 
-TensorFlow 2 issues its GPU work from the graph executor (XLA clusters, Merlin Distributed Embeddings'
-lookups, Horovod's collectives, the IndexedSlices optimizer updates), and each `tf.function` call costs
-the host a fixed time besides (the tf.data `get_next`, the call's dispatch). Neither is measured, so the
-host's time per kernel is fitted like the vTrain stack's (`madmax.validate.launch_fit`, docs/calibration.md):
+The examples run their two tasks under two runtimes (doc/DLRM.md, doc/DCNv2.md): training with `--xla`
+and Horovod, the inference benchmark without `--xla`, on one GPU, in TensorFlow's graph executor. Neither
+runtime's host time is measured, so each is fitted, one number each, every other parameter of the shipped
+profile kept:
 
-    L* = argmin_L  sum_i ln(y_i(L) / m_i)^2
+- training (`tf2_dlrm_xla.yaml`, the stack's `calibration`): the host's time per kernel L, like the vTrain
+  stack's (`madmax.validate.launch_fit`, docs/calibration.md), over the fitted half's *training* rows:
 
-over the fitted half of the rows, every other parameter of the shipped profile kept. A recommendation
-model has no transformer shape, so rows are split by *model and batch*: (model name, task, micro-batch)
-keys sorted as text, even positions fitted, odd ones held out; no row of a held-out key enters the fit.
+      L* = argmin_L  sum_i ln(y_i(L) / m_i)^2
 
-Regenerate the profile with
+- inference (`tf2_dlrm_graph.yaml`, the stack's `inference_calibration`): the host's time per step call C
+  (`call_host_s`: the step function's dispatch and the input pipeline's next batch, beside the GPU's work),
+  over the fitted half's *inference* rows, the kernels issued at the shipped profile's floor:
 
-    python -m madmax.validate.tf2_launch_fit src/madmax/catalog/calibration/tf2_dlrm_xla.yaml
+      C* = argmin_C  sum_i ln(max-plus step y_i(C) / m_i)^2
+
+A recommendation model has no transformer shape, so rows are split by *model and batch*: (model name,
+task, micro-batch) keys sorted as text, even positions fitted, odd ones held out; no row of a held-out
+key enters either fit.
+
+Regenerate both profiles with
+
+    python -m madmax.validate.tf2_launch_fit src/madmax/catalog/calibration/tf2_dlrm_xla.yaml \
+        src/madmax/catalog/calibration/tf2_dlrm_graph.yaml
 """
 
 from __future__ import annotations
@@ -21,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import sys
 from collections.abc import Sequence
+from functools import partial
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -28,7 +39,10 @@ from typing import Any
 from madmax.hardware.profile import load_profile
 from madmax.validate.datasets import PUBLISHED_CSV, Case, load_nvidia_dlrm
 
-COMMAND = "python -m madmax.validate.tf2_launch_fit src/madmax/catalog/calibration/tf2_dlrm_xla.yaml"
+COMMAND = ("python -m madmax.validate.tf2_launch_fit src/madmax/catalog/calibration/tf2_dlrm_xla.yaml "
+           "src/madmax/catalog/calibration/tf2_dlrm_graph.yaml")
+# C is searched on this log-spaced grid (first, last, points), s: a step call from 10 us to 100 ms.
+CALL_GRID = (1e-5, 1e-1, 17)
 
 
 def dlrm_key(case: Case) -> tuple[str, str, int]:
@@ -50,52 +64,105 @@ def _describe(cases: Sequence[Case]) -> str:
     return ", ".join(" ".join(map(str, k)) for k in sorted({dlrm_key(c) for c in cases}, key=str))
 
 
+def _data() -> str:
+    text = resources.files("madmax.validate").joinpath("data", PUBLISHED_CSV).read_bytes()
+    return (f"src/madmax/validate/data/{PUBLISHED_CSV} (sha256 {hashlib.sha256(text).hexdigest()[:16]}), rows of "
+            "NVIDIA/DeepLearningExamples TensorFlow2 DLRM_and_DCNv2")
+
+
+def _split_text(train: Sequence[Case], held: Sequence[Case]) -> str:
+    return ("(model, task, micro-batch) keys sorted as text, even positions fitted, odd held out; "
+            f"fitted: {_describe(train)}; held out: {_describe(held)}")
+
+
+def _errors(profile: dict[str, Any], errors: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    fit_errors = {kind: dict(e) for kind, e in profile["fit_errors"].items()}
+    for kind, e in errors.items():
+        fit_errors.setdefault(kind, {})["iteration_time"] = e
+    return fit_errors
+
+
+def _scores(errors: dict[str, dict[str, Any]]) -> str:
+    return "; ".join(f"{kind} median {e['median']:.1%} max {e['max']:.1%} ({e['count']} rows)"
+                     for kind, e in errors.items())
+
+
+def _task_rows(cases: Sequence[Case], inference: bool) -> list[Case]:
+    return [c for c in cases if (c.kwargs["task"] == "inference") == inference]
+
+
 def fit_tf2_profile(jobs: int = 1) -> tuple[dict[str, Any], list[str]]:
-    """The shipped profile with the launch floor fitted to the fitted half of `nvidia_dlrm`, and a report."""
+    """The training runtime: the shipped profile with the launch floor fitted to the fitted half's training
+    rows of `nvidia_dlrm`, and a report."""
     from madmax.validate.calibrate import OBJECTIVE, _rounded
     from madmax.validate.launch_fit import fit_launch_floor, predict, relative_errors, with_launch
 
-    cases = list(load_nvidia_dlrm().cases)
-    train, held = split_by_model(cases)
+    train, held = (_task_rows(rows, inference=False) for rows in split_by_model(list(load_nvidia_dlrm().cases)))
     base = load_profile(None)
     fit = fit_launch_floor(train, base, jobs=jobs)
     fitted = with_launch(base, fit.launch_s)
     errors = {"in_sample": relative_errors(predict(train, fitted, jobs)),
               "held_out": relative_errors(predict(held, fitted, jobs))}
-    text = resources.files("madmax.validate").joinpath("data", PUBLISHED_CSV).read_bytes()
-    data = (f"src/madmax/validate/data/{PUBLISHED_CSV} (sha256 {hashlib.sha256(text).hexdigest()[:16]}), rows of "
-            "NVIDIA/DeepLearningExamples TensorFlow2 DLRM_and_DCNv2")
+    data = _data()
     profile = fitted.model_dump(mode="json")
-    fit_errors = {kind: dict(e) for kind, e in profile["fit_errors"].items()}
-    for kind, e in errors.items():
-        fit_errors.setdefault(kind, {})["iteration_time"] = e
     profile.update({
-        "software": f"{base.software}; launch floor of TensorFlow 2 (XLA, Horovod, Merlin Distributed Embeddings) "
-                    "as NVIDIA DeepLearningExamples' DLRM_and_DCNv2 benchmarks ran it",
-        "source": f"{base.source}; launch_s refitted to the NVIDIA TF2 DLRM/DCNv2 rows of {data} by "
+        "software": f"{base.software}; launch floor of TensorFlow 2 training (XLA, Horovod, Merlin Distributed "
+                    "Embeddings) as NVIDIA DeepLearningExamples' DLRM_and_DCNv2 benchmarks ran it",
+        "source": f"{base.source}; launch_s refitted to the NVIDIA TF2 DLRM/DCNv2 training rows of {data} by "
                   "madmax.validate.tf2_launch_fit (see launch_fit)",
-        "fit_errors": fit_errors,
-        "launch_fit": {"data": data, "base_profile": "shipped default profile", "base_launch_s": base.launch_s,
-                       "objective": OBJECTIVE,
-                       "split": "(model, task, micro-batch) keys sorted as text, even positions fitted, odd held "
-                                f"out; fitted: {_describe(train)}; held out: {_describe(held)}",
-                       "train_rows": len(train), "held_out_rows": len(held)},
+        "fit_errors": _errors(profile, errors),
+        "launch_fit": {"data": data, "base_profile": "shipped default profile", "objective": OBJECTIVE,
+                       "split": _split_text(train, held) + " (training rows; inference runs under "
+                                "tf2_dlrm_graph.yaml)",
+                       "train_rows": len(train), "held_out_rows": len(held), "base_launch_s": base.launch_s},
     })
-    scores = "; ".join(f"{kind} median {e['median']:.1%} max {e['max']:.1%} ({e['count']} rows)"
-                       for kind, e in errors.items())
-    report = [f"launch floor: {base.launch_s * 1e6:.1f} us -> {fit.launch_s * 1e6:.1f} us ({fit.evaluations} "
-              f"evaluations of {len(train)} rows); |predicted/measured - 1| {scores}"]
+    report = [f"training launch floor: {base.launch_s * 1e6:.1f} us -> {fit.launch_s * 1e6:.1f} us "
+              f"({fit.evaluations} evaluations of {len(train)} rows); |predicted/measured - 1| {_scores(errors)}"]
+    return _rounded(profile), report
+
+
+def fit_tf2_inference_profile(jobs: int = 1) -> tuple[dict[str, Any], list[str]]:
+    """The inference runtime: the shipped profile (its own launch floor) with the host's time per step call
+    fitted to the fitted half's inference rows of `nvidia_dlrm`, and a report."""
+    from madmax.validate.calibrate import _rounded
+    from madmax.validate.launch_fit import fit_log_parameter, predict, relative_errors, with_call
+
+    train, held = (_task_rows(rows, inference=True) for rows in split_by_model(list(load_nvidia_dlrm().cases)))
+    base = load_profile(None)
+    call, _, evaluations, _ = fit_log_parameter(train, partial(with_call, base), CALL_GRID, jobs=jobs)
+    fitted = with_call(base, call)
+    errors = {"in_sample": relative_errors(predict(train, fitted, jobs)),
+              "held_out": relative_errors(predict(held, fitted, jobs))}
+    data = _data()
+    profile = fitted.model_dump(mode="json")
+    profile.update({
+        "software": f"{base.software}; host time per step call of TensorFlow 2's graph executor (tf.function "
+                    "without XLA) as the DLRM_and_DCNv2 inference benchmark ran it",
+        "source": f"{base.source}; call_host_s fitted to the NVIDIA TF2 DLRM/DCNv2 inference rows of {data} by "
+                  "madmax.validate.tf2_launch_fit (see call_fit)",
+        "fit_errors": _errors(profile, errors),
+        "call_fit": {"data": data, "base_profile": "shipped default profile",
+                     "objective": "sum over rows of ln(predicted/measured)^2 (least squares in log time), 1-D in "
+                                  "call_host_s",
+                     "split": _split_text(train, held) + " (inference rows; training runs under tf2_dlrm_xla.yaml)",
+                     "train_rows": len(train), "held_out_rows": len(held)},
+    })
+    report = [f"inference step call: {call * 1e3:.3f} ms ({evaluations} evaluations of {len(train)} rows); "
+              f"|predicted/measured - 1| {_scores(errors)}"]
     return _rounded(profile), report
 
 
 def main(argv: Sequence[str]) -> None:
     from madmax.validate.calibrate import write_profile
 
-    if len(argv) != 1:
+    if len(argv) != 2:
         raise SystemExit(f"usage: {COMMAND}")
-    profile, report = fit_tf2_profile(jobs=4)
-    write_profile(profile, Path(argv[0]), COMMAND)
-    print("\n".join(report))
+    lines = []
+    for fit, out in ((fit_tf2_profile, argv[0]), (fit_tf2_inference_profile, argv[1])):
+        profile, report = fit(jobs=4)
+        write_profile(profile, Path(out), COMMAND)
+        lines += report
+    print("\n".join(lines))
 
 
 if __name__ == "__main__":
