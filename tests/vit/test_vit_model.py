@@ -58,9 +58,32 @@ def test_vit_b16_forward_flops_per_token_by_hand() -> None:
     # Per token, s = 197: patch 2*768*768 = 1,179,648; positions h = 768. Per layer: norms 2 * 5h = 7,680;
     # qkv 2*768*2304 = 3,538,944; attention, not causal: 4*s*h = 605,184 (the whole square); out 1,179,648;
     # up and down 2 * 4,718,592; GELU 8*3072 = 24,576; residuals 2h = 1,536 -> 14,794,752 x 12 layers.
-    # Head: norm 3,840; classifier 2*768*1000 = 1,536,000; loss 5*1000 = 5,000.
+    # Head, once per image on the class token: norm 3,840; classifier 2*768*1000 = 1,536,000; loss 5*1000.
     workload = build_workload(load_model("vit-b/16"), Task(kind="pretrain"))
-    assert workload.forward_flops_per_token(197) == 1_179_648 + 768 + 12 * 14_794_752 + 3_840 + 1_536_000 + 5_000
+    head = 3_840 + 1_536_000 + 5_000
+    assert workload.sequence_flops(197) == head
+    assert workload.forward_flops_per_token(197) == pytest.approx(1_179_648 + 768 + 12 * 14_794_752 + head / 197,
+                                                                  rel=1e-12)
+
+
+def test_vit_head_runs_once_per_image() -> None:
+    # The classifier's GEMM has one row per image (the class token), not one per patch: ViT-B/16 with 4 images
+    # per micro-batch runs (4 x 768) @ (768 x 1000) in the head and (788 x 768) @ (768 x 2304) in QKV.
+    from madmax.config.base import DType
+    from madmax.config.strategy import parse_strategy, resolve_strategy
+    from madmax.parallel.kernels import KernelKind
+    from madmax.parallel.plan import build_plan
+
+    model = load_model("vit-b/16")
+    s, gb = resolve_strategy(parse_strategy("mbs=4,recompute=none"), num_gpus=1, model_name=model.name,
+                             constraints={}, num_pipeline_units=model.num_layers, global_batch=4, seq_len=197)
+    plan = build_plan(build_workload(model, Task(kind="pretrain")), s, domain_size=8, seq_len=197, global_batch=gb,
+                      dtype=DType.BF16)
+    def gemms(unit: str) -> list[tuple[int, int, int]]:
+        return [(k.m, k.k, k.n) for k in plan.units[unit].fwd if k.kind is KernelKind.GEMM]
+
+    assert gemms("head") == [(4, 768, 1000)]
+    assert (4 * 197, 768, 2304) in gemms("layer")
 
 
 def test_encoder_attention_is_not_causal_and_the_mlp_is_plain() -> None:

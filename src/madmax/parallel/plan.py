@@ -216,7 +216,10 @@ def build_plan(workload: Workload, strategy: Strategy, *, domain_size: int, seq_
             units[key] = table_unit(key, block, workload.tables, s, shape, domain_size, table_budget_bytes,
                                     tp_span, stack)
         else:
-            units[key] = unit(key, block, shape if _transformer(block) else high, trainable_seen)
+            block_shape = shape if _transformer(block) else high
+            if block.per_sequence:  # a classifier on each sequence's pooled token: b rows, not b*s/cp
+                block_shape = dataclasses.replace(block_shape, seq_len=block_shape.cp)
+            units[key] = unit(key, block, block_shape, trainable_seen)
         order += [key] * block.count
     units = _with_edges(units, workload)
     if fmt and (fmt.bf16_first or fmt.bf16_last):

@@ -187,7 +187,10 @@ def _result(request: Request, dep: modes.Deployment, fmt: Formats, stack: Servin
     memory, fits, reason = _memory(request, rep, shown, stack)
     tokens_per_s = outcome.output_tokens_per_s + outcome.prompt_tokens_per_s
     peak = sysm.gpu.flops_per_s[fmt.gemm] * n
-    flops = request.workload.forward_flops_per_token(max(1, int(prompt + output / 2)))
+    # Every token passes the layers; the LM head and sampling run once per generated token.
+    context = max(1, int(prompt + output / 2))
+    head = request.workload.sequence_flops(context)
+    body = request.workload.forward_flops_per_token(context) - head / context
     critical = max(range(rep.plan.num_stages), key=lambda s: dec_sched.end_s[dec_prog.spans[(0, s)][1]]
                    - dec_sched.start_s[dec_prog.spans[(0, s)][0]])
     rank = f"stage{critical}"
@@ -209,7 +212,7 @@ def _result(request: Request, dep: modes.Deployment, fmt: Formats, stack: Servin
         ttft_s=outcome.mean("ttft_s"), tpot_s=outcome.mean("tpot_s"), e2e_latency_s=outcome.mean("e2e_s"),
         prefill_time_s=prefill_s, decode_step_time_s=decode_s, output_tokens_per_s=outcome.output_tokens_per_s,
         output_tokens_per_s_per_gpu=outcome.output_tokens_per_s / n, requests_per_s=outcome.requests_per_s,
-        tokens_per_s=tokens_per_s, mfu=tokens_per_s * flops / peak,
+        tokens_per_s=tokens_per_s, mfu=(tokens_per_s * body + outcome.output_tokens_per_s * head) / peak,
         kv_cache_bytes_per_token=kv_per_token / (prompt + output), weights_bytes_per_gpu=rep.weights_bytes,
         peak_memory_bytes=memory["total"], fits=fits, fits_reason=reason, breakdown=breakdown, memory=memory,
         assumptions=[*request.assumptions, *notes, *_assumed(request, stack)], latency=latency, goodput=goodput,

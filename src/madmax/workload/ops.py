@@ -220,7 +220,14 @@ class Workload:
         return self.total_params if self.active_params is None else self.active_params
 
     def forward_flops_per_token(self, seq_len: int) -> float:
-        """Model FLOPs per token of one forward pass at sequence length `seq_len`."""
+        """Model FLOPs per token of one forward pass at sequence length `seq_len` (a block that runs once per
+        sequence, `Block.per_sequence`, counts 1/seq_len of its per-row FLOPs)."""
         return sum(
-            b.count * op.forward_flops(1, seq_len) for b in self.blocks for op in b.ops
+            b.count * op.forward_flops(1, seq_len) / (seq_len if b.per_sequence else 1)
+            for b in self.blocks for op in b.ops
         )
+
+    def sequence_flops(self, seq_len: int) -> float:
+        """Forward FLOPs of the blocks that run once per sequence (`Block.per_sequence`: a classifier on the
+        pooled token, a serving step's LM head and sampling), for one sequence of length `seq_len`."""
+        return sum(b.count * op.forward_flops(1, seq_len) for b in self.blocks if b.per_sequence for op in b.ops)
