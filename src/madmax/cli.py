@@ -111,7 +111,8 @@ CalibrationOpt = Annotated[Path | None, typer.Option(help="Compute profile from 
 StackOpt = Annotated[str | None, typer.Option(help="Software stack. Inference: the serving stack, trtllm (default), "
                                                    "vllm, sglang, trtllm-0.9; training: the training framework, "
                                                    "megatron-core (default), megatron-lm-2021, pytorch, fsdp2, "
-                                                   "deepspeed, megatron-deepspeed; or a YAML file.")]
+                                                   "deepspeed, megatron-deepspeed, and for recommendation "
+                                                   "models hugectr, torchrec, tf2; or a YAML file.")]
 SearchStackOpt = Annotated[str | None, typer.Option(help="Software stack. Inference: the serving stack every layout "
                                                          "is costed under, trtllm (default), vllm, sglang, trtllm-0.9, "
                                                          "or a YAML file; training: megatron-core only (the default; "
