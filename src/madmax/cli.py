@@ -424,6 +424,8 @@ def search(
                                                         '(default 0,1).')] = None,
     expert_load: ExpertLoadOpt = None,
     capacity_factor: CapacityFactorOpt = None,
+    fp8_params: Annotated[bool, typer.Option(help="With --dtype fp8: keep every candidate's GEMM weights in fp8 "
+                                                  "only (strategy key fp8_params; ZeRO 0-2).")] = False,
     calibration: CalibrationOpt = None,
     prompt_len: PromptLenOpt = None,
     output_len: OutputLenOpt = None,
@@ -447,7 +449,7 @@ def search(
                      "orders": orders, "emb": emb, "finetune": finetune, "lora_rank": lora_rank,
                      "frozen_layers": frozen_layers, "lora_targets": lora_targets, "out": out, "max_ep": max_ep,
                      "max_etp": max_etp, "ep_overlap": ep_overlap, "expert_load": expert_load,
-                     "capacity_factor": capacity_factor,
+                     "capacity_factor": capacity_factor, "fp8_params": fp8_params or None,
                      "objective": None if objective == "throughput" else objective, "hybrid": None if hybrid else False,
                      "refine": None if refine == 2000 else refine, "workers": None if workers == 1 else workers}
     serving_only = {"prompt_len": prompt_len, "output_len": output_len, "mode": None if mode == "static" else mode,
@@ -493,7 +495,7 @@ def search(
                            lora_targets=lora_targets.split(",") if lora_targets else None,
                            emb=emb.split(",") if emb else None, max_ep=max_ep, max_etp=max_etp,
                            ep_overlap=numbers(ep_overlap, "ep_overlap"), expert_load=expert_load,
-                           capacity_factor=capacity_factor, stack=stack)
+                           capacity_factor=capacity_factor, stack=stack, fp8_params=fp8_params)
         wall = time.perf_counter() - start
         if out is not None:
             try:

@@ -9,19 +9,22 @@ step replay and the closed-form memory reproduce `simulate` to a relative 1e-9, 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from madmax import api
 from madmax.config.base import DType
 from madmax.config.loaders import find_in_catalog
+from madmax.errors import MadmaxError
 from madmax.parallel.formats import tensor_bytes
 from madmax.search.api import find
 from madmax.search.context import prepare
 from madmax.search.space import RECOMPUTES
 from madmax.search.units import _plan, cast_microbatches, memory_table
 
-from .conftest import CASE, TINY, small_node
+from .conftest import CASE, MOE_CASE, TINY, small_node
 
 TOL = 1e-9
 # GEMM weights of one TINY layer: qkv 512 x (512 + 2 x 256) + out 512 x 512 + up, gate, down 512 x 1536 each.
@@ -43,6 +46,8 @@ def small_b200() -> dict:
 TWELVE = {**TINY, "name": "tiny-12", "num_layers": 12}
 CASES = {
     "fp8-h100": {**CASE, "dtype": "fp8"},
+    # fp8 primary weights: no bf16 copy, fp8 parameter gathers (zero 1 and 2 with a sharding group gather)
+    "fp8-params-h100": {**CASE, "dtype": "fp8", "zero": [0, 1, 2], "fp8_params": True},
     "mxfp8-b200": {**CASE, "model": TWELVE, "system": small_b200(), "dtype": "mxfp8", "recompute": ["none", "full"],
                    "zero": [0, 3]},
     "fp4-b200": {**CASE, "model": TWELVE, "system": small_b200(), "dtype": "fp4", "recompute": ["none", "full"],
@@ -124,3 +129,37 @@ def test_cast_share_follows_each_candidates_micro_batches():
     bf16 = prepare(TINY, small_node(), 8, "pretrain", 8, 1024, "bf16")
     assert cast_microbatches(fp8, m).tolist() == [1, 2, 8]
     assert cast_microbatches(bf16, m).tolist() == [0, 0, 0]  # no cast: one plan serves every m
+
+
+def test_fp8_params_candidates_say_so_and_hold_less():
+    # Every candidate carries the key (simulate reproduces it from the string), and its layers keep no bf16
+    # copy of the GEMM weights: 2 fp8 copies less the 2-byte weight, P (2 x 1 - 2) + the amax histories.
+    case = {**CASE, "dtype": "fp8", "zero": [1]}
+    plain, primary = find(**case, top=1, exact=1, refine=5), find(**case, fp8_params=True, top=1, exact=1, refine=5)
+    assert all("fp8_params=1" in primary.strategy(i) for i in range(primary.evaluated))
+    assert not any("fp8_params" in plain.strategy(i) for i in range(plain.evaluated))
+    ctx = prepare(TINY, small_node(), 8, "pretrain", 8, 1024, "fp8")
+    kept = memory_table(ctx, np.array([[1, 0, 0, 1, 1]])).cast_cache[0]
+    fp8_only = memory_table(replace(ctx, fp8_params=True, plans={}), np.array([[1, 0, 0, 1, 1]])).cast_cache[0]
+    layer = list(memory_table(ctx, np.array([[1, 0, 0, 1, 1]])).keys).index("layer")
+    assert kept[layer] - fp8_only[layer] == pytest.approx(2 * LAYER_GEMM_PARAMS, rel=1e-12)
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"dtype": "bf16"}, "fp8_params keeps the GEMM weights in fp8 and needs dtype=fp8; got dtype=bf16"),
+    ({"dtype": "fp8", "zero": [1, 3]}, r"zero=\[1, 3\] with fp8_params: .* allowed: zero 0, 1, 2"),
+])
+def test_fp8_params_search_refuses_what_it_cannot_model(change, message):
+    with pytest.raises(MadmaxError, match=message):
+        find(**{**CASE, **change}, fp8_params=True)
+
+
+def test_fp8_params_expert_gathers_match_simulate(replay):
+    # The routed experts' parameter gathers move fp8 too (their own discount): candidates with ep > 1 and a
+    # ZeRO-1/2 sharding group replay and hold what simulate says.
+    outcome = find(**{**MOE_CASE, "dtype": "fp8", "zero": [1, 2]}, fp8_params=True, top=1, exact=1, refine=20)
+    cols = outcome.columns
+    picked = [i for i in range(outcome.evaluated) if cols["ep"][i] > 1 and cols["shard"][i] != 1][:4]
+    assert picked
+    for i in picked:
+        _check(outcome, i, replay)

@@ -44,11 +44,14 @@ def find(model: Any, system: Any, num_gpus: int | None = None, task: Any = "pret
          hybrid: bool = True, orders: list[str] | str | None = None, emb: list[str] | None = None,
          max_ep: int | None = None, max_etp: int | None = None, ep_overlap: list[bool] | None = None,
          calibration: str | Path | None = None, workers: int = 1, stack: str | None = None,
-         **task_fields: Any) -> Outcome:
+         fp8_params: bool = False, **task_fields: Any) -> Outcome:
     """Search every valid strategy; see `search` for the arguments. Returns the full `Outcome`."""
     _check_stack(stack)
     ctx = prepare(model, system, num_gpus, task, global_batch, seq_len, dtype, calibration=calibration,
                   **{k: v for k, v in task_fields.items() if v is not None})
+    if fp8_params:
+        zero = _fp8_params_zeros(ctx, zero)
+        ctx = replace(ctx, fp8_params=True)
     if top < 1:
         raise ConfigError(f"top={top} must be a positive number of strategies to report")
     exact = max(DEFAULT_EXACT, 2 * top) if exact is None else exact
@@ -129,6 +132,24 @@ def _expert_limits(max_ep: int | None, max_etp: int | None, ep_overlap: list[boo
     return {"max_ep": max_ep, "max_etp": max_etp, "ep_overlap": overlaps}
 
 
+def _fp8_params_zeros(ctx, zero: list[int] | None) -> list[int]:
+    """The ZeRO stages a search with fp8_params tries: those given, or 0-2 (fp8 primary weights are modelled
+    with the distributed optimizer's gather, not ZeRO-3's sharded weights); refused outside fp8 training of a
+    transformer."""
+    from madmax.config.base import DType
+
+    if ctx.workload.tables:
+        raise ConfigError(f"fp8_params applies to transformer searches; {ctx.spec.name} has embedding tables; "
+                          "allowed: omit it")
+    if ctx.dtype is not DType.FP8:
+        raise ConfigError(f"fp8_params keeps the GEMM weights in fp8 and needs dtype=fp8; got dtype={ctx.dtype}; "
+                          "allowed: --dtype fp8, or omit fp8_params")
+    if zero is not None and 3 in zero:
+        raise ConfigError(f"zero={list(zero)} with fp8_params: fp8 primary weights are modelled with the "
+                          "distributed optimizer's fp8 gather (zero <= 2), not ZeRO-3; allowed: zero 0, 1, 2")
+    return list(zero) if zero is not None else [0, 1, 2]
+
+
 def _zeros(zero: list[int] | None) -> tuple[int, ...]:
     zeros = tuple(sorted(set(zero))) if zero is not None else (0, 1, 2, 3)
     if not zeros or any(z not in (0, 1, 2, 3) for z in zeros):
@@ -179,7 +200,8 @@ def search(model: Any, system: Any, num_gpus: int | None = None, task: Any = "pr
     fine-tuning fields of `simulate` (finetune, lora_rank, frozen_layers, lora_targets). A
     mixture-of-experts model is also searched over ep, etp and ep_overlap (filters max_ep, max_etp,
     ep_overlap=[...]; default both settings), with the routing of `simulate` (expert_load,
-    capacity_factor).
+    capacity_factor). With dtype fp8, fp8_params=True keeps every candidate's GEMM weights in fp8 only
+    (strategy key fp8_params: no bf16 copy, fp8 parameter gathers; ZeRO 0-2).
 
     One row per evaluated candidate (it passes the divisibility rules and fits in memory). Columns: the
     strategy and its degrees (`shard` 0: the whole data-parallel group; an MoE model adds `ep`, `etp`
@@ -218,7 +240,7 @@ def to_frame(outcome: Outcome):
     for pos in np.flatnonzero(sim):
         r = outcome.exact[int(order[pos])]
         peak[pos], exposed[pos], mfu[pos] = r.peak_memory_bytes, r.breakdown["exposed_communication_s"], r.mfu
-    strategies = strategy_strings(cols, outcome.space.orders)
+    strategies = strategy_strings(cols, outcome.space.orders, outcome.ctx.fp8_params)
     frame = pd.DataFrame({
         "strategy": strategies, "tp": cols["tp"], "pp": cols["pp"], "dp": cols["dp"], "cp": cols["cp"],
         "vp": cols["vp"], "mbs": cols["mbs"], "microbatches": cols["m"], "zero": cols["zero"],

@@ -29,6 +29,8 @@ class Context:
     reserve: Any  # madmax.parallel.memory.Reserve: the software stack's HBM
     calibration: str | Path | None
     simulate_kwargs: dict[str, Any]
+    # Every candidate keeps its low-precision GEMMs' weights in that format only (strategy fp8_params).
+    fp8_params: bool = False
     plans: dict = field(default_factory=dict, compare=False, repr=False)  # units of the plans built so far
 
     @property

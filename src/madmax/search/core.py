@@ -73,7 +73,7 @@ class Outcome:
         return self.space.num_valid
 
     def strategy(self, i: int) -> str:
-        return describe({k: int(v[i]) for k, v in self.columns.items()}, self.space.orders)
+        return describe({k: int(v[i]) for k, v in self.columns.items()}, self.space.orders, self.ctx.fp8_params)
 
     def best_time_s(self) -> np.ndarray:
         """Best available iteration time per candidate: simulated, else replayed, else closed form."""
@@ -237,7 +237,7 @@ def _pool(key: np.ndarray, estimate: np.ndarray, count: int, margin: float) -> n
 def _simulate(ctx: Context, cols: dict[str, np.ndarray], space: Space, indices: np.ndarray,
               workers: int) -> dict[int, Result]:
     """`madmax.simulate` of each candidate, in `workers` processes when more than one."""
-    strategies = [describe({k: int(v[i]) for k, v in cols.items()}, space.orders) for i in indices]
+    strategies = [describe({k: int(v[i]) for k, v in cols.items()}, space.orders, ctx.fp8_params) for i in indices]
     results = simulate_many(ctx, strategies, workers)
     return {int(i): r for i, r in zip(indices, results, strict=True)}
 

@@ -187,7 +187,7 @@ def _dense_costs(ctx: Context, cols: dict[str, np.ndarray], memory: MemoryTable,
     params, trainable = memory.params - memory.expert_params, memory.trainable - memory.expert_trainable
     state, plans, values, data_idx = state_bytes(ctx, cols, orders)
     plan_rows = rows[_first(data_idx, len(values))]  # the dense parameters depend on tp alone, which DATA holds
-    per_plan = _data_comm(ctx, params[plan_rows], trainable[plan_rows], plans)
+    per_plan = _data_comm(ctx, params[plan_rows], trainable[plan_rows], plans, memory.gather_discount[plan_rows])
     g1, g3, r_mid, r_last = (x[data_idx] for x in per_plan)
     return StateCosts(params=params[rows], trainable=trainable[rows], state=state, g1=g1, g3=g3, r_mid=r_mid,
                       r_last=r_last)
@@ -198,7 +198,8 @@ def _expert_costs(ctx: Context, cols: dict[str, np.ndarray], memory: MemoryTable
     rows = memory.rows_of(cols["tp"], cols["ep"], cols["etp"])
     state, plans, values, data_idx = expert_state_bytes(ctx, cols)
     plan_rows = rows[_first(data_idx, len(values))]  # the experts' parameters depend on ep, etp, which it holds
-    per_plan = _data_comm(ctx, memory.expert_params[plan_rows], memory.expert_trainable[plan_rows], plans)
+    per_plan = _data_comm(ctx, memory.expert_params[plan_rows], memory.expert_trainable[plan_rows], plans,
+                          memory.expert_gather_discount[plan_rows])
     g1, g3, r_mid, r_last = (x[data_idx] for x in per_plan)
     return StateCosts(params=memory.expert_params[rows], trainable=memory.expert_trainable[rows], state=state,
                       g1=g1, g3=g3, r_mid=r_mid, r_last=r_last)
@@ -232,9 +233,11 @@ def _compute_and_inner_comm(ctx: Context, table: UnitTable, combo: np.ndarray, l
     return f, np.where(table.has_bwd[combo], b, 0.0)
 
 
-def _data_comm(ctx: Context, params: np.ndarray, trainable: np.ndarray, plans: list) -> tuple[np.ndarray, ...]:
+def _data_comm(ctx: Context, params: np.ndarray, trainable: np.ndarray, plans: list,
+               discount: np.ndarray) -> tuple[np.ndarray, ...]:
     """g1, g3, r_mid, r_last [plan, K] (see the module docstring) of one state group; params, trainable
-    [plan, K]: the group's parameters per rank under each plan's degrees."""
+    [plan, K]: the group's parameters per rank under each plan's degrees; discount [plan, K]: bytes by which
+    the gather of the trainable ones is smaller (weights kept in fp8 only, `UnitPlan.gather_discount`)."""
     net = ctx.network
     out = np.zeros((len(plans), 4, params.shape[1]))
     for i, plan in enumerate(plans):
@@ -242,7 +245,8 @@ def _data_comm(ctx: Context, params: np.ndarray, trainable: np.ndarray, plans: l
             p, t = float(params[i, k]), float(trainable[i, k])
             size = t * plan.grad_bytes
             if plan.zero in (1, 2) and plan.shard > 1 and t:
-                out[i, 0, k] = net.collective_s(Collective.ALL_GATHER, t * plan.weight_bytes, plan.shard_span)
+                out[i, 0, k] = net.collective_s(Collective.ALL_GATHER, t * plan.weight_bytes - float(discount[i, k]),
+                                                plan.shard_span)
             if plan.zero >= 3:
                 out[i, 1, k] = net.collective_s(Collective.ALL_GATHER, p * plan.weight_bytes, plan.shard_span)
             if not t or (plan.shard == 1 and plan.replicas == 1):

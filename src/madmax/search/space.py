@@ -363,15 +363,16 @@ def _expand(problem: Problem, limits: Limits, tp, cp, pp, dp, vp, mbs, ep, etp, 
     return {c: (np.concatenate(v) if v else np.zeros(0, dtype=np.int32)) for c, v in pieces.items()}
 
 
-def strategy_of(row: dict[str, int], orders: tuple[str, ...]) -> Strategy:
-    """The Strategy of one candidate row (column values as ints; `emb`, `emb_group` where present)."""
+def strategy_of(row: dict[str, int], orders: tuple[str, ...], fp8_params: bool = False) -> Strategy:
+    """The Strategy of one candidate row (column values as ints; `emb`, `emb_group` where present), with the
+    search's `fp8_params`."""
     # Searched plans may keep table rows beyond HBM in host memory (a plan that fits is unaffected).
     tables = ({"emb": EMB_SHARDINGS[row["emb"]], "emb_group": row["emb_group"] or None, "emb_offload": True}
               if "emb" in row else {})
     return Strategy(tp=row["tp"], pp=row["pp"], dp=row["dp"], cp=row["cp"], vp=row["vp"], mbs=row["mbs"],
                     zero=row["zero"], shard=row["shard"] or None, recompute=RECOMPUTES[row["rec"]],
                     sp=bool(row["sp"]), order=orders[row["order"]], ep=row.get("ep", 1), etp=row.get("etp", 1),
-                    ep_overlap=bool(row.get("epo", 0)), **tables)
+                    ep_overlap=bool(row.get("epo", 0)), fp8_params=fp8_params, **tables)
 
 
 def _emb_text(emb: int, group: int) -> str:
@@ -379,16 +380,16 @@ def _emb_text(emb: int, group: int) -> str:
     return f",emb={EMB_SHARDINGS[emb]}" + (f",emb_group={group}" if group else "") + ",emb_offload=1"
 
 
-def describe(row: dict[str, int], orders: tuple[str, ...]) -> str:
+def describe(row: dict[str, int], orders: tuple[str, ...], fp8_params: bool = False) -> str:
     """The strategy string of one candidate: `Strategy.describe()`, plus the order when not the default
     and the embedding sharding of a model with tables (which `Strategy.describe` leaves out)."""
-    text = strategy_of(row, orders).describe()
+    text = strategy_of(row, orders, fp8_params).describe()
     order = orders[row["order"]]
     text = text if order == DEFAULT_ORDER else f"{text},order={order}"
     return text + _emb_text(row["emb"], row["emb_group"]) if "emb" in row else text
 
 
-def strategy_strings(cols: dict[str, np.ndarray], orders: tuple[str, ...]) -> np.ndarray:
+def strategy_strings(cols: dict[str, np.ndarray], orders: tuple[str, ...], fp8_params: bool = False) -> np.ndarray:
     """`describe` of every candidate (an object array), built from the distinct parts of the strings."""
     n = len(cols["tp"])
     cols = {"ep": np.ones(n, dtype=np.int32), "etp": np.ones(n, dtype=np.int32), "epo": np.zeros(n, dtype=np.int32),
@@ -399,7 +400,8 @@ def strategy_strings(cols: dict[str, np.ndarray], orders: tuple[str, ...]) -> np
         (("vp", "mbs"), lambda vp, mbs: f",vp={vp},mbs={mbs}"),
         (("zero", "shard", "etp", "epo", "rec", "sp", "order"), lambda zero, shard, etp, epo, rec, sp, order: (
             f",zero={zero}" + (f",shard={shard}" if shard else "") + (f",etp={etp}" if etp > 1 else "")
-            + (",ep_overlap=1" if epo else "") + f",recompute={RECOMPUTES[rec].value},sp={sp}"
+            + (",ep_overlap=1" if epo else "") + (",fp8_params=1" if fp8_params else "")
+            + f",recompute={RECOMPUTES[rec].value},sp={sp}"
             + ("" if orders[order] == DEFAULT_ORDER else f",order={orders[order]}"))),
     ):
         values, index = unique_rows(cols, names)

@@ -53,15 +53,15 @@ COMM = {"tp_fwd": (Phase.FORWARD, Where.AFTER), "tp_bwd": (Phase.BACKWARD, Where
 Collectives = tuple[tuple[tuple[Collective, float], int], ...]  # ((kind, size_bytes), count), ...
 
 
-def strategy(row: dict[str, int], orders: tuple[str, ...] = (DEFAULT_ORDER,)) -> Strategy:
+def strategy(row: dict[str, int], orders: tuple[str, ...] = (DEFAULT_ORDER,), fp8_params: bool = False) -> Strategy:
     """A Strategy of trusted values (not validated: the rows come from the enumeration). Without a dp, the
-    smallest that the expert degrees fold over (ep*etp divides tp*cp*dp)."""
+    smallest that the expert degrees fold over (ep*etp divides tp*cp*dp); `fp8_params` the search's."""
     ep, etp = row.get("ep", 1), row.get("etp", 1)
     return Strategy.model_construct(
         tp=row.get("tp", 1), cp=row.get("cp", 1), pp=row.get("pp", 1), dp=row.get("dp", ep * etp), vp=row.get("vp", 1),
         mbs=row.get("mbs", 1), sp=bool(row.get("sp", 0)), recompute=RECOMPUTES[row.get("rec", 0)],
         zero=row.get("zero", 0), shard=row.get("shard", 0) or None, order=orders[row.get("order", 0)], ep=ep, etp=etp,
-        ep_overlap=bool(row.get("epo", 0)))
+        ep_overlap=bool(row.get("epo", 0)), fp8_params=fp8_params)
 
 
 def cast_microbatches(ctx: Context, m: np.ndarray) -> np.ndarray:
@@ -75,7 +75,7 @@ def _plan(ctx: Context, row: dict[str, int], microbatches: int = 0):
     """The plan of `row`'s strategy with `microbatches` micro-batches (0: those of the context's global batch)."""
     from madmax.parallel.plan import build_plan
 
-    s = strategy(row)
+    s = strategy(row, fp8_params=ctx.fp8_params)
     batch = microbatches * s.dp * s.mbs if microbatches else ctx.global_batch
     plan = build_plan(ctx.workload, s, domain_size=ctx.domain, seq_len=ctx.seq_len,
                       global_batch=batch, dtype=ctx.dtype, routing=ctx.task.routing)
@@ -102,6 +102,10 @@ class MemoryTable:
     saved: np.ndarray
     working: np.ndarray
     cast_cache: np.ndarray
+    # Bytes by which a gather of the trainable dense / expert weights is smaller with fp8_params
+    # (`UnitPlan.gather_discount`; 0 without).
+    gather_discount: np.ndarray
+    expert_gather_discount: np.ndarray
 
     @property
     def has_experts(self) -> bool:
@@ -128,12 +132,14 @@ def memory_table(ctx: Context, values: np.ndarray) -> MemoryTable:
             ctx.plans[key] = tuple(plan.units), [
                 [u.params for u in units], [u.trainable_params for u in units], [u.expert_params for u in units],
                 [u.expert_trainable_params for u in units], [u.saved_bytes for u in units],
-                [u.working_bytes for u in units], [u.cast_cache_bytes for u in units]]
+                [u.working_bytes for u in units], [u.cast_cache_bytes for u in units],
+                [u.gather_discount[0][1] for u in units], [u.gather_discount[1][1] for u in units]]
         keys, row = ctx.plans[key]
         rows.append(row)
-    arr = np.array(rows, dtype=float).reshape(len(values), 7, len(keys))
+    arr = np.array(rows, dtype=float).reshape(len(values), 9, len(keys))
     return MemoryTable(keys=keys, values=values, params=arr[:, 0], trainable=arr[:, 1], expert_params=arr[:, 2],
-                       expert_trainable=arr[:, 3], saved=arr[:, 4], working=arr[:, 5], cast_cache=arr[:, 6])
+                       expert_trainable=arr[:, 3], saved=arr[:, 4], working=arr[:, 5], cast_cache=arr[:, 6],
+                       gather_discount=arr[:, 7], expert_gather_discount=arr[:, 8])
 
 
 @dataclass
@@ -350,7 +356,7 @@ def data_plans(ctx: Context, values: np.ndarray, orders: tuple[str, ...]) -> lis
     """The `DataParallelPlan` of each distinct (order, tp, cp, pp, dp, zero, shard) row."""
     from madmax.parallel.data import data_parallel_plan
 
-    return [data_parallel_plan(strategy(dict(zip(DATA, (int(x) for x in v), strict=True)), orders),
+    return [data_parallel_plan(strategy(dict(zip(DATA, (int(x) for x in v), strict=True)), orders, ctx.fp8_params),
                                ctx.domain, ctx.dtype) for v in values]
 
 
