@@ -91,65 +91,67 @@ def _task_rows(cases: Sequence[Case], inference: bool) -> list[Case]:
     return [c for c in cases if (c.kwargs["task"] == "inference") == inference]
 
 
+def _profile(fitted: Any, train: Sequence[Case], held: Sequence[Case], jobs: int,
+             **fields: Any) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """The fitted profile as written (its errors on the fitted and held-out rows added, `fields` set) and
+    those errors."""
+    from madmax.validate.calibrate import _rounded
+    from madmax.validate.launch_fit import predict, relative_errors
+
+    errors = {"in_sample": relative_errors(predict(train, fitted, jobs)),
+              "held_out": relative_errors(predict(held, fitted, jobs))}
+    profile = fitted.model_dump(mode="json")
+    profile.update(fit_errors=_errors(profile, errors), **fields)
+    return _rounded(profile), errors
+
+
 def fit_tf2_profile(jobs: int = 1) -> tuple[dict[str, Any], list[str]]:
     """The training runtime: the shipped profile with the launch floor fitted to the fitted half's training
     rows of `nvidia_dlrm`, and a report."""
-    from madmax.validate.calibrate import OBJECTIVE, _rounded
-    from madmax.validate.launch_fit import fit_launch_floor, predict, relative_errors, with_launch
+    from madmax.validate.calibrate import OBJECTIVE
+    from madmax.validate.launch_fit import fit_launch_floor, with_launch
 
     train, held = (_task_rows(rows, inference=False) for rows in split_by_model(list(load_nvidia_dlrm().cases)))
     base = load_profile(None)
     fit = fit_launch_floor(train, base, jobs=jobs)
-    fitted = with_launch(base, fit.launch_s)
-    errors = {"in_sample": relative_errors(predict(train, fitted, jobs)),
-              "held_out": relative_errors(predict(held, fitted, jobs))}
     data = _data()
-    profile = fitted.model_dump(mode="json")
-    profile.update({
-        "software": f"{base.software}; launch floor of TensorFlow 2 training (XLA, Horovod, Merlin Distributed "
-                    "Embeddings) as NVIDIA DeepLearningExamples' DLRM_and_DCNv2 benchmarks ran it",
-        "source": f"{base.source}; launch_s refitted to the NVIDIA TF2 DLRM/DCNv2 training rows of {data} by "
-                  "madmax.validate.tf2_launch_fit (see launch_fit)",
-        "fit_errors": _errors(profile, errors),
-        "launch_fit": {"data": data, "base_profile": "shipped default profile", "objective": OBJECTIVE,
-                       "split": _split_text(train, held) + " (training rows; inference runs under "
-                                "tf2_dlrm_graph.yaml)",
-                       "train_rows": len(train), "held_out_rows": len(held), "base_launch_s": base.launch_s},
-    })
+    profile, errors = _profile(
+        with_launch(base, fit.launch_s), train, held, jobs,
+        software=f"{base.software}; launch floor of TensorFlow 2 training (XLA, Horovod, Merlin Distributed "
+                 "Embeddings) as NVIDIA DeepLearningExamples' DLRM_and_DCNv2 benchmarks ran it",
+        source=f"{base.source}; launch_s refitted to the NVIDIA TF2 DLRM/DCNv2 training rows of {data} by "
+               "madmax.validate.tf2_launch_fit (see launch_fit)",
+        launch_fit={"data": data, "base_profile": "shipped default profile", "objective": OBJECTIVE,
+                    "split": _split_text(train, held) + " (training rows; inference runs under tf2_dlrm_graph.yaml)",
+                    "train_rows": len(train), "held_out_rows": len(held), "base_launch_s": base.launch_s})
     report = [f"training launch floor: {base.launch_s * 1e6:.1f} us -> {fit.launch_s * 1e6:.1f} us "
               f"({fit.evaluations} evaluations of {len(train)} rows); |predicted/measured - 1| {_scores(errors)}"]
-    return _rounded(profile), report
+    return profile, report
 
 
 def fit_tf2_inference_profile(jobs: int = 1) -> tuple[dict[str, Any], list[str]]:
     """The inference runtime: the shipped profile (its own launch floor) with the host's time per step call
     fitted to the fitted half's inference rows of `nvidia_dlrm`, and a report."""
-    from madmax.validate.calibrate import _rounded
-    from madmax.validate.launch_fit import fit_log_parameter, predict, relative_errors, with_call
+    from madmax.validate.launch_fit import fit_log_parameter, with_call
 
     train, held = (_task_rows(rows, inference=True) for rows in split_by_model(list(load_nvidia_dlrm().cases)))
     base = load_profile(None)
     call, _, evaluations, _ = fit_log_parameter(train, partial(with_call, base), CALL_GRID, jobs=jobs)
-    fitted = with_call(base, call)
-    errors = {"in_sample": relative_errors(predict(train, fitted, jobs)),
-              "held_out": relative_errors(predict(held, fitted, jobs))}
     data = _data()
-    profile = fitted.model_dump(mode="json")
-    profile.update({
-        "software": f"{base.software}; host time per step call of TensorFlow 2's graph executor (tf.function "
-                    "without XLA) as the DLRM_and_DCNv2 inference benchmark ran it",
-        "source": f"{base.source}; call_host_s fitted to the NVIDIA TF2 DLRM/DCNv2 inference rows of {data} by "
-                  "madmax.validate.tf2_launch_fit (see call_fit)",
-        "fit_errors": _errors(profile, errors),
-        "call_fit": {"data": data, "base_profile": "shipped default profile",
-                     "objective": "sum over rows of ln(predicted/measured)^2 (least squares in log time), 1-D in "
-                                  "call_host_s",
-                     "split": _split_text(train, held) + " (inference rows; training runs under tf2_dlrm_xla.yaml)",
-                     "train_rows": len(train), "held_out_rows": len(held)},
-    })
+    profile, errors = _profile(
+        with_call(base, call), train, held, jobs,
+        software=f"{base.software}; host time per step call of TensorFlow 2's graph executor (tf.function "
+                 "without XLA) as the DLRM_and_DCNv2 inference benchmark ran it",
+        source=f"{base.source}; call_host_s fitted to the NVIDIA TF2 DLRM/DCNv2 inference rows of {data} by "
+               "madmax.validate.tf2_launch_fit (see call_fit)",
+        call_fit={"data": data, "base_profile": "shipped default profile",
+                  "objective": "sum over rows of ln(predicted/measured)^2 (least squares in log time), 1-D in "
+                               "call_host_s",
+                  "split": _split_text(train, held) + " (inference rows; training runs under tf2_dlrm_xla.yaml)",
+                  "train_rows": len(train), "held_out_rows": len(held)})
     report = [f"inference step call: {call * 1e3:.3f} ms ({evaluations} evaluations of {len(train)} rows); "
               f"|predicted/measured - 1| {_scores(errors)}"]
-    return _rounded(profile), report
+    return profile, report
 
 
 def main(argv: Sequence[str]) -> None:
