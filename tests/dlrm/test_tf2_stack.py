@@ -83,3 +83,11 @@ def test_step_call_bounds_simulate_and_search_alike():
     assert (frame["estimated_iteration_time_s"] >= 0.5).all()
     simulated = frame[frame["simulated"]]["iteration_time_s"]
     assert simulated.iloc[0] == pytest.approx(0.5) and (simulated >= 0.5 - 1e-9).all()
+
+
+def test_a_forward_only_step_assumes_no_step_end():
+    # Inference has no loss, gradient norm or optimizer step: the step end's host estimates do not apply.
+    small = {"model": "dlrm-dcnv2", "system": "dgx-a100", "num_gpus": 1, "task": "inference", "batch": 2048}
+    assert not any("step end" in a for a in mm.simulate(**small).assumptions)
+    big = {"model": "dlrm-dcnv2", "system": "dgx-a100", "num_gpus": 1, "global_batch": 65536, "strategy": "zero=0"}
+    assert any("step end" in a for a in mm.simulate(**big).assumptions)

@@ -113,7 +113,9 @@ def build_training(plan: Plan, compute: ComputeModel, network: NetworkModel) -> 
         builder.stage(stage)
     builder.link_pipeline()
     builder.link_step_end()
-    builder.out.assumptions += [*network.assumptions, *builder.step_end.assumptions]
+    # a forward-only step has no step end (`_Builder._step_end`): its host estimates are not assumed
+    step_end = builder.step_end.assumptions if builder.trains else ()
+    builder.out.assumptions += [*network.assumptions, *step_end]
     return builder.out
 
 
