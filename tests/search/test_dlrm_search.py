@@ -123,6 +123,19 @@ def test_strategy_names_the_sharding_plan(dlrm_outcome):
         assert f"emb={info['sharding']}" in text
         assert ("emb_group=8" in text) == (info["group"] == 8)
         assert "mbs=256" in text and "zero=0" not in text
+        # emb_offload=1 only where the plan keeps rows in host memory (simulate reproduces the rest without it)
+        assert ("emb_offload=1" in text) == (info["offloaded_bytes_per_gpu"] > 0)
+
+
+def test_strategies_without_offload_reproduce_without_the_key():
+    # 8 A100s of 40 GB hold these tables whole: no candidate offloads, none prints emb_offload, and the
+    # printed string simulates to the searched time.
+    o = find(**{**CASE, "system": "zionex", "num_gpus": 8}, top=2, emb=["tw", "rw"])
+    texts = [o.strategy(i) for i in range(o.evaluated)]
+    assert texts and not any("emb_offload" in t for t in texts)
+    best = o.top(1)[0]
+    again = api.simulate(**o.ctx.simulate_kwargs, strategy=o.strategy(best))
+    assert again.iteration_time_s == pytest.approx(o.exact[best].iteration_time_s, rel=1e-12)
 
 
 def test_objectives_rank_alike(dlrm_outcome):
@@ -153,6 +166,7 @@ def test_dataframe_has_the_sharding_columns(dlrm_outcome):
     frame = to_frame(dlrm_outcome)
     assert len(frame) == dlrm_outcome.evaluated and frame["simulated"].all()
     assert set(frame["emb"]) == {"tw", "rw", "twrw", "dp", "hybrid"} and set(frame["emb_group"]) == {0, 8}
+    assert list(frame["emb_offload"]) == ["emb_offload=1" in t for t in frame["strategy"]]
     assert frame["iteration_time_s"].is_monotonic_increasing
     assert list(frame["strategy"]) == [dlrm_outcome.strategy(int(i)) for i in dlrm_outcome.ranked]
 

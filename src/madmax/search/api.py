@@ -261,6 +261,8 @@ def to_frame(outcome: Outcome):
         frame.insert(frame.columns.get_loc("order") + 1, "emb",
                      pd.Categorical.from_codes(cols["emb"], list(EMB_SHARDINGS)))
         frame.insert(frame.columns.get_loc("emb") + 1, "emb_group", cols["emb_group"])
+        if "emb_offload" in cols:
+            frame.insert(frame.columns.get_loc("emb_group") + 1, "emb_offload", cols["emb_offload"].astype(bool))
     frame.attrs.update({"enumerated": outcome.enumerated, "rejected": dict(outcome.rejected),
                         "evaluated": outcome.evaluated, "objective": outcome.scorer.objective.value,
                         "objective_unit": outcome.scorer.unit, "timings_s": dict(outcome.timings_s)})

@@ -375,9 +375,11 @@ def strategy_of(row: dict[str, int], orders: tuple[str, ...], fp8_params: bool =
                     ep_overlap=bool(row.get("epo", 0)), fp8_params=fp8_params, **tables)
 
 
-def _emb_text(emb: int, group: int) -> str:
-    """The embedding keys of a candidate with tables: `,emb=tw`, plus `,emb_group=G` in 2-D sharding."""
-    return f",emb={EMB_SHARDINGS[emb]}" + (f",emb_group={group}" if group else "") + ",emb_offload=1"
+def _emb_text(emb: int, group: int, offload: int = 1) -> str:
+    """The embedding keys of a candidate with tables: `,emb=tw`, plus `,emb_group=G` in 2-D sharding and
+    `,emb_offload=1` unless its plan keeps every row in HBM (`offload` 0)."""
+    return (f",emb={EMB_SHARDINGS[emb]}" + (f",emb_group={group}" if group else "")
+            + (",emb_offload=1" if offload else ""))
 
 
 def describe(row: dict[str, int], orders: tuple[str, ...], fp8_params: bool = False) -> str:
@@ -386,7 +388,7 @@ def describe(row: dict[str, int], orders: tuple[str, ...], fp8_params: bool = Fa
     text = strategy_of(row, orders, fp8_params).describe()
     order = orders[row["order"]]
     text = text if order == DEFAULT_ORDER else f"{text},order={order}"
-    return text + _emb_text(row["emb"], row["emb_group"]) if "emb" in row else text
+    return text + _emb_text(row["emb"], row["emb_group"], row.get("emb_offload", 1)) if "emb" in row else text
 
 
 def strategy_strings(cols: dict[str, np.ndarray], orders: tuple[str, ...], fp8_params: bool = False) -> np.ndarray:
@@ -407,6 +409,7 @@ def strategy_strings(cols: dict[str, np.ndarray], orders: tuple[str, ...], fp8_p
         values, index = unique_rows(cols, names)
         parts.append(np.array([text(*(int(x) for x in v)) for v in values], dtype=object)[index])
     if "emb" in cols and len(cols["emb"]):
-        values, index = unique_rows(cols, ("emb", "emb_group"))
-        parts.append(np.array([_emb_text(int(e), int(g)) for e, g in values], dtype=object)[index])
+        cols = {"emb_offload": np.ones(n, dtype=np.int32), **cols}
+        values, index = unique_rows(cols, ("emb", "emb_group", "emb_offload"))
+        parts.append(np.array([_emb_text(int(e), int(g), int(o)) for e, g, o in values], dtype=object)[index])
     return sum(parts[1:], parts[0])

@@ -18,9 +18,12 @@ so with k proper divisors of n that are multiples of L, there are 4 (k + 1) + 1 
 1 + 3 (1 + h) dense settings (h = 1 with hybrid and L < n, else 0): 5 x 4 = 20 candidates on one
 node, 21 x 7 = 147 on 128 GPUs of 8 per node. Every candidate is simulated with `madmax.simulate`:
 the space is small, and the planner's greedy placement (and its host offload when the tables exceed
-HBM) has no closed form here. Hybrid groups other than one node are not tried: the planner runs
-inside every simulation and takes most of its time, so each shard size would cost a full pass
-over the plans. A candidate is counted under the first rule it breaks:
+HBM) has no closed form here. Each is simulated with `emb_offload=1` (rows beyond HBM may stay in host
+memory); its strategy string keeps the key only where its plan does offload (column `emb_offload`), so
+a plan that holds every row in HBM prints, and re-simulates to, the same result without it. Hybrid
+groups other than one node are not tried: the planner runs inside every simulation and takes most of
+its time, so each shard size would cost a full pass over the plans. A candidate is counted under the
+first rule it breaks:
 
     embedding_plan  the sharding planner refuses the plan (e.g. column-wise slices wider than a table)
     memory          the simulated plan does not fit in HBM (`fits` false)
@@ -90,6 +93,11 @@ def enumerate_tables(ctx: Context, limits: TableLimits) -> dict[str, np.ndarray]
     return {name: cols[name] for name in TABLE_COLUMNS}
 
 
+def _offloads(result: Result) -> bool:
+    """Whether a simulated plan keeps embedding rows in host memory (its table unit's offloaded bytes)."""
+    return any(isinstance(v, dict) and v.get("offloaded_bytes_per_gpu", 0) > 0 for v in result.breakdown.values())
+
+
 def run_table_search(ctx: Context, limits: TableLimits, scorer: Scorer, *, workers: int = 1,
                      timings: dict[str, float] | None = None) -> Outcome:
     """Enumerate, simulate every candidate (in `workers` processes), drop those the planner refuses or
@@ -113,6 +121,9 @@ def run_table_search(ctx: Context, limits: TableLimits, scorer: Scorer, *, worke
         if isinstance(r, StrategyError) and not str(r).startswith(PLANNER_PREFIX):
             raise AssertionError(f"the table search enumerated a strategy that simulate refuses: {r}")
     planned = np.array([i for i, r in enumerate(results) if isinstance(r, Result)], dtype=np.int64)
+    # Every candidate may keep rows in host memory (emb_offload=1); the strings say so where its plan does.
+    cols["emb_offload"] = np.array([int(_offloads(r)) if isinstance(r, Result) else 1 for r in results],
+                                   dtype=np.int32)
     fit = np.array([i for i in planned if results[i].fits], dtype=np.int64)
     space = Space(columns={k: v[planned] for k, v in cols.items()}, enumerated=len(results),
                   rejected={"embedding_plan": len(results) - len(planned)}, orders=orders)
