@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import madmax as mm
 from madmax.config.training_stack import load_training_stack
@@ -91,3 +93,15 @@ def test_a_forward_only_step_assumes_no_step_end():
     assert not any("step end" in a for a in mm.simulate(**small).assumptions)
     big = {"model": "dlrm-dcnv2", "system": "dgx-a100", "num_gpus": 1, "global_batch": 65536, "strategy": "zero=0"}
     assert any("step end" in a for a in mm.simulate(**big).assumptions)
+
+
+@settings(max_examples=25, deadline=None)
+@given(call=st.floats(min_value=0.0, max_value=1.0, allow_nan=False, allow_infinity=False))
+def test_a_step_lasts_the_longer_of_its_call_and_its_gpu_work(call):
+    # The step call runs on its own stream beside the whole step: max(C, the step without it), whatever C.
+    from madmax.validate.launch_fit import with_call
+
+    kwargs = {"model": "dlrm-dcnv2", "system": "dgx-a100", "num_gpus": 1, "task": "inference", "batch": 2048}
+    alone = mm.simulate(**kwargs).iteration_time_s
+    step = mm.simulate(**kwargs, calibration=with_call(load_profile(None), call)).iteration_time_s
+    assert step == pytest.approx(max(call, alone), rel=1e-9, abs=1e-15)
