@@ -40,6 +40,7 @@ from madmax.errors import ConfigError
 from madmax.hardware.profile import (
     ComputeProfile,
     catalog_path,
+    catalog_wgrad_fractions,
     dtype_fallbacks,
     efficiency_table,
     gemm_ceiling_scale,
@@ -228,6 +229,7 @@ class ComputeModel:
     _gemm: dict[str, int] = field(init=False, repr=False, default_factory=dict)
     _attention: dict[str, int] = field(init=False, repr=False, default_factory=dict)
     _memory: int = field(init=False, repr=False, default=0)
+    _wgrad: dict[str, float] = field(init=False, repr=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         p, gpu = self.profile, self.gpu
@@ -270,6 +272,8 @@ class ComputeModel:
         object.__setattr__(self, "_gemm", gemm)
         object.__setattr__(self, "_attention", attention)
         object.__setattr__(self, "_memory", memory)
+        wgrad = catalog_wgrad_fractions() if p.wgrad_fraction is None else p.wgrad_fraction
+        object.__setattr__(self, "_wgrad", {str(d): f for d, f in wgrad.items()})
         object.__setattr__(self, "assumptions", tuple(notes))
 
     def _no_dtype(self, dtype: DType | str) -> ConfigError:
@@ -330,6 +334,13 @@ class ComputeModel:
         if cid is None:
             raise self._no_dtype(dtype)
         return _attention_varlen_s(cid, segments, heads, kv_heads, head_dim, causal, window, kv_width)
+
+    def wgrad_fraction(self, dtype: DType) -> float:
+        """Rate of a weight-gradient GEMM in `dtype` over that of a GEMM of the same shape (profile
+        `wgrad_fraction`, else catalog calibration/fp8_wgrad.yaml; 1 for a dtype not listed): an fp8 one
+        reads transposed fp8 operands and accumulates into fp32 main_grad, which the fprop-layout kernels of
+        the calibration (bf16 output) do not."""
+        return self._wgrad.get(str(dtype), 1.0)
 
     @property
     def launch_s(self) -> float:

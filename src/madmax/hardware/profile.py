@@ -155,6 +155,10 @@ class ComputeProfile(Schema):
         "of the step function, the input pipeline's next batch), run beside the GPU's work: a step lasts at "
         "least this long. 0: a step's host costs are those of runtime.yaml step_end alone.")
     call_fit: HostFit | None = Field(None, description="Provenance of call_host_s when it was fitted.")
+    wgrad_fraction: dict[DType, PeakFraction] | None = Field(
+        None, description="Rate of a weight-gradient GEMM (dW = X^T dY, accumulated into fp32 main_grad) over that "
+        "of a GEMM of the same shape and dtype, by dtype (others: 1). None: the catalog's "
+        "calibration/fp8_wgrad.yaml.")
 
 
 CATALOG = resources.files("madmax.catalog")
@@ -195,6 +199,16 @@ def load_profile(profile: str | Path | ComputeProfile | None = None) -> ComputeP
             raise ConfigError(f"profile file {shown(str(profile))} does not exist")
         path = shipped
     return _load_profile(str(path.resolve()))
+
+
+WGRAD_FILE = "calibration/fp8_wgrad.yaml"
+
+
+@cache
+def catalog_wgrad_fractions() -> dict[DType, float]:
+    """The weight-gradient GEMM rates of `catalog/calibration/fp8_wgrad.yaml` (fitted, with its provenance)."""
+    table = yaml.safe_load(catalog_path(WGRAD_FILE).read_text(encoding="utf-8"))
+    return {DType(d): float(v) for d, v in table["wgrad_fraction"].items()}
 
 
 def reference_peaks(device: str) -> ReferencePeaks:

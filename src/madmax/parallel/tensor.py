@@ -174,7 +174,7 @@ def _main_backward(op: Op, shape: Shape, *, flash: bool, cast: CastSite = CastSi
                    Kernel(KernelKind.GEMM, cat, flops=flops, m=m, k=n, n=k, batch=g, grouped=g > 1, dtype=dtype)]
         if op.trainable:
             kernels.append(Kernel(KernelKind.GEMM, cat, flops=flops, m=k, k=m, n=n, batch=g, grouped=g > 1,
-                                  dtype=dtype))
+                                  dtype=dtype, wgrad=True))
         return kernels
     if op.kind is OpKind.ATTENTION:
         return _attention(op, shape, flash=flash, backward=True)

@@ -62,10 +62,10 @@ def kernel_s(compute: ComputeModel, k: Kernel, dtype) -> float:
     """Seconds of one kernel. A batched GEMM (bmm) is one launch: costed as one GEMM of batch*m rows,
     which has its FLOPs and bytes to within the small per-matrix operand."""
     dtype = k.dtype or dtype
-    if k.kind is KernelKind.GEMM and k.grouped:
-        return compute.grouped_gemm_s(k.batch, k.m, k.k, k.n, dtype, k.weight_width)
     if k.kind is KernelKind.GEMM:
-        return compute.gemm_s(k.batch * k.m, k.k, k.n, dtype, k.weight_width)
+        t = (compute.grouped_gemm_s(k.batch, k.m, k.k, k.n, dtype, k.weight_width) if k.grouped
+             else compute.gemm_s(k.batch * k.m, k.k, k.n, dtype, k.weight_width))
+        return t / compute.wgrad_fraction(dtype) if k.wgrad else t
     if k.kind is KernelKind.ATTENTION and k.segments:
         return compute.attention_varlen_s(k.segments, k.heads, k.kv_heads, k.head_dim, k.causal, dtype, k.window,
                                           k.kv_width)

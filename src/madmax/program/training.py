@@ -115,8 +115,16 @@ def build_training(plan: Plan, compute: ComputeModel, network: NetworkModel) -> 
     builder.link_step_end()
     # a forward-only step has no step end (`_Builder._step_end`): its host estimates are not assumed
     step_end = builder.step_end.assumptions if builder.trains else ()
-    builder.out.assumptions += [*network.assumptions, *step_end]
+    builder.out.assumptions += [*network.assumptions, *step_end, *_wgrad_assumptions(plan, compute)]
     return builder.out
+
+
+def _wgrad_assumptions(plan: Plan, compute: ComputeModel) -> list[str]:
+    """The weight-gradient rate in use, for each dtype of the plan's weight gradients that has one below 1."""
+    dtypes = {k.dtype or plan.dtype for u in plan.units.values() for k in u.bwd if k.wgrad}
+    return [f"{d} weight-gradient GEMMs at {compute.wgrad_fraction(d):.3g} of a forward-layout GEMM's rate "
+            "(fitted to NeMo H100 rows; catalog calibration/fp8_wgrad.yaml, docs/model.md)"
+            for d in sorted(dtypes, key=str) if compute.wgrad_fraction(d) < 1]
 
 
 @cache
