@@ -20,13 +20,18 @@ TINY = {"name": "tiny", "num_layers": 4, "hidden_size": 512, "num_heads": 8, "nu
         "ffn_hidden_size": 1536, "is_gated_ffn": True, "vocab_size": 32000, "max_seq_len": 1024}
 
 
-def small_node() -> dict:
-    gpu = dict(find_in_catalog("gpus", "h100-sxm"))
-    gpu["hbm_bytes"] = "3 GiB"
+def cut_node(system: str, gpu_name: str, hbm: str, name: str) -> dict:
+    """The catalog `system` with its GPU's memory cut to `hbm`, so that some candidates do not fit."""
+    gpu = dict(find_in_catalog("gpus", gpu_name))
+    gpu["hbm_bytes"] = hbm
     gpu.pop("usable_bytes", None)  # the driver's figure is of the real part
-    node = dict(find_in_catalog("systems", "dgx-h100"))
-    node.update(name="small-h100", gpu=gpu)
+    node = dict(find_in_catalog("systems", system))
+    node.update(name=name, gpu=gpu)
     return node
+
+
+def small_node() -> dict:
+    return cut_node("dgx-h100", "h100-sxm", "3 GiB", "small-h100")
 
 
 # 8 GPUs, 8 sequences of 1024 tokens; the filters keep the exhaustive check under a second.

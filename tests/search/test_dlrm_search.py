@@ -22,11 +22,12 @@ from typer.testing import CliRunner
 
 from madmax import api
 from madmax.cli import app
-from madmax.config.loaders import find_in_catalog
 from madmax.errors import ConfigError, StrategyError
 from madmax.search.api import find
 from madmax.search.context import prepare
 from madmax.search.tables import TableLimits, enumerate_tables, node_groups
+
+from .conftest import cut_node
 
 runner = CliRunner()
 
@@ -37,12 +38,7 @@ TINY_DLRM = {"family": "dlrm", "name": "tiny-dlrm", "num_dense_features": 64, "b
 
 
 def small_zionex() -> dict:
-    gpu = dict(find_in_catalog("gpus", "a100-40gb"))
-    gpu["hbm_bytes"] = "1316 MiB"
-    gpu.pop("usable_bytes", None)  # the driver's figure is of the real part
-    node = dict(find_in_catalog("systems", "zionex"))
-    node.update(name="small-zionex", gpu=gpu)
-    return node
+    return cut_node("zionex", "a100-40gb", "1316 MiB", "small-zionex")
 
 
 CASE = {"model": TINY_DLRM, "system": small_zionex(), "num_gpus": 16, "global_batch": 4096}

@@ -16,7 +16,6 @@ import pytest
 
 from madmax import api
 from madmax.config.base import DType
-from madmax.config.loaders import find_in_catalog
 from madmax.errors import MadmaxError
 from madmax.parallel.formats import tensor_bytes
 from madmax.search.api import find
@@ -24,7 +23,7 @@ from madmax.search.context import prepare
 from madmax.search.space import RECOMPUTES
 from madmax.search.units import _plan, cast_microbatches, memory_table
 
-from .conftest import CASE, MOE_CASE, TINY, small_node
+from .conftest import CASE, MOE_CASE, TINY, cut_node, small_node
 
 TOL = 1e-9
 # GEMM weights of one TINY layer: qkv 512 x (512 + 2 x 256) + out 512 x 512 + up, gate, down 512 x 1536 each.
@@ -33,12 +32,7 @@ LAYER_GEMM_PARAMS = 524_288 + 262_144 + 3 * 786_432  # 3,145,728
 
 def small_b200() -> dict:
     """The catalog dgx-b200 with 4 GiB per GPU (some candidates do not fit), as conftest cuts the H100."""
-    gpu = dict(find_in_catalog("gpus", "b200"))
-    gpu["hbm_bytes"] = "4 GiB"
-    gpu.pop("usable_bytes", None)  # the driver's figure is of the real part
-    node = dict(find_in_catalog("systems", "dgx-b200"))
-    node.update(name="small-b200", gpu=gpu)
-    return node
+    return cut_node("dgx-b200", "b200", "4 GiB", "small-b200")
 
 
 # NVFP4 keeps the first 2 and last 8 layers in bf16 (formats.yaml), so the Blackwell cases have 12 layers:
