@@ -84,17 +84,33 @@ def run(command: str) -> list[str]:
     return [line.rstrip() for line in result.output.splitlines()]
 
 
+def collapse(line: str) -> str:
+    """`line` with runs of spaces and table rules made one (a rich table's width follows its widest cell)."""
+    return re.sub(r"([─━ ])\1+", r"\1", line).strip()
+
+
+def split_runs(shown: list[str] | tuple[str, ...]) -> list[list[str]]:
+    """The runs of shown lines between the `...` cuts, empty ones included (a cut at either end)."""
+    runs: list[list[str]] = [[]]
+    for line in shown:
+        if line == ELLIPSIS:
+            runs.append([])
+        else:
+            runs[-1].append(line)
+    return runs
+
+
 def _masked(line: str) -> str:
-    return NUMBER.sub("#", re.sub(r"([─━ ])\1+", r"\1", line)).strip()
+    return NUMBER.sub("#", collapse(line))
 
 
 def _same(shown: list[str], fresh: list[str]) -> bool:
     """Equal but for the numbers of lines that report wall time or speed (and the widths they cause)."""
     if not any(VOLATILE.search(line) for line in shown):
         return shown == fresh
+
     def key(line: str) -> str:
-        collapsed = re.sub(r"([─━ ])\1+", r"\1", line).strip()
-        return NUMBER.sub("#", collapsed) if VOLATILE.search(line) else collapsed
+        return _masked(line) if VOLATILE.search(line) else collapse(line)
 
     return [key(line) for line in shown] == [key(line) for line in fresh]
 
@@ -103,15 +119,9 @@ def regenerate(shown: list[str], actual: list[str]) -> list[str]:
     """`shown` redrawn from `actual`: whole when it leaves nothing out, else run by run (see the module doc)."""
     if ELLIPSIS not in shown:
         return actual
-    runs: list[list[str]] = [[]]
-    for line in shown:
-        if line == ELLIPSIS:
-            runs.append([])
-        else:
-            runs[-1].append(line)
     out: list[str] = []
     position = 0
-    for index, part in enumerate(runs):
+    for index, part in enumerate(split_runs(shown)):
         if index:
             out.append(ELLIPSIS)
         if not part:

@@ -9,22 +9,22 @@ spaces and rules collapsed, since the width of a rich table follows its widest c
 
 from __future__ import annotations
 
+import importlib.util
 import re
-import shlex
-import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from madmax.cli import app
+# benchmarks/readme.py finds the examples and runs them (and redraws their outputs: `--write`).
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "readme.py"
+_spec = importlib.util.spec_from_file_location("readme_regen", SCRIPT)
+readme = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = readme  # its dataclasses look their module up
+_spec.loader.exec_module(readme)
 
-ROOT = Path(__file__).resolve().parents[1]
-README = ROOT / "README.md"
-WIDTH = 120
-VOLATILE = re.compile(r"wall time|points/s|strategies/s")
-ELLIPSIS = "..."
+ROOT, README, VOLATILE = readme.ROOT, readme.README, readme.VOLATILE
 
 
 @dataclass(frozen=True)
@@ -38,49 +38,18 @@ class Example:
 
 
 def examples(text: str) -> list[Example]:
-    """The `$ madmax` commands of the plain code blocks that show at least one line of output."""
-    found: list[Example] = []
-    for block in re.findall(r"^```\n(.*?)^```$", text, flags=re.S | re.M):
-        lines = block.splitlines()
-        i = 0
-        while i < len(lines):
-            if not lines[i].startswith("$ madmax "):
-                i += 1
-                continue
-            command = lines[i][2:]
-            while command.endswith("\\"):
-                i += 1
-                command = command[:-1] + lines[i].strip()
-            i += 1
-            shown = []
-            while i < len(lines) and not lines[i].startswith("$ "):
-                shown.append(lines[i].rstrip())
-                i += 1
-            if any(line != ELLIPSIS for line in shown) and "#" not in command:
-                found.append(Example(command, tuple(shown)))
-    return found
-
-
-def _collapse(line: str) -> str:
-    return re.sub(r"([─━ ])\1+", r"\1", line).strip()
+    """The `$ madmax` commands of the plain code blocks that show output (`readme.find_examples`)."""
+    lines = text.splitlines()
+    return [Example(e.command, tuple(line.rstrip() for line in lines[e.start:e.end]))
+            for e in readme.find_examples(lines)]
 
 
 def _pattern(line: str, collapse: bool) -> re.Pattern[str]:
-    line = _collapse(line) if collapse else line
+    line = readme.collapse(line) if collapse else line
     if not VOLATILE.search(line):
         return re.compile(re.escape(line))
     parts = re.split(r"(\d[\d,.]*)", line)  # odd indices are the numbers
     return re.compile("".join(r"\d[\d,.]*" if i % 2 else re.escape(part) for i, part in enumerate(parts)))
-
-
-def _runs(shown: tuple[str, ...]) -> list[list[str]]:
-    runs: list[list[str]] = [[]]
-    for line in shown:
-        if line == ELLIPSIS:
-            runs.append([])
-        else:
-            runs[-1].append(line)
-    return [run for run in runs if run]
 
 
 def _find(run: list[re.Pattern[str]], actual: list[str], start: int) -> int | None:
@@ -100,18 +69,14 @@ def test_the_readme_has_examples_with_output():
 
 
 @pytest.mark.parametrize("example", CASES, ids=[e.id for e in CASES])
-def test_readme_example_prints_what_it_shows(example: Example, tmp_path, monkeypatch):
+def test_readme_example_prints_what_it_shows(example: Example):
     # Commands that write (a sweep's results) run in a scratch directory holding a copy of examples/.
-    shutil.copytree(ROOT / "examples", tmp_path / "examples")
-    monkeypatch.chdir(tmp_path)
-    args = shlex.split(example.command)[1:]
-    result = CliRunner().invoke(app, args, env={"COLUMNS": str(WIDTH)})
-    actual = [line.rstrip() for line in result.output.splitlines()]
+    actual = readme.run(example.command)
     collapse = any(VOLATILE.search(line) for line in example.shown)
     if collapse:
-        actual = [_collapse(line) for line in actual]
+        actual = [readme.collapse(line) for line in actual]
     position = 0
-    for run in _runs(example.shown):
+    for run in filter(None, readme.split_runs(example.shown)):
         patterns = [_pattern(line, collapse) for line in run]
         found = _find(patterns, actual, position)
         assert found is not None, (
@@ -157,3 +122,31 @@ def test_the_readme_accuracy_sentence_is_the_benchmarks():
                         (median, "dense rows, each stack: median |error| %"),
                         (p90, "dense rows, each stack: p90 |error| %")):
         assert abs(float(shown) - figure(name)) <= 0.05 + 1e-9, (name, shown, figure(name))
+
+
+# benchmarks/readme.py: the README's example outputs are redrawn from the program's, keeping `...` cuts.
+
+def test_whole_output_is_replaced():
+    assert readme.regenerate(["a 1", "b 2"], ["a 3", "b 4", "c 5"]) == ["a 3", "b 4", "c 5"]
+
+
+def test_cut_output_keeps_its_runs_found_by_their_labels():
+    shown = ["title 1", "...", "│ time │ 2.0 ms │", "│ mfu  │ 40% │", "..."]
+    actual = ["title 7", "x", "y", "│ time │ 3.5 ms │", "│ mfu  │ 41% │", "z"]
+    assert readme.regenerate(shown, actual) == ["title 7", "...", "│ time │ 3.5 ms │", "│ mfu  │ 41% │", "..."]
+
+
+def test_a_run_whose_label_is_gone_is_kept_for_a_person():
+    assert readme.regenerate(["kept 1", "...", "gone 2"], ["kept 3", "other"]) == ["kept 3", "...", "gone 2"]
+
+
+def test_examples_are_found_in_plain_blocks_only():
+    lines = ["```bash", "$ madmax skip", "out", "```", "```", "$ madmax simulate \\", "  --x 1", "shown", "```"]
+    (example,) = readme.find_examples(lines)
+    assert example.command == "madmax simulate --x 1"
+    assert lines[example.start:example.end] == ["shown"]
+
+
+def test_wall_time_numbers_do_not_make_an_example_stale():
+    assert readme._same(["wall time 1.2 s", "rows  4"], ["wall time 3.4 s", "rows 4"])
+    assert not readme._same(["wall time 1.2 s", "rows 4"], ["wall time 1.2 s", "rows 5"])
