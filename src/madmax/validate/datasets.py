@@ -19,6 +19,7 @@ to validate a user's own measurements in the same format.
 from __future__ import annotations
 
 import csv
+import hashlib
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -138,10 +139,19 @@ def _rows_of(text: str, file_name: str) -> Iterator[tuple[str, dict[str, str]]]:
         yield f"{file_name}:{line}", {(k or "").strip(): (v or "").strip() for k, v in row.items()}
 
 
+def _shipped(name: str):
+    """A file shipped in `madmax/validate/data/` ('vtrain/x.csv')."""
+    return resources.files("madmax.validate").joinpath("data", *name.split("/"))
+
+
+def shipped_sha256(name: str) -> str:
+    """sha256 (16 hex digits) of a file shipped in `data/`, as a fit names the data it read."""
+    return hashlib.sha256(_shipped(name).read_bytes()).hexdigest()[:16]
+
+
 def read_rows(name: str) -> Iterator[tuple[str, dict[str, str]]]:
     """(row id 'file:line', row) for each data row of a CSV shipped in `data/`; line 1 is the header."""
-    data = resources.files("madmax.validate").joinpath("data", *name.split("/"))
-    text = data.read_text(encoding="utf-8-sig")
+    text = _shipped(name).read_text(encoding="utf-8-sig")
     return _rows_of(text, name.rsplit("/", 1)[-1])
 
 

@@ -90,6 +90,13 @@ def predict(cases: Sequence[Case], profile: ComputeProfile, jobs: int = 1) -> li
     return list(run_validation([dataset], partial(_simulate_with, profile), jobs=jobs).rows)
 
 
+def fit_errors(train: Sequence[Case], held: Sequence[Case], profile: ComputeProfile,
+               jobs: int = 1) -> dict[str, dict[str, Any]]:
+    """`relative_errors` of `profile` on the fitted rows ("in_sample") and the held-out ones ("held_out")."""
+    return {"in_sample": relative_errors(predict(train, profile, jobs)),
+            "held_out": relative_errors(predict(held, profile, jobs))}
+
+
 def log_ratios(results: Sequence[RowResult]) -> np.ndarray:
     """ln(predicted / measured) of the rows that ran."""
     return np.array([math.log(r.predicted / r.case.measured) for r in results

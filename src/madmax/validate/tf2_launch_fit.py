@@ -28,16 +28,14 @@ Regenerate both profiles with
 
 from __future__ import annotations
 
-import hashlib
 import sys
 from collections.abc import Sequence
 from functools import partial
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from madmax.hardware.profile import load_profile
-from madmax.validate.datasets import PUBLISHED_CSV, Case, load_nvidia_dlrm
+from madmax.validate.datasets import PUBLISHED_CSV, Case, load_nvidia_dlrm, shipped_sha256
 
 COMMAND = ("python -m madmax.validate.tf2_launch_fit src/madmax/catalog/calibration/tf2_dlrm_xla.yaml "
            "src/madmax/catalog/calibration/tf2_dlrm_graph.yaml")
@@ -65,8 +63,7 @@ def _describe(cases: Sequence[Case]) -> str:
 
 
 def _data() -> str:
-    text = resources.files("madmax.validate").joinpath("data", PUBLISHED_CSV).read_bytes()
-    return (f"src/madmax/validate/data/{PUBLISHED_CSV} (sha256 {hashlib.sha256(text).hexdigest()[:16]}), rows of "
+    return (f"src/madmax/validate/data/{PUBLISHED_CSV} (sha256 {shipped_sha256(PUBLISHED_CSV)}), rows of "
             "NVIDIA/DeepLearningExamples TensorFlow2 DLRM_and_DCNv2")
 
 
@@ -96,10 +93,9 @@ def _profile(fitted: Any, train: Sequence[Case], held: Sequence[Case], jobs: int
     """The fitted profile as written (its errors on the fitted and held-out rows added, `fields` set) and
     those errors."""
     from madmax.validate.calibrate import _rounded
-    from madmax.validate.launch_fit import predict, relative_errors
+    from madmax.validate.launch_fit import fit_errors
 
-    errors = {"in_sample": relative_errors(predict(train, fitted, jobs)),
-              "held_out": relative_errors(predict(held, fitted, jobs))}
+    errors = fit_errors(train, held, fitted, jobs)
     profile = fitted.model_dump(mode="json")
     profile.update(fit_errors=_errors(profile, errors), **fields)
     return _rounded(profile), errors

@@ -44,7 +44,6 @@ a held-out model enters the fit. The fitted values and their errors are in `FIT_
 from __future__ import annotations
 
 import copy
-import hashlib
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -53,7 +52,7 @@ from typing import Any
 
 import numpy as np
 
-from madmax.validate.datasets import Case, Dataset, Rows, build_dataset, read_rows, row_ints
+from madmax.validate.datasets import Case, Dataset, Rows, build_dataset, read_rows, row_ints, shipped_sha256
 from madmax.validate.inputs import NotMappable, peak_flops_per_s, strategy_string
 
 FIT_YAML = "reference/vit_cluster_fit.yaml"
@@ -242,8 +241,7 @@ def fit_cluster(cases: Sequence[Case], simulate: Callable[..., Any],
 
 def measured_sha256() -> str:
     """sha256 (16 hex digits) of the sheet's CSV the fit read."""
-    data = resources.files("madmax.validate").joinpath("data", *MEASURED_CSV.split("/")).read_bytes()
-    return hashlib.sha256(data).hexdigest()[:16]
+    return shipped_sha256(MEASURED_CSV)
 
 
 def load_cluster_fit() -> ClusterFit:

@@ -21,10 +21,8 @@ neighbours (`fit_log_parameter`). Regenerate the catalog file with
 
 from __future__ import annotations
 
-import hashlib
 import sys
 from collections.abc import Sequence
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +30,7 @@ import yaml
 
 from madmax.config.base import DType
 from madmax.hardware.profile import ComputeProfile, load_profile
-from madmax.validate.datasets import PUBLISHED_CSV, load_nemo
+from madmax.validate.datasets import PUBLISHED_CSV, load_nemo, shipped_sha256
 
 COMMAND = "python -m madmax.validate.wgrad_fit src/madmax/catalog/calibration/fp8_wgrad.yaml"
 GRID = (0.2, 1.0, 9)  # first, last and number of log-spaced grid points of r
@@ -48,19 +46,14 @@ def fit_wgrad(jobs: int = 1) -> tuple[dict[str, Any], list[str]]:
     """The fitted rate with its provenance and errors (the catalog file's content), and a report."""
     from functools import partial
 
-    from madmax.validate.launch_fit import fit_log_parameter, predict, relative_errors, split_by_shape
+    from madmax.validate.launch_fit import fit_errors, fit_log_parameter, split_by_shape
 
     cases = list(load_nemo().cases)
     train, held = split_by_shape(cases)
     base = load_profile(None).model_copy(update={"wgrad_fraction": {}})
     rate, _, evaluations, _ = fit_log_parameter(train, partial(with_wgrad, base), GRID, jobs=jobs)
-    fitted = with_wgrad(base, rate)
-    before = {"in_sample": relative_errors(predict(train, base, jobs)),
-              "held_out": relative_errors(predict(held, base, jobs))}
-    after = {"in_sample": relative_errors(predict(train, fitted, jobs)),
-             "held_out": relative_errors(predict(held, fitted, jobs))}
-    text = resources.files("madmax.validate").joinpath("data", PUBLISHED_CSV).read_bytes()
-    data = (f"src/madmax/validate/data/{PUBLISHED_CSV} (sha256 {hashlib.sha256(text).hexdigest()[:16]}), "
+    before, after = fit_errors(train, held, base, jobs), fit_errors(train, held, with_wgrad(base, rate), jobs)
+    data = (f"src/madmax/validate/data/{PUBLISHED_CSV} (sha256 {shipped_sha256(PUBLISHED_CSV)}), "
             "rows of NVIDIA/NeMo docs/source/performance (dataset nemo)")
     table = {
         "wgrad_fraction": {"fp8": float(f"{rate:.4g}")},
