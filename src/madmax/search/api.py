@@ -9,11 +9,12 @@ from typing import Any
 
 import numpy as np
 
+from madmax.config.base import DType
 from madmax.config.strategy import DEFAULT_ORDER, EMB_SHARDINGS, Recompute
 from madmax.errors import ConfigError
 from madmax.program import builder_for
 from madmax.search.bound import EXHAUSTIVE, run_bounded
-from madmax.search.context import prepare
+from madmax.search.context import Context, prepare
 from madmax.search.core import Outcome, run_search
 from madmax.search.objective import scorer
 from madmax.search.space import RECOMPUTES, Limits, Space, all_orders, enumerate_rows, expand
@@ -132,12 +133,10 @@ def _expert_limits(max_ep: int | None, max_etp: int | None, ep_overlap: list[boo
     return {"max_ep": max_ep, "max_etp": max_etp, "ep_overlap": overlaps}
 
 
-def _fp8_params_zeros(ctx, zero: list[int] | None) -> list[int]:
+def _fp8_params_zeros(ctx: Context, zero: list[int] | None) -> list[int]:
     """The ZeRO stages a search with fp8_params tries: those given, or 0-2 (fp8 primary weights are modelled
     with the distributed optimizer's gather, not ZeRO-3's sharded weights); refused outside fp8 training of a
     transformer."""
-    from madmax.config.base import DType
-
     if ctx.workload.tables:
         raise ConfigError(f"fp8_params applies to transformer searches; {ctx.spec.name} has embedding tables; "
                           "allowed: omit it")
