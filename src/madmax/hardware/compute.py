@@ -162,7 +162,8 @@ def _grouped_gemm_s(cid: int, groups: int, m: int, k: int, n: int, weight_width:
 
 @lru_cache(maxsize=1 << 18)
 def _attention_s(cid: int, batch: int, heads: int, kv_heads: int, q_len: int, kv_len: float, head_dim: int,
-                 causal: bool, backward: bool, window: int | None = None, kv_width: float | None = None) -> float:
+                 causal: bool, backward: bool, window: int | None = None, kv_width: float | None = None,
+                 scores_saved: bool = False) -> float:
     shape = {"batch": batch, "heads": heads, "kv_heads": kv_heads, "q_len": q_len, "kv_len": kv_len,
              "head_dim": head_dim}
     for name, value in shape.items():
@@ -175,8 +176,9 @@ def _attention_s(cid: int, batch: int, heads: int, kv_heads: int, q_len: int, kv
     keys = attended_keys(q_len, kv_len, window)
     flops = attention_flops(batch, heads, q_len, kv_len, flash_head_dim(head_dim), causal, window)
     num_bytes = attention_bytes(batch, heads, kv_heads, q_len, keys, head_dim, width, kv_width)
-    if backward:  # 5/2 the products; reads Q, K, V, O, dO and writes dQ, dK, dV: twice the bytes
-        flops, num_bytes = flops * BACKWARD_MATMULS / FORWARD_MATMULS, 2 * num_bytes
+    if backward:  # 5/2 the products (4/2 with the scores saved); reads Q, K, V, O, dO, writes dQ, dK, dV: 2x bytes
+        products = BACKWARD_MATMULS - (1 if scores_saved else 0)
+        flops, num_bytes = flops * products / FORWARD_MATMULS, 2 * num_bytes
         t_compute = attention_compute_s(flops, keys, rate_b, kv0_b)
     else:
         t_compute = attention_compute_s(flops, keys, rate_f, kv0_f)
@@ -306,7 +308,7 @@ class ComputeModel:
 
     def attention_s(self, batch: int, heads: int, kv_heads: int, q_len: int, kv_len: float, head_dim: int,
                     causal: bool, dtype: DType, backward: bool = False, window: int | None = None,
-                    kv_width: float | None = None) -> float:
+                    kv_width: float | None = None, scores_saved: bool = False) -> float:
         """Seconds of fused (flash) attention, forward or, with `backward`, the backward pass alone.
 
         t = max(t_launch, F / (P e_max kv/(kv+kv0)), t_lat + bytes / (H e_read)), F from
@@ -315,13 +317,15 @@ class ComputeModel:
         query heads, `kv_heads` key/value heads (grouped-query attention); lengths in tokens (kv_len may
         be a mean over a batch of sequences: decode reads the sum of their caches). `window`: a sliding
         window of keys (`attention_pairs`; kv is then the keys read, `attended_keys`); `kv_width`: bytes
-        per element of the K/V cache when it differs from `dtype` (an fp8 KV cache).
+        per element of the K/V cache when it differs from `dtype` (an fp8 KV cache); `scores_saved`: the
+        backward reads the probabilities the forward kept (an unfused attention) instead of recomputing the
+        scores, 4/2 the forward's products instead of 5/2.
         """
         cid = self._attention.get(dtype)
         if cid is None:
             raise self._no_dtype(dtype)
         return _attention_s(cid, batch, heads, kv_heads, q_len, kv_len, head_dim, causal, backward, window,
-                            kv_width)
+                            kv_width, scores_saved)
 
     def attention_varlen_s(self, segments: tuple[tuple[int, float], ...], heads: int, kv_heads: int,
                            head_dim: int, causal: bool, dtype: DType, window: int | None = None,

@@ -90,6 +90,7 @@ class Kernel:
     segments: tuple[tuple[int, float], ...] = ()  # varlen attention: (queries, keys) of each sequence
     grouped: bool = False  # GEMM: `batch` different weight matrices (routed experts), one grouped launch
     wgrad: bool = False  # GEMM: a weight gradient dW = X^T dY (its rate: `ComputeModel.wgrad_fraction`)
+    scores_saved: bool = False  # attention backward: reads the kept probabilities (unfused), no score recompute
 
 
 @dataclass(frozen=True, slots=True)

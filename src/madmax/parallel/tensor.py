@@ -21,6 +21,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import cache
+from importlib import resources
+
+import yaml
 
 from madmax.config.base import DType
 from madmax.config.training_stack import OpRole
@@ -30,6 +34,7 @@ from madmax.parallel.stack_kernels import op_role
 from madmax.workload.attention import attention_flops
 from madmax.workload.ops import EXPERT_SPLITS, Op, OpKind, TPSplit
 
+MEGATRON_SOFTMAX_FILE = "calibration/megatron_softmax.yaml"
 BACKWARD_BYTES_FACTOR = 2  # read saved input + output gradient, write input gradient (vs read + write)
 
 
@@ -310,26 +315,68 @@ def _attention(op: Op, shape: Shape, *, flash: bool, backward: bool) -> list[Ker
     parallelism with load-balanced chunks keeps the half). Backward does 2.5x the forward FLOPs
     (dQ, dK, dV, dP and the recomputed scores; FlashAttention-2, Dao 2023, Sec. 3).
     A non-fused attention (Megatron's baddbmm, fused softmax, bmm) computes the whole score matrix
-    (no causal saving), costed like the fused kernel, plus passes over the b*h*q*kv score matrix in HBM: the scores are
-    written, read and written by the softmax and read by the second product (4 passes forward, twice
-    that backward). Under low-precision training the attention stays in bf16 (Transformer Engine's
-    default: FP8 dot-product attention off), as it does in layers kept in bf16 (`gemm_dtype`).
+    (no causal saving), costed like the fused kernel, plus passes over the b*h*q*kv score matrix in HBM:
+    the scores are written, read and written by the softmax and read by the second product (4 passes
+    forward, twice that backward). Its backward reads the kept probabilities instead of recomputing the
+    scores: 2x the forward FLOPs (dQ, dK, dV, dP). Where Megatron's fused softmax kernel does not take
+    the shape (`fused_softmax`), the fp32 PyTorch softmax adds its kernels and bytes (`softmax_fallback`).
+    Under low-precision training the attention stays in bf16 (Transformer Engine's default: FP8
+    dot-product attention off), as it does in layers kept in bf16 (`gemm_dtype`).
     """
     heads = op.heads // shape.tp
     kv_heads = max(1, op.kv_heads // shape.tp)
     # MLA's query/key and value widths differ: the kernel is costed at their mean, which has its FLOPs.
     q, kv, d, b = shape.seq_len // shape.cp, shape.seq_len, (op.head_dim + op.value_dim) // 2, shape.batch
     fwd_flops = 2 * b * heads * q * kv * (op.head_dim + op.value_dim) / (2 if op.causal else 1)
-    flops = fwd_flops * (BWD_ATTENTION_FLOPS if backward else 1)
+    flops = fwd_flops * ((BWD_ATTENTION_FLOPS if flash else UNFUSED_BWD_ATTENTION_FLOPS) if backward else 1)
     # The unfused path computes the whole score matrix and masks it: no causal saving in time.
     kernels = [Kernel(KernelKind.ATTENTION, "attention", flops=flops, batch=b, heads=heads, kv_heads=kv_heads,
                       q_len=q, kv_len=kv, head_dim=d, causal=op.causal and flash, backward=backward,
-                      dtype=high_precision() if shape.cast else shape.gemm_dtype, window=op.window)]
+                      dtype=high_precision() if shape.cast else shape.gemm_dtype, window=op.window,
+                      scores_saved=not flash)]
     if not flash:
         passes = SCORE_PASSES * (2 if backward else 1)
-        kernels.append(Kernel(KernelKind.MEMORY, "attention",
-                              num_bytes=passes * b * heads * q * kv * shape.act_bytes))
+        scores = b * heads * q * kv
+        kernels.append(Kernel(KernelKind.MEMORY, "attention", num_bytes=passes * scores * shape.act_bytes))
+        if not fused_softmax(b * heads, q, kv, op.causal, shape.act_bytes):
+            kernels += softmax_fallback(scores, backward)
     return kernels
+
+
+@cache
+def _softmax_table() -> dict:
+    text = resources.files("madmax.catalog").joinpath(MEGATRON_SOFTMAX_FILE).read_text(encoding="utf-8")
+    return yaml.safe_load(text)
+
+
+def fused_softmax(attention_batches: int, q_len: int, kv_len: int, causal: bool, act_bytes: float) -> bool:
+    """Whether Megatron's FusedScaleMaskSoftmax runs its fused kernel on scores of `attention_batches`
+    (b * heads per rank) matrices of q_len x kv_len: 16-bit scores, min < kv <= max keys, q, kv and the
+    batches multiples of 4, and the batches (causal) or the queries (otherwise) a multiple of the rows one
+    thread block handles (`catalog/calibration/megatron_softmax.yaml`, with its source). A tp=8 run of
+    16 heads at micro-batch 1 (2 batches) takes the fp32 PyTorch path."""
+    f = _softmax_table()["fused"]
+    m = f["multiple"]
+    if act_bytes != 2 or not f["min_keys_exclusive"] < kv_len <= f["max_keys"]:
+        return False
+    if q_len % m or kv_len % m or attention_batches % m:
+        return False
+    keys_pow2 = 1 << max(kv_len - 1, 0).bit_length()
+    warp = min(keys_pow2, f["warp_size"])
+    per_block = f["threads_per_block"] // warp * (2 if keys_pow2 <= f["two_rows_max_keys"] else 1)
+    return (attention_batches if causal else q_len) % per_block == 0
+
+
+def softmax_fallback(scores: float, backward: bool) -> list[Kernel]:
+    """The kernels the fp32 PyTorch softmax path adds over the fused kernel, for `scores` score elements:
+    its extra launches and the bytes it moves beyond the fused kernel's (megatron_softmax.yaml)."""
+    t = _softmax_table()
+    pass_ = "backward" if backward else "forward"
+    extra = (t["fallback"]["bytes_per_score"][pass_] - t["fused"]["bytes_per_score"][pass_]) * scores
+    # Its kernels replace the fused one; the memory kernel below is one of them, the rest are launches.
+    launches = t["fallback"]["kernels"][pass_] - 2
+    return [Kernel(KernelKind.MEMORY, "attention", num_bytes=extra),
+            Kernel(KernelKind.LAUNCH, "attention", batch=launches)]
 
 
 def _serving_attention(op: Op, shape: Shape) -> list[Kernel]:
@@ -363,6 +410,8 @@ SCORE_PASSES = 4
 
 # dQ, dK, dV, dP products (4 GEMMs) plus the score recompute (1): 2.5x the 2 forward products.
 BWD_ATTENTION_FLOPS = 5 / 2
+# The unfused backward reads the probabilities its forward kept: the 4 products alone.
+UNFUSED_BWD_ATTENTION_FLOPS = 4 / 2
 
 
 def _tp_div(op: Op, shape: Shape) -> int:
@@ -399,6 +448,11 @@ def saved_bytes(op: Op, shape: Shape, *, flash: bool, input_kept: bool = False) 
     elems = op.saved_elems_per_token / div
     if not flash:
         elems += op.saved_elems_per_token_per_seq * shape.seq_len / shape.tp
+        heads = op.heads // shape.tp
+        if op.kind is OpKind.ATTENTION and not fused_softmax(shape.batch * heads, shape.seq_len // shape.cp,
+                                                              shape.seq_len, op.causal, shape.act_bytes):
+            # the fp32 softmax output kept for its backward: one 16-bit element more per score
+            elems += heads * shape.seq_len
     return t * elems * saved_width(op, shape, input_kept)
 
 

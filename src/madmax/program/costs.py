@@ -71,7 +71,8 @@ def kernel_s(compute: ComputeModel, k: Kernel, dtype) -> float:
                                           k.kv_width)
     if k.kind is KernelKind.ATTENTION:
         return compute.attention_s(k.batch, k.heads, k.kv_heads, k.q_len, k.kv_len, k.head_dim, k.causal, dtype,
-                                   backward=k.backward, window=k.window, kv_width=k.kv_width)
+                                   backward=k.backward, window=k.window, kv_width=k.kv_width,
+                                   scores_saved=k.scores_saved)
     if k.kind is KernelKind.LAUNCH:
         return k.batch * compute.launch_s
     return compute.memory_s(k.num_bytes)
