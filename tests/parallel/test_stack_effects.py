@@ -104,6 +104,35 @@ def test_deepspeed_gathers_each_parameter_three_times_with_full_recompute():
     assert round(n * compute.memory_s(2 * qkv / n), 12) in {round(program.duration_s[i], 12) for i in copies}
 
 
+def test_deepspeed_reduce_scatters_each_parameter_after_n_copies():
+    """Per micro-batch, each layer's backward reduce-scatters the gradients of its 4 weight matrices one by
+    one (each with its bias, as `UnitPlan.gathers` counts them) and its two LayerNorms (kept whole) in one
+    more; the embedding its wte and wpe (no small tensor); the head its final norm (kept whole, the head
+    tied to wte). 2 x 5 + 2 + 1 = 13 reduce-scatters, each after n copy kernels of its inputs."""
+    n = 16
+    plan, program, compute, network = _program("deepspeed", n)
+    cats = program.category
+    scatters = [i for i, c in enumerate(cats) if c == "dp.reduce_scatter"]
+    copies = [i for i, c in enumerate(cats) if c == "dp.reduce_copies"]
+    assert len(scatters) == 13 and len(copies) == 13
+    # fc1's gradient: 2 bytes per element (h x f + f), n pieces read and written once each
+    up = 2 * (H * F + F)
+    assert round(network.collective_s(Collective.REDUCE_SCATTER, up, plan.data.shard_span), 12) in {
+        round(program.duration_s[i], 12) for i in scatters}
+    assert round(n * compute.memory_s(2 * up / n), 12) in {round(program.duration_s[i], 12) for i in copies}
+    # the layer's tensors kept whole: two LayerNorms' gains and biases, 4h elements of 2 bytes
+    small = 2 * 4 * H
+    assert round(network.collective_s(Collective.REDUCE_SCATTER, small, plan.data.shard_span), 12) in {
+        round(program.duration_s[i], 12) for i in scatters}
+
+
+def test_megatron_core_reduce_scatters_each_unit_once():
+    plan, program, _, _ = _program("megatron-core", 16)
+    assert "dp.reduce_copies" not in program.category
+    trained = [k for chunk in plan.stages[0] for k in chunk if plan.units[k].trainable_params]
+    assert sum(1 for c in program.category if c == "dp.reduce_scatter") == len(trained)
+
+
 def test_fsdp2_gathers_per_block_twice():
     plan, program, _, _ = _program("fsdp2", 16)
     units_with_params = [u for u in plan.units.values() if u.params]

@@ -84,6 +84,9 @@ class TrainingStack(Schema):
                            "and the backward gathers them again (three gathers per micro-batch, not two).")
     gather_peer_copies: bool = Field(
         False, description="Each all-gather lands in a list of one tensor per rank: n copy kernels after it.")
+    reduce_peer_copies: bool = Field(
+        False, description="ZeRO-3: each gradient reduce-scatter takes a list of one input per rank, flattened into "
+                           "one buffer by n copy kernels before it; per parameter tensor where gathers are.")
     calibration: str | None = Field(None, description="Compute profile of the stack's runtime (its launch floor), "
                                                       "a catalog path; None: the shipped default.")
     inference_calibration: str | None = Field(

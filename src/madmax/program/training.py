@@ -271,9 +271,10 @@ class _Builder:
                 if self.exchanges:
                     self._edges_out(streams, step, key, seg)
                 if step.phase is Phase.BACKWARD and unit.trainable_params:
-                    for group, d, _, trainable in self._state_groups(unit):
+                    for group, d, params, trainable in self._state_groups(unit):
                         grad_segments += self._grad_sync(streams[group], group, d, trainable, seg,
-                                                         step.microbatch == m - 1)
+                                                         step.microbatch == m - 1, self._reduce_sizes(
+                                                             unit, group, d, params, trainable))
                 if step.phase is Phase.BACKWARD and step.microbatch == m - 1:
                     grad_segments += [self.comm_op(streams[op.group], op, (seg,))
                                       for op in unit.collectives(Phase.BACKWARD, Where.UPDATE)]
@@ -477,10 +478,21 @@ class _Builder:
                                       d.shard_span, group))
         return segs
 
+    def _reduce_sizes(self, unit: UnitPlan, group: str, d: DataParallelPlan, params: float,
+                      trainable: float) -> tuple[float, ...]:
+        """ZeRO-3: the parameters of each gradient reduce-scatter of a unit's state group: one per parameter
+        tensor where the stack gathers per tensor (`UnitPlan.gathers`; the tensors it keeps whole on every
+        rank reduced together in one more), else the whole group's in one."""
+        if d.zero < 3 or group != DATA_GROUP or unit.gathers is None or trainable != params:
+            return (trainable,)
+        rest = trainable - sum(unit.gathers)
+        return (*unit.gathers, rest) if rest > 0 else unit.gathers
+
     def _grad_sync(self, stream: int, group: str, data: DataParallelPlan, trainable: float, after: int,
-                   last_microbatch: bool) -> list[int]:
+                   last_microbatch: bool, sizes: tuple[float, ...] = ()) -> list[int]:
         """Gradient reduction of one unit's state group: every micro-batch for ZeRO-2/3, else after the
-        last one."""
+        last one. ZeRO-3 reduce-scatters it in `sizes` pieces (parameters each; default: one), each after
+        n copies of its inputs when the stack passes a list of one tensor per rank (`reduce_peer_copies`)."""
         size = trainable * data.grad_bytes
         per_microbatch = data.zero >= 2
         if not trainable or not (per_microbatch or last_microbatch) or (data.shard == 1 and data.replicas == 1):
@@ -491,7 +503,16 @@ class _Builder:
             segs.append(self.comm(stream, Collective.ALL_REDUCE, size, data.grad_span, group, deps))
         else:
             if data.shard > 1:
-                segs.append(self.comm(stream, Collective.REDUCE_SCATTER, size, data.shard_span, group, deps))
+                copies = self.plan.stack is not None and self.plan.stack.reduce_peer_copies
+                for piece in (sizes or (trainable,)) if data.zero >= 3 else (trainable,):
+                    if copies:
+                        share = piece * data.grad_bytes / data.shard
+                        segs.append(self.prog.add(stream, data.shard * self.compute.memory_s(2 * share), deps,
+                                                  category=f"{group}.reduce_copies", label=f"{group} reduce copies"))
+                        deps = (segs[-1],)
+                    segs.append(self.comm(stream, Collective.REDUCE_SCATTER, piece * data.grad_bytes,
+                                          data.shard_span, group, deps))
+                    deps = (segs[-1],)
             if last_microbatch and data.replicas > 1:
                 segs.append(self.comm(stream, Collective.ALL_REDUCE, size / data.shard, data.replica_span, group,
                                       (segs[-1],) if segs else deps))
