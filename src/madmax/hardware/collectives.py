@@ -206,7 +206,10 @@ def _hierarchical_s(network: _Net, out: _Level, kind: str, s: float, intra: int,
     if kind == Collective.ALL_REDUCE:
         return inside[rs] + network.all_reduce_across_s(out, s / intra, inter) + inside[ag]
     if kind in (rs, ag):
-        return inside[kind] + ring_gather_s(s / intra, inter, out.busbw(kind, inter), out.latency_s)
+        # NCCL's ring passes every rank: n-1 steps, inter-1 of them between domains. The two rings above
+        # count (intra-1) + (inter-1); the other (intra-1)(inter-1) steps inside the domains come on top.
+        extra = (intra - 1) * (inter - 1) * up.latency_s
+        return inside[kind] + ring_gather_s(s / intra, inter, out.busbw(kind, inter), out.latency_s) + extra
     # all_to_all: (intra-1) peers inside the domain, n-intra outside, both fabrics at once
     n = intra * inter
     t_up = (intra - 1) * up.latency_s + (intra - 1) / n * s / up.busbw(kind, intra)
