@@ -7,6 +7,8 @@ forward_torch_softmax, get_batch_per_block); docs/model.md "Unfused attention".
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from madmax.config.base import DType
 from madmax.config.loaders import load_model, load_system
@@ -40,6 +42,14 @@ SPEC = load_model(gpt3_model("tiny-gpt", L, H, HEADS, F, V, SEQ))
 ])
 def test_fused_softmax_takes_the_kernels_shapes(batches, q, kv, causal, act_bytes, fused):
     assert fused_softmax(batches, q, kv, causal, act_bytes) is fused
+
+
+@given(batches=st.integers(1, 512), q=st.integers(1, 9000), kv=st.integers(1, 9000), causal=st.booleans(),
+       act_bytes=st.sampled_from([1, 2, 4]))
+def test_fused_softmax_never_takes_a_shape_its_kernel_refuses(batches, q, kv, causal, act_bytes):
+    if fused_softmax(batches, q, kv, causal, act_bytes):
+        assert act_bytes == 2 and 16 < kv <= 4096 and q % 4 == 0 and kv % 4 == 0 and batches % 4 == 0
+        assert (batches if causal else q) % 4 == 0
 
 
 def _layer(tp: int, mbs: int, recompute: str = "full"):
