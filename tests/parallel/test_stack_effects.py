@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from madmax import api
-from madmax.collective import Collective
+from madmax.collective import Collective, Span
 from madmax.config.base import DType
 from madmax.config.hardware import System
 from madmax.config.loaders import load_model, load_system
@@ -131,6 +131,26 @@ def test_megatron_core_reduce_scatters_each_unit_once():
     assert "dp.reduce_copies" not in program.category
     trained = [k for chunk in plan.stages[0] for k in chunk if plan.units[k].trainable_params]
     assert sum(1 for c in program.category if c == "dp.reduce_scatter") == len(trained)
+
+
+@pytest.mark.parametrize(("stack", "sp", "scattered"), [
+    ("megatron-lm-2021", 0, True), ("megatron-deepspeed", 0, True), ("megatron-lm-2021", 1, False),
+    ("megatron-core", 0, False)])
+def test_pipeline_sends_scatter_over_tensor_parallel_ranks(stack, sp, scattered):
+    """Megatron-LM of 2021 (Narayanan et al. 2021, Sec. 4.1) and DeepSpeed's pipeline engine send 1/tp of a
+    stage's activation from each TP rank and all-gather it on the next stage; sequence parallelism has already
+    split it (b s h / tp per rank) and Megatron-Core sends it whole. mbs 1, s = 2048, h = 1024, 2 bytes."""
+    plan, sysm = _plan(f"tp=4,pp=2,dp=1,mbs=1,sp={sp},recompute=full,flash=0", 8, stack, 8)
+    whole = 1 * SEQ * H * 2
+    if scattered:
+        assert plan.p2p_bytes == whole / 4 and plan.p2p_gather_bytes == whole
+        assert plan.p2p_gather_span == Span(4, 1)
+    else:
+        assert plan.p2p_bytes == (whole / 4 if sp else whole) and plan.p2p_gather_bytes == 0
+    program = build_training(plan, compute_model(sysm.gpu), network_model(sysm)).program
+    gathers = sum(1 for c in program.category if c == "pp.all_gather")
+    sends = sum(1 for c in program.category if c == "pp.send_recv")
+    assert sends > 0 and gathers == (sends if scattered else 0)
 
 
 def test_fsdp2_gathers_per_block_twice():

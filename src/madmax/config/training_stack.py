@@ -87,6 +87,9 @@ class TrainingStack(Schema):
     reduce_peer_copies: bool = Field(
         False, description="ZeRO-3: each gradient reduce-scatter takes a list of one input per rank, flattened into "
                            "one buffer by n copy kernels before it; per parameter tensor where gathers are.")
+    pipeline_scatter_gather: bool = Field(
+        False, description="Without sequence parallelism, each TP rank sends 1/tp of a pipeline activation (or its "
+                           "gradient) to the next stage, whose TP group all-gathers it over the scale-up fabric.")
     calibration: str | None = Field(None, description="Compute profile of the stack's runtime (its launch floor), "
                                                       "a catalog path; None: the shipped default.")
     inference_calibration: str | None = Field(

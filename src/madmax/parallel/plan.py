@@ -53,6 +53,7 @@ DATA_GROUP, EXPERT_DATA_GROUP = Axis.DP.value, "edp"
 RECOMPUTED_SUFFIX = "_recompute"
 # Key suffix of a layer kept in bf16 under a low-precision format (the first and last layers of its recipe).
 HIGH_PRECISION_SUFFIX = "_bf16"
+ONE_RANK = Span(1, 1)
 
 
 @dataclass(frozen=True)
@@ -153,6 +154,10 @@ class Plan:
     act_bytes: float
     expert_data: DataParallelPlan | None = None  # the routed experts' gradients and state (MoE only)
     stack: TrainingStack | None = None  # the training framework (None: the default, Megatron-Core)
+    # A stack that scatters each pipeline send over the TP ranks (`TrainingStack.pipeline_scatter_gather`): the
+    # bytes the receiving stage's TP group all-gathers after it, and that group; 0 when sends are whole.
+    p2p_gather_bytes: float = 0.0
+    p2p_gather_span: Span = ONE_RANK
 
     @property
     def num_stages(self) -> int:
@@ -232,13 +237,18 @@ def build_plan(workload: Workload, strategy: Strategy, *, domain_size: int, seq_
     if partial:
         units, stages = _recompute_first(units, recomputed, stages, s.recompute_layers)
     p2p = shape.tokens * workload_hidden(workload) * act_bytes / (s.tp if s.sequence_parallel else 1)
+    # Sequence parallelism already splits the activation over the TP ranks; otherwise a scattering stack sends
+    # 1/tp of it from each rank and the next stage's TP group all-gathers it.
+    scatter = stack.pipeline_scatter_gather and s.pp > 1 and s.tp > 1 and not s.sequence_parallel
+    gather, p2p = (p2p, p2p / s.tp) if scatter else (0.0, p2p)
     tied = workload.tied_params / s.tp * act_bytes if (workload.tied_params and s.pp > 1) else 0.0
     expert_data = (data_parallel_plan(s, domain_size, dtype, grad_span=moe_spans.edp)
                    if any(u.expert_params for u in units.values()) else None)
     return Plan(strategy=s, dtype=dtype, seq_len=seq_len, global_batch=global_batch,
                 microbatches=microbatches, units=units, stages=stages, data=data,
                 pp_span=span(s, (Axis.PP,), domain_size), p2p_bytes=p2p, tied_sync_bytes=tied,
-                act_bytes=act_bytes, expert_data=expert_data, stack=stack)
+                act_bytes=act_bytes, expert_data=expert_data, stack=stack, p2p_gather_bytes=gather,
+                p2p_gather_span=tp_span)
 
 
 def _unit_key(block: Block) -> str:

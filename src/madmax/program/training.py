@@ -526,8 +526,11 @@ class _Builder:
         if (phase is Phase.FORWARD and virtual == last) or (phase is Phase.BACKWARD and virtual == 0):
             self.send[(phase, virtual, mb)] = after
             return
-        self.send[(phase, virtual, mb)] = self.comm(pp_stream, Collective.SEND_RECV, self.plan.p2p_bytes,
-                                                    p2p_span(self.plan.pp_span), PP, (after,))
+        plan = self.plan
+        sent = self.comm(pp_stream, Collective.SEND_RECV, plan.p2p_bytes, p2p_span(plan.pp_span), PP, (after,))
+        if plan.p2p_gather_bytes:  # a scattered send: the receiving TP group all-gathers the pieces
+            sent = self.comm(pp_stream, Collective.ALL_GATHER, plan.p2p_gather_bytes, plan.p2p_gather_span, PP, (sent,))
+        self.send[(phase, virtual, mb)] = sent
 
     def _finish_stage(self, stage: int, streams: _Streams, grad_segments: list[int], last_compute: int) -> None:
         plan, prog = self.plan, self.prog
