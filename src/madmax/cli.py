@@ -316,6 +316,8 @@ def calibrate(
     held_out: Annotated[bool, typer.Option(help="Also report held-out errors (refits).")] = True,
     jobs: Annotated[int | None, typer.Option(help="Worker processes for iteration-time fits.")] = None,
     progress: Annotated[bool, typer.Option(help="Show a progress bar of the rows simulated (on a terminal).")] = True,
+    stack: Annotated[str | None, typer.Option(help="Training stack the iteration rows ran under (default: "
+                                                   "megatron-core).")] = None,
 ) -> None:
     """Fit a compute profile to measured kernels, collectives or iteration times."""
     import os
@@ -328,12 +330,14 @@ def calibrate(
     try:
         writable_file(out, "--out", make_folder=True)
         with shown("calibrate", "rows", enabled=progress):
-            profile, lines = fit(files, base=base, gpu=gpu, held_out=held_out, jobs=jobs or os.cpu_count() or 1)
+            profile, lines = fit(files, base=base, gpu=gpu, held_out=held_out, jobs=jobs or os.cpu_count() or 1,
+                                 stack=stack)
     except MadmaxError as exc:
         _fail(str(exc))
         return
     command = "madmax calibrate " + " ".join(str(f) for f in files) + f" --out {out}"
-    write_profile(profile, out, command + (f" --base {base}" if base else "") + (f" --gpu {gpu}" if gpu else ""))
+    write_profile(profile, out, command + (f" --base {base}" if base else "") + (f" --gpu {gpu}" if gpu else "")
+                  + (f" --stack {stack}" if stack else ""))
     typer.echo("\n".join([*lines, f"wrote {out}"]))
 
 

@@ -146,11 +146,31 @@ def test_calibrate_iteration_times_fits_on_half_the_shapes(tmp_path):
     assert profile.launch_s != load_profile().launch_s and "held-out" in result.output
 
 
+def test_calibrate_under_a_named_stack_records_it(tmp_path):
+    data = tmp_path / "times.csv"
+    data.write_text(_vtrain_rows(n_per_shape=2, shapes=2))
+    out = tmp_path / "stack.yaml"
+    result = runner.invoke(app, ["calibrate", str(data), "--out", str(out), "--jobs", "1",
+                                 "--stack", "megatron-deepspeed"])
+    assert result.exit_code == 0, result.output
+    assert load_profile(out).launch_fit.stack == "megatron-deepspeed"
+    assert "--stack megatron-deepspeed" in out.read_text().splitlines()[0]  # the command that regenerates it
+
+
+def test_calibrate_unknown_stack_exits_2(tmp_path):
+    data = tmp_path / "times.csv"
+    data.write_text(_vtrain_rows(n_per_shape=2, shapes=2))
+    result = runner.invoke(app, ["calibrate", str(data), "--out", str(tmp_path / "p.yaml"), "--stack", "jax"])
+    assert result.exit_code == 2 and "stack 'jax'" in result.output and "megatron-core" in result.output
+    assert not (tmp_path / "p.yaml").exists()
+
+
 def test_shipped_vtrain_stack_profile_and_its_provenance():
     profile = load_profile("calibration/vtrain_megatron_deepspeed_a100.yaml")
     fit = profile.launch_fit
     assert fit is not None and fit.train_rows == fit.held_out_rows == 720
     assert "held out: h1024 L16" in fit.split and "ground_truth_single.csv" in fit.data
+    assert fit.stack == "megatron-deepspeed"  # fitted under the stack whose profile it is
     # Host-bound small models: the Megatron-DeepSpeed floor is well above eager torch 2.11's 18.6 us.
     assert 30e-6 < profile.launch_s < 100e-6
     held = profile.fit_errors["held_out"]["iteration_time"]

@@ -128,6 +128,8 @@ class LaunchFit(HostFit):
     """Provenance of a launch floor fitted to measured iteration times (`madmax calibrate FILE.csv`)."""
 
     base_launch_s: Seconds = Field(ge=0, description="launch_s of the base profile, s.")
+    stack: str | None = Field(None, description="The training stack the rows were simulated under (None: each "
+                                                "row's own, Megatron-Core for a CSV).")
 
 
 class ComputeProfile(Schema):

@@ -156,7 +156,7 @@ def _network(runs: list, held_out: bool) -> list[dict[str, Any]]:
 
 
 def _launch(paths: list[Path], cases: list, base: ComputeProfile, base_name: str,
-            jobs: int) -> tuple[dict[str, Any], list[str]]:
+            jobs: int, stack: str | None = None) -> tuple[dict[str, Any], list[str]]:
     """The launch floor fitted to `cases`, the rows of `paths`; the profile fields it changes."""
     from madmax.validate.launch_fit import (
         describe_shape,
@@ -188,7 +188,7 @@ def _launch(paths: list[Path], cases: list, base: ComputeProfile, base_name: str
         "source": f"{base.source}; launch_s refitted to the iteration times of {_sha(paths)} by "
                   "madmax.validate.launch_fit (see launch_fit)",
         "fit_errors": fit_errors,
-        "launch_fit": {"data": _sha(paths), "base_profile": base_name, "base_launch_s": base.launch_s,
+        "launch_fit": {"data": _sha(paths), "base_profile": base_name, "base_launch_s": base.launch_s, "stack": stack,
                        "objective": OBJECTIVE, "split": split, "train_rows": len(train), "held_out_rows": len(held)},
     }
     held_text = (f"held-out median {errors['held_out']['median']:.1%} max {errors['held_out']['max']:.1%} "
@@ -200,14 +200,22 @@ def _launch(paths: list[Path], cases: list, base: ComputeProfile, base_name: str
 
 
 def calibrate(paths: list[Path], *, base: str | Path | None = None, gpu: str | None = None,
-              held_out: bool = True, jobs: int = 1) -> tuple[dict[str, Any], list[str]]:
-    """The profile (dict form of `ComputeProfile`) fitted to `paths`, and a report, one line per fit."""
+              held_out: bool = True, jobs: int = 1, stack: str | None = None) -> tuple[dict[str, Any], list[str]]:
+    """The profile (dict form of `ComputeProfile`) fitted to `paths`, and a report, one line per fit.
+
+    stack: the training stack the iteration rows ran under (`madmax.config.training_stack`); its kernels and
+    collectives, not its compute profile, apply while the launch floor is fitted. None: Megatron-Core."""
+    from madmax.config.training_stack import load_training_stack
+    from madmax.validate.datasets import with_stack
     from madmax.validate.usercsv import load_csv
 
     base = None if base is None else usable_path(base, "base")
+    stack = None if stack is None else load_training_stack(stack).name  # an unknown stack fails before any fit
     inputs = classify(paths)
     runs = [run for path in inputs.nccl for run in read_nccl_tests(path)]  # read every input before fitting
     cases = [c for p in inputs.iterations for c in load_csv(p).cases]
+    if stack is not None:
+        cases = [with_stack(c, stack) for c in cases]
     if inputs.iterations and not cases:
         raise ConfigError(f"iteration file(s) {', '.join(p.name for p in inputs.iterations)} have no row "
                           "that can be simulated (see `madmax validate FILE`)")
@@ -230,7 +238,8 @@ def calibrate(paths: list[Path], *, base: str | Path | None = None, gpu: str | N
             report.append(f"{n['collective']} on {n['num_gpus']} ranks ({n['num_nodes']} node(s)): alpha "
                           f"{n['step_latency_s'] * 1e6:.2f} us, busbw {n['busbw_bytes_per_s'] / 1e9:.2f} GB/s; {errs}")
     if inputs.iterations:
-        change, lines = _launch(inputs.iterations, cases, ComputeProfile.model_validate(profile), base_name, jobs)
+        change, lines = _launch(inputs.iterations, cases, ComputeProfile.model_validate(profile), base_name, jobs,
+                                stack)
         profile.update(change)
         report += lines
     return _rounded(json.loads(json.dumps(ComputeProfile.model_validate(profile).model_dump(mode="json")))), report

@@ -26,7 +26,7 @@ VTRAIN_STACK = "megatron-deepspeed"  # catalog/training_stacks.yaml; its compute
 VTRAIN_STACK_PROFILE = "calibration/vtrain_megatron_deepspeed_a100.yaml"
 SUFFIX = "+stack"
 STACK_COMMAND = (f"madmax calibrate src/madmax/validate/data/vtrain/ground_truth_single.csv "
-                 f"--out src/madmax/catalog/{VTRAIN_STACK_PROFILE}")
+                 f"--out src/madmax/catalog/{VTRAIN_STACK_PROFILE} --stack {VTRAIN_STACK}")
 
 
 def _rerun(dataset: Dataset, cases: Sequence, description: str, profile: str) -> Dataset:
