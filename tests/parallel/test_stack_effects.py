@@ -126,6 +126,16 @@ def test_deepspeed_reduce_scatters_each_parameter_after_n_copies():
         round(program.duration_s[i], 12) for i in scatters}
 
 
+def test_deepspeed_zero2_reduces_each_unit_once_without_copies():
+    """The per-parameter list reduce-scatter is ZeRO-3's (Init._reduce_scatter_gradient): ZeRO-2 reduces a
+    unit's gradients in one collective, with no copies."""
+    plan, sysm = _plan("tp=1,pp=1,dp=16,mbs=1,zero=2,recompute=full,flash=0", 16, "deepspeed", 16)
+    program = build_training(plan, compute_model(sysm.gpu), network_model(sysm)).program
+    assert "dp.reduce_copies" not in program.category
+    trained = [k for chunk in plan.stages[0] for k in chunk if plan.units[k].trainable_params]
+    assert sum(1 for c in program.category if c == "dp.reduce_scatter") == len(trained)
+
+
 def test_megatron_core_reduce_scatters_each_unit_once():
     plan, program, _, _ = _program("megatron-core", 16)
     assert "dp.reduce_copies" not in program.category

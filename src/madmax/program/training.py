@@ -503,8 +503,9 @@ class _Builder:
             segs.append(self.comm(stream, Collective.ALL_REDUCE, size, data.grad_span, group, deps))
         else:
             if data.shard > 1:
-                copies = self.plan.stack is not None and self.plan.stack.reduce_peer_copies
-                for piece in (sizes or (trainable,)) if data.zero >= 3 else (trainable,):
+                pieces = (sizes or (trainable,)) if data.zero >= 3 else (trainable,)
+                copies = data.zero >= 3 and self.plan.stack is not None and self.plan.stack.reduce_peer_copies
+                for piece in pieces:
                     if copies:
                         share = piece * data.grad_bytes / data.shard
                         segs.append(self.prog.add(stream, data.shard * self.compute.memory_s(2 * share), deps,
