@@ -14,6 +14,17 @@ from madmax.errors import MadmaxError
 from madmax.workload import param_counts
 
 
+def mangled(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    """`base` with each key of `changes` set to its value, or removed where the value is None."""
+    out = dict(base)
+    for key, value in changes.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = value
+    return out
+
+
 def _mangled_configs_import_or_fail(base: dict[str, Any], keys: Sequence[str], values: Sequence[Any],
                                     examples: int) -> None:
     """Up to 3 of `keys` of the Hugging Face config `base` set to one of `values` (None: removed): each
@@ -22,14 +33,8 @@ def _mangled_configs_import_or_fail(base: dict[str, Any], keys: Sequence[str], v
     @settings(max_examples=examples, deadline=None)
     @given(st.dictionaries(st.sampled_from(keys), st.sampled_from(values), max_size=3))
     def check(changes: dict[str, Any]) -> None:
-        cfg = dict(base)
-        for key, value in changes.items():
-            if value is None:
-                cfg.pop(key, None)
-            else:
-                cfg[key] = value
         try:
-            model = load_model(cfg)
+            model = load_model(mangled(base, changes))
         except MadmaxError as exc:
             message = str(exc)
             assert "\n" not in message and "Traceback" not in message
@@ -42,3 +47,9 @@ def _mangled_configs_import_or_fail(base: dict[str, Any], keys: Sequence[str], v
 @pytest.fixture
 def mangled_configs_import_or_fail() -> Callable[..., None]:
     return _mangled_configs_import_or_fail
+
+
+@pytest.fixture
+def mangle() -> Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]]:
+    """`mangled`: a config with some keys set or removed, for the fuzz tests."""
+    return mangled
