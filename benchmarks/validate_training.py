@@ -15,17 +15,28 @@ under megatron-deepspeed, fitted on the other half of vTrain's shapes):
 - no row crashes the engine (an exception other than MadmaxError).
 The bias (median signed error) of each dataset is printed beside them: a median of small errors all of
 one sign is a missing mechanism, not noise.
+
+Then the vTrain single-node rows by model-shape cell (hidden size, TP degree, micro-batch): how much of
+their error is one offset per cell, whether those offsets follow from the shape (a polynomial in
+log2 h, log2 tp, log2 mbs fitted to the other cells predicts each left-out cell), and the measured
+micro-batches that got faster when they doubled (`cell_lines`).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
+import math
 import sys
 import time
+from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
+from madmax.config.strategy import parse_strategy
 from madmax.validate import run_validation
 from madmax.validate.datasets import LOADERS
 from madmax.validate.runner import Report, RowResult
@@ -36,6 +47,9 @@ DENSE_MEDIAN_ABS_PCT = 5.0
 DENSE_P90_ABS_PCT = 12.0
 # Dense-model training datasets; vTrain's count through their held-out `+stack` re-runs only.
 DENSE = ("narayanan2021", "korthikanti2022", "nemo", f"vtrain_single{SUFFIX}", f"vtrain_multi{SUFFIX}")
+CELL_DATASET = f"vtrain_single{SUFFIX}"  # the rows whose error is broken down by model-shape cell
+CELL_DEGREES = (0, 1, 2, 3)  # degrees of the polynomial corrections tried in leave-one-cell-out
+BAND_PCT = 12.0  # rows beyond this |error| are counted (the p90 limit)
 
 
 @dataclass(frozen=True)
@@ -85,6 +99,99 @@ def target_lines(report: Report, checked: list[Target]) -> list[str]:
     return lines
 
 
+Cell = tuple[int, int, int]  # (hidden size, tensor-parallel degree, micro-batch)
+
+
+def cell_of(r: RowResult) -> Cell:
+    s = parse_strategy(r.case.kwargs["strategy"])
+    return r.case.kwargs["model"]["hidden_size"], s.tp, s.mbs
+
+
+def abs_pct(log_errors: np.ndarray) -> np.ndarray:
+    """|predicted/measured - 1| in percent from ln(predicted/measured)."""
+    return 100 * np.abs(np.expm1(log_errors))
+
+
+def spread(log_errors: np.ndarray) -> str:
+    a = abs_pct(log_errors)
+    return (f"median {np.median(a):.2f} %, p90 {np.percentile(a, 90):.2f} %, "
+            f"{int((a > BAND_PCT).sum())} rows beyond {BAND_PCT:g} %")
+
+
+def monomials(cells: list[Cell], degree: int) -> np.ndarray:
+    """Every monomial of (log2 h/1024, log2 tp, log2 mbs) up to `degree`, one row per cell."""
+    x = np.log2(np.array(cells, dtype=float) / [1024, 1, 1])
+    columns = [np.ones(len(cells))]
+    for d in range(1, degree + 1):
+        columns += [np.prod(x[:, list(c)], axis=1) for c in itertools.combinations_with_replacement(range(3), d)]
+    return np.column_stack(columns)
+
+
+def left_out_offsets(offsets: dict[Cell, float], degree: int) -> dict[Cell, float]:
+    """Each cell's offset predicted by a least-squares polynomial of `degree` fitted to the other cells'."""
+    cells = list(offsets)
+    out = {}
+    for c in cells:
+        rest = [o for o in cells if o != c]
+        coef, *_ = np.linalg.lstsq(monomials(rest, degree), np.array([offsets[o] for o in rest]), rcond=None)
+        out[c] = float(monomials([c], degree)[0] @ coef)
+    return out
+
+
+def inversions(rows: list[RowResult]) -> tuple[int, int, float, int]:
+    """Rows without pipeline, paired when one model and layout doubled its micro-batch: (pairs whose measured
+    micro-batch ran faster, pairs, the largest such drop %, how many of those the prediction also runs faster)."""
+    per_mb: dict[tuple, dict[int, tuple[float, float]]] = defaultdict(dict)
+    for r in rows:
+        s, k = parse_strategy(r.case.kwargs["strategy"]), r.case.kwargs
+        if s.pp == 1:
+            micro_batches = k["global_batch"] / (s.dp * s.mbs)
+            key = (k["model"]["hidden_size"], k["model"]["num_layers"], s.tp, s.dp)
+            per_mb[key][s.mbs] = (r.case.measured / micro_batches, r.predicted / micro_batches)
+    pairs = [(by[m], by[2 * m]) for by in per_mb.values() for m in by if 2 * m in by]
+    faster = [(1 - big[0] / small[0], big[1] < small[1]) for small, big in pairs if big[0] < small[0]]
+    return len(faster), len(pairs), 100 * max((d for d, _ in faster), default=0.0), sum(p for _, p in faster)
+
+
+def cell_lines(report: Report) -> list[str]:
+    """The vTrain single-node errors by (hidden, tp, micro-batch) cell; see the module docstring."""
+    rows = [r for r in report.rows if r.case.dataset == CELL_DATASET and r.predicted]
+    if not rows:
+        return []
+    e = np.array([math.log(r.predicted / r.case.measured) for r in rows])
+    cells = [cell_of(r) for r in rows]
+    by_cell: dict[Cell, list[float]] = defaultdict(list)
+    for c, x in zip(cells, e, strict=True):
+        by_cell[c].append(x)
+    offsets = {c: float(np.median(v)) for c, v in sorted(by_cell.items())}
+    within = e - np.array([offsets[c] for c in cells])
+    faster, pairs, drop, reproduced = inversions(rows)
+    others = np.array([math.log(r.predicted / r.case.measured) for r in report.rows
+                       if r.case.dataset in DENSE and r.case.dataset != CELL_DATASET and r.predicted])
+    lines = ["", "## What limits the vTrain rows", "",
+             f"{CELL_DATASET}: {len(rows)} rows in {len(offsets)} cells of (hidden size, TP degree, micro-batch); "
+             "errors as ln(predicted / measured).", "",
+             f"- as predicted: {spread(e)}",
+             f"- share of the variance of the errors that lies between cells: "
+             f"{100 * (1 - within.var() / e.var()):.0f} %",
+             f"- each cell's own median error removed (in-sample: what per-shape kernel measurements could reach at "
+             f"best): {spread(within)}; with it removed, the dense rows: {spread(np.concatenate([within, others]))}"]
+    for degree in CELL_DEGREES:
+        guess = left_out_offsets(offsets, degree)
+        lines.append(f"- each cell corrected by a degree-{degree} polynomial in (log2 h, log2 tp, log2 mbs) fitted to "
+                     f"the other cells' medians: {spread(e - np.array([guess[c] for c in cells]))}")
+    lines += [f"- rows without pipeline: {faster} of {pairs} doublings of the micro-batch ran a micro-batch faster "
+              f"(by up to {drop:.0f} %); the prediction runs {reproduced} of them faster", "",
+              "Median signed error % of each cell:", "",
+              "| hidden | tp | " + " | ".join(f"mbs {m}" for m in sorted({c[2] for c in offsets})) + " |",
+              "|---|---|" + "---|" * len({c[2] for c in offsets})]
+    for h, tp in sorted({c[:2] for c in offsets}):
+        values = [offsets.get((h, tp, m)) for m in sorted({c[2] for c in offsets})]
+        shown = ["-" if v is None else f"{100 * math.expm1(v):+.1f}" for v in values]
+        lines.append(f"| {h} | {tp} | " + " | ".join(shown) + " |")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
@@ -110,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     elapsed = time.perf_counter() - start
     print(report.to_markdown())
     checked = targets(report)
-    lines = target_lines(report, checked)
+    lines = target_lines(report, checked) + cell_lines(report)
     print("\n".join(lines))
     print(f"\n{report.overall.run} rows run in {elapsed:.1f} s")
     if args.markdown:
