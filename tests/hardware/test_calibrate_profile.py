@@ -61,3 +61,27 @@ def test_measured_collectives_replace_the_busbw_table():
     # other collectives and the table-based model are untouched
     plain = network_model(system)
     assert plain.collective_s(Collective.ALL_REDUCE, 2**30, Span(8, 1)) != pytest.approx(t)
+
+
+def test_fits_at_several_group_sizes_each_serve_their_own_groups():
+    # nccl-tests all_reduce_perf on 2 and on 8 GPUs of one node (vTrain's A100 node measures 20 us per
+    # step at 2 GPUs, 5 us at 8): a group of n takes the fit of the largest measured size <= n, the
+    # smallest fit a smaller group; an all_gather, which no fit measures, keeps the table's busbw and
+    # takes the last fit's step latency.
+    from madmax.config.loaders import load_system
+    from madmax.hardware.collectives import Collective, Span, network_model, ring_all_reduce_s, ring_gather_s
+    from madmax.hardware.profile import CollectiveFit
+
+    two = CollectiveFit(collective="all_reduce", num_gpus=2, step_latency_s=20e-6, busbw_bytes_per_s=185e9)
+    eight = CollectiveFit(collective="all_reduce", num_gpus=8, step_latency_s=5e-6, busbw_bytes_per_s=226e9)
+    system = load_system("dgx-a100", 8)
+    size = 8 * 2**20
+    for fits in ((two, eight), (eight, two)):  # the order of the fits does not matter
+        net = network_model(system, fits)
+        for n, (alpha, busbw) in ((2, (20e-6, 185e9)), (4, (20e-6, 185e9)), (8, (5e-6, 226e9))):
+            expected = ring_all_reduce_s(size, n, busbw, alpha)
+            assert net.collective_s(Collective.ALL_REDUCE, size, Span(n, 1)) == pytest.approx(expected, rel=1e-12)
+    plain = network_model(system)
+    gather = network_model(system, (two, eight)).collective_s(Collective.ALL_GATHER, size, Span(8, 1))
+    table_busbw = plain.busbw_bytes_per_s(Collective.ALL_GATHER, Span(8, 1))
+    assert gather == pytest.approx(ring_gather_s(size, 8, table_busbw, 5e-6), rel=1e-12)

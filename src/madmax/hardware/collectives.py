@@ -23,6 +23,9 @@ the slower one; send_recv between domains uses the scale-out fabric.
 
 alpha is the fabric's `latency_s` from the system description. B = fabric peak * busbw fraction, the
 fraction from `catalog/efficiency.yaml` by fabric kind, GPU and collective (nccl-tests measurements).
+A calibration profile's measured collectives (`network`, from `madmax calibrate` on nccl-tests output)
+replace both for their collective and fabric: a group of n takes the fit measured at the largest size
+<= n (GPUs on one node, nodes across them), or the smallest one for a smaller group.
 Sources: Thakur, Rabenseifner, Gropp, IJHPCA 19(1), 2005 (ring algorithms); nccl-tests
 doc/PERFORMANCE.md (busbw); NCCL's hierarchical (tree/NVLS-tree) algorithms for the 2-level form.
 
@@ -106,18 +109,27 @@ def _fraction(steps: Steps, n: int) -> float:
 
 @dataclass(frozen=True)
 class _Level:
-    """One fabric of a system: peak per GPU per direction, step latency, busbw fractions by collective."""
+    """One fabric of a system: peak per GPU per direction, step latency, busbw fractions by collective;
+    `latencies`: measured step latencies of some collectives by group size (a profile's fits)."""
 
     bytes_per_s: float
     latency_s: float
     fractions: dict[str, Steps]
+    latencies: dict[str, Steps] = field(default_factory=dict)
 
     def busbw(self, kind: str, n: int) -> float:
         return self.bytes_per_s * _fraction(self.fractions[kind], n)
 
+    def latency(self, kind: str, n: int) -> float:
+        """alpha of `kind` over a group of n: the measured one where a fit gives it, else the fabric's."""
+        steps = self.latencies.get(kind)
+        return self.latency_s if steps is None else _fraction(steps, n)
+
     def crossing_spine(self, oversubscription: float, extra_latency_s: float) -> _Level:
         """The level as seen by traffic that crosses an oversubscribed, farther spine tier."""
-        return _Level(self.bytes_per_s / oversubscription, self.latency_s + extra_latency_s, self.fractions)
+        latencies = {k: tuple((n, a + extra_latency_s) for n, a in steps) for k, steps in self.latencies.items()}
+        return _Level(self.bytes_per_s / oversubscription, self.latency_s + extra_latency_s, self.fractions,
+                      latencies)
 
 
 @dataclass(frozen=True)
@@ -140,9 +152,9 @@ class _Net:
 
     def all_reduce_across_s(self, level: _Level, size_bytes: float, m: int) -> float:
         """All-reduce over m domains: NCCL's choice of ring or tree, whichever is faster."""
-        busbw = level.busbw(Collective.ALL_REDUCE, m)
-        ring = ring_all_reduce_s(size_bytes, m, busbw, level.latency_s)
-        tree = tree_all_reduce_s(size_bytes, m, busbw * self.tree_busbw_factor, level.latency_s * self.tree_hop_factor)
+        busbw, alpha = level.busbw(Collective.ALL_REDUCE, m), level.latency(Collective.ALL_REDUCE, m)
+        ring = ring_all_reduce_s(size_bytes, m, busbw, alpha)
+        tree = tree_all_reduce_s(size_bytes, m, busbw * self.tree_busbw_factor, alpha * self.tree_hop_factor)
         return min(ring, tree)
 
 
@@ -187,14 +199,14 @@ def _collective_s(net: int, kind: str, size_bytes: float, intra: int, inter: int
     up, out = network.up, network.across(intra, inter)
     if kind == Collective.SEND_RECV:
         level = out if inter > 1 else up
-        return send_recv_s(size_bytes, level.busbw(kind, 2), level.latency_s)
+        return send_recv_s(size_bytes, level.busbw(kind, 2), level.latency(kind, 2))
     if inter == 1:
         ring = ring_all_reduce_s if kind == Collective.ALL_REDUCE else ring_gather_s
-        return ring(size_bytes, intra, up.busbw(kind, intra), up.latency_s)
+        return ring(size_bytes, intra, up.busbw(kind, intra), up.latency(kind, intra))
     if intra == 1:
         if kind == Collective.ALL_REDUCE:
             return network.all_reduce_across_s(out, size_bytes, inter)
-        return ring_gather_s(size_bytes, inter, out.busbw(kind, inter), out.latency_s)
+        return ring_gather_s(size_bytes, inter, out.busbw(kind, inter), out.latency(kind, inter))
     return _hierarchical_s(network, out, kind, size_bytes, intra, inter)
 
 
@@ -202,18 +214,18 @@ def _hierarchical_s(network: _Net, out: _Level, kind: str, s: float, intra: int,
     """A group over intra > 1 GPUs in each of inter > 1 domains (see the module docstring)."""
     up = network.up
     rs, ag = Collective.REDUCE_SCATTER, Collective.ALL_GATHER
-    inside = {c: ring_gather_s(s, intra, up.busbw(c, intra), up.latency_s) for c in (rs, ag)}
+    inside = {c: ring_gather_s(s, intra, up.busbw(c, intra), up.latency(c, intra)) for c in (rs, ag)}
     if kind == Collective.ALL_REDUCE:
         return inside[rs] + network.all_reduce_across_s(out, s / intra, inter) + inside[ag]
     if kind in (rs, ag):
         # NCCL's ring passes every rank: n-1 steps, inter-1 of them between domains. The two rings above
         # count (intra-1) + (inter-1); the other (intra-1)(inter-1) steps inside the domains come on top.
-        extra = (intra - 1) * (inter - 1) * up.latency_s
-        return inside[kind] + ring_gather_s(s / intra, inter, out.busbw(kind, inter), out.latency_s) + extra
+        extra = (intra - 1) * (inter - 1) * up.latency(kind, intra)
+        return inside[kind] + ring_gather_s(s / intra, inter, out.busbw(kind, inter), out.latency(kind, inter)) + extra
     # all_to_all: (intra-1) peers inside the domain, n-intra outside, both fabrics at once
     n = intra * inter
-    t_up = (intra - 1) * up.latency_s + (intra - 1) / n * s / up.busbw(kind, intra)
-    t_out = (n - intra) * out.latency_s + (n - intra) / n * s / out.busbw(kind, n)
+    t_up = (intra - 1) * up.latency(kind, intra) + (intra - 1) / n * s / up.busbw(kind, intra)
+    t_out = (n - intra) * out.latency(kind, n) + (n - intra) / n * s / out.busbw(kind, n)
     return max(t_up, t_out)
 
 
@@ -289,18 +301,27 @@ def _fabric_notes(system: System) -> list[str]:
 def _with_fits(up: _Level, out: _Level, fits: tuple[Any, ...]) -> tuple[_Level, _Level]:
     """Levels with measured collectives (a calibration profile's `network`) in place of the table.
 
-    A fit measured on one node sets the scale-up fabric's busbw fraction (B / peak) and step latency
-    for its collective; one measured across nodes sets the scale-out fabric's. The last fit of a
-    collective and level wins.
+    A fit measured on one node sets the scale-up fabric's busbw (as a fraction of its peak) and step
+    latency for its collective, for groups from its number of GPUs up; one measured across nodes sets the
+    scale-out fabric's, from its number of nodes up. The fit of the smallest size also covers smaller
+    groups; of two fits of one size the last wins. The last fit's step latency is also the fabric's for
+    the collectives measured by no fit.
     """
-    levels = {"up": (up, dict(up.fractions), up.latency_s), "out": (out, dict(out.fractions), out.latency_s)}
+    by_size: dict[tuple[str, str], dict[int, Any]] = {}
+    latency = {"up": up.latency_s, "out": out.latency_s}
     for fit in fits:
-        which = "up" if fit.num_nodes == 1 else "out"
-        level, fractions, _ = levels[which]
-        fractions[str(fit.collective)] = ((1, fit.busbw_bytes_per_s / level.bytes_per_s),)
-        levels[which] = (level, fractions, fit.step_latency_s)
-    return tuple(_Level(level.bytes_per_s, latency, fractions)  # type: ignore[return-value]
-                 for level, fractions, latency in levels.values())
+        which, size = ("up", fit.num_gpus) if fit.num_nodes == 1 else ("out", fit.num_nodes)
+        by_size.setdefault((which, str(fit.collective)), {})[size] = fit
+        latency[which] = fit.step_latency_s
+    levels = {which: _Level(level.bytes_per_s, latency[which], dict(level.fractions), dict(level.latencies))
+              for which, level in (("up", up), ("out", out))}
+    for (which, kind), sized in by_size.items():
+        level, sizes = levels[which], sorted(sized)
+        starts = [1, *sizes[1:]]  # the smallest measured size also stands for smaller groups
+        level.fractions[kind] = tuple((start, sized[n].busbw_bytes_per_s / level.bytes_per_s)
+                                      for start, n in zip(starts, sizes, strict=True))
+        level.latencies[kind] = tuple((start, sized[n].step_latency_s) for start, n in zip(starts, sizes, strict=True))
+    return levels["up"], levels["out"]
 
 
 def _system_key(system: System) -> tuple:
