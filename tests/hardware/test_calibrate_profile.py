@@ -1,6 +1,8 @@
 """The profile fields that `madmax calibrate` adds: optional, so older profile files keep loading."""
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from madmax.errors import ConfigError
 from madmax.hardware.compute import compute_model
@@ -85,3 +87,20 @@ def test_fits_at_several_group_sizes_each_serve_their_own_groups():
     gather = network_model(system, (two, eight)).collective_s(Collective.ALL_GATHER, size, Span(8, 1))
     table_busbw = plain.busbw_bytes_per_s(Collective.ALL_GATHER, Span(8, 1))
     assert gather == pytest.approx(ring_gather_s(size, 8, table_busbw, 5e-6), rel=1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(fits=st.dictionaries(st.integers(1, 8), st.tuples(st.floats(1e-7, 1e-4), st.floats(1e10, 1e12)),
+                            min_size=1, max_size=4),
+       n=st.integers(2, 8), size=st.floats(1.0, 2.0**32))
+def test_any_set_of_group_size_fits_picks_the_largest_measured_size_up_to_the_group(fits, n, size):
+    from madmax.config.loaders import load_system
+    from madmax.hardware.collectives import Collective, Span, network_model, ring_all_reduce_s
+    from madmax.hardware.profile import CollectiveFit
+
+    profile_fits = tuple(CollectiveFit(collective="all_reduce", num_gpus=g, step_latency_s=a, busbw_bytes_per_s=b)
+                         for g, (a, b) in fits.items())
+    chosen = max((g for g in fits if g <= n), default=min(fits))
+    alpha, busbw = fits[chosen]
+    t = network_model(load_system("dgx-a100", 8), profile_fits).collective_s(Collective.ALL_REDUCE, size, Span(n, 1))
+    assert t == pytest.approx(ring_all_reduce_s(size, n, busbw, alpha), rel=1e-9)
