@@ -39,6 +39,7 @@ import numpy as np
 from madmax.config.strategy import parse_strategy
 from madmax.validate import run_validation
 from madmax.validate.datasets import LOADERS
+from madmax.validate.launch_fit import log_ratios
 from madmax.validate.runner import Report, RowResult
 from madmax.validate.stack import SUFFIX
 
@@ -49,7 +50,6 @@ DENSE_P90_ABS_PCT = 12.0
 DENSE = ("narayanan2021", "korthikanti2022", "nemo", f"vtrain_single{SUFFIX}", f"vtrain_multi{SUFFIX}")
 CELL_DATASET = f"vtrain_single{SUFFIX}"  # the rows whose error is broken down by model-shape cell
 CELL_DEGREES = (0, 1, 2, 3)  # degrees of the polynomial corrections tried in leave-one-cell-out
-BAND_PCT = 12.0  # rows beyond this |error| are counted (the p90 limit)
 
 
 @dataclass(frozen=True)
@@ -115,7 +115,7 @@ def abs_pct(log_errors: np.ndarray) -> np.ndarray:
 def spread(log_errors: np.ndarray) -> str:
     a = abs_pct(log_errors)
     return (f"median {np.median(a):.2f} %, p90 {np.percentile(a, 90):.2f} %, "
-            f"{int((a > BAND_PCT).sum())} rows beyond {BAND_PCT:g} %")
+            f"{int((a > DENSE_P90_ABS_PCT).sum())} rows beyond {DENSE_P90_ABS_PCT:g} %")
 
 
 def monomials(cells: list[Cell], degree: int) -> np.ndarray:
@@ -155,10 +155,10 @@ def inversions(rows: list[RowResult]) -> tuple[int, int, float, int]:
 
 def cell_lines(report: Report) -> list[str]:
     """The vTrain single-node errors by (hidden, tp, micro-batch) cell; see the module docstring."""
-    rows = [r for r in report.rows if r.case.dataset == CELL_DATASET and r.predicted]
+    rows = [r for r in report.rows if r.case.dataset == CELL_DATASET and r.predicted is not None and r.predicted > 0]
     if not rows:
         return []
-    e = np.array([math.log(r.predicted / r.case.measured) for r in rows])
+    e = log_ratios(rows)
     cells = [cell_of(r) for r in rows]
     by_cell: dict[Cell, list[float]] = defaultdict(list)
     for c, x in zip(cells, e, strict=True):
@@ -166,8 +166,8 @@ def cell_lines(report: Report) -> list[str]:
     offsets = {c: float(np.median(v)) for c, v in sorted(by_cell.items())}
     within = e - np.array([offsets[c] for c in cells])
     faster, pairs, drop, reproduced = inversions(rows)
-    others = np.array([math.log(r.predicted / r.case.measured) for r in report.rows
-                       if r.case.dataset in DENSE and r.case.dataset != CELL_DATASET and r.predicted])
+    micro_batches = sorted({c[2] for c in offsets})
+    others = log_ratios([r for r in report.rows if r.case.dataset in DENSE and r.case.dataset != CELL_DATASET])
     lines = ["", "## What limits the vTrain rows", "",
              f"{CELL_DATASET}: {len(rows)} rows in {len(offsets)} cells of (hidden size, TP degree, micro-batch); "
              "errors as ln(predicted / measured).", "",
@@ -183,10 +183,10 @@ def cell_lines(report: Report) -> list[str]:
     lines += [f"- rows without pipeline: {faster} of {pairs} doublings of the micro-batch ran a micro-batch faster "
               f"(by up to {drop:.0f} %); the prediction runs {reproduced} of them faster", "",
               "Median signed error % of each cell:", "",
-              "| hidden | tp | " + " | ".join(f"mbs {m}" for m in sorted({c[2] for c in offsets})) + " |",
-              "|---|---|" + "---|" * len({c[2] for c in offsets})]
+              "| hidden | tp | " + " | ".join(f"mbs {m}" for m in micro_batches) + " |",
+              "|---|---|" + "---|" * len(micro_batches)]
     for h, tp in sorted({c[:2] for c in offsets}):
-        values = [offsets.get((h, tp, m)) for m in sorted({c[2] for c in offsets})]
+        values = [offsets.get((h, tp, m)) for m in micro_batches]
         shown = ["-" if v is None else f"{100 * math.expm1(v):+.1f}" for v in values]
         lines.append(f"| {h} | {tp} | " + " | ".join(shown) + " |")
     return lines

@@ -503,7 +503,7 @@ class _Builder:
             segs.append(self.comm(stream, Collective.ALL_REDUCE, size, data.grad_span, group, deps))
         else:
             if data.shard > 1:
-                pieces = (sizes or (trainable,)) if data.zero >= 3 else (trainable,)
+                pieces = sizes or (trainable,)  # `_reduce_sizes`: one piece below ZeRO-3
                 copies = data.zero >= 3 and self.plan.stack is not None and self.plan.stack.reduce_peer_copies
                 for piece in pieces:
                     if copies:
