@@ -33,7 +33,8 @@ def simulate(model: str | Path | dict | ModelSpec, system: str | Path | dict | S
              mode: str | None = None, kv_dtype: str | None = None, request_rate: float | None = None,
              num_requests: int | None = None, arrivals: str | Path | None = None, max_ttft: float | None = None,
              max_tpot: float | None = None, seed: int | None = None, stack: str | Path | dict | None = None,
-             finetune: str | None = None, lora_rank: int | None = None, frozen_layers: int | None = None,
+             launch: str | None = None, engine: str | None = None, finetune: str | None = None,
+             lora_rank: int | None = None, frozen_layers: int | None = None,
              lora_targets: list[str] | None = None, expert_load: str | float | None = None,
              capacity_factor: float | None = None, calibration: str | Path | None = None,
              keep_schedule: bool = False) -> Result | ServingResult:
@@ -48,7 +49,10 @@ def simulate(model: str | Path | dict | ModelSpec, system: str | Path | dict | S
     Inference of a generative model (`task="inference"`) serves requests of `prompt_len` input and
     `output_len` output tokens in `mode` static (default), concurrency, saturation, rate or
     disaggregated (`madmax.serve`), with `batch` requests per replica, strategy tp, pp and dp (replicas)
-    or the disaggregated workers, under the serving `stack` (trtllm default, vllm, sglang, trtllm-0.9);
+    or the disaggregated workers, under the serving `stack` (trtllm default, vllm, vllm-0.14, sglang,
+    trtllm-0.9) as `launch`ed (sized default: the engine's defaults raised where they cannot serve the load;
+    engine: the defaults; aiconfigurator: its generator's settings), with `engine` settings over both
+    ("max_num_tokens=16384,chunked_prefill=1");
     `dtype` bf16, fp16, fp8, fp4 (NVFP4) or int4 (weight-only), `kv_dtype` bf16 or fp8; rate mode takes
     `request_rate` (requests/s) or an `arrivals` CSV (arrival_s, prompt_len, output_len), and
     `max_ttft`/`max_tpot` (s) for goodput. Returns a `ServingResult`.
@@ -68,8 +72,8 @@ def simulate(model: str | Path | dict | ModelSpec, system: str | Path | dict | S
                               prompt_len=prompt_len, output_len=output_len, mode=mode, kv_dtype=kv_dtype,
                               request_rate=request_rate, num_requests=num_requests,
                               arrivals=None if arrivals is None else str(arrivals), max_ttft_s=max_ttft,
-                              max_tpot_s=max_tpot, seed=seed, finetune=finetune, lora_rank=lora_rank,
-                              frozen_layers=frozen_layers, lora_targets=lora_targets,
+                              max_tpot_s=max_tpot, seed=seed, launch=launch, engine=engine, finetune=finetune,
+                              lora_rank=lora_rank, frozen_layers=frozen_layers, lora_targets=lora_targets,
                               expert_load=None if expert_load is None else str(expert_load),
                               capacity_factor=capacity_factor)
     if builder_for(request.task.kind, request.workload) is SERVING:

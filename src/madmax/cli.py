@@ -109,10 +109,16 @@ FrozenLayersOpt = Annotated[int | None, typer.Option(help="Bottom layers frozen 
 LoraTargetsOpt = Annotated[str | None, typer.Option(help="LoRA projections, e.g. qkv,out,up,gate,down.")]
 CalibrationOpt = Annotated[Path | None, typer.Option(help="Compute profile from `madmax calibrate`.")]
 StackOpt = Annotated[str | None, typer.Option(help="Software stack. Inference: the serving stack, trtllm (default), "
-                                                   "vllm, sglang, trtllm-0.9; training: the training framework, "
+                                                   "vllm, vllm-0.14, sglang, trtllm-0.9; training: the training "
+                                                   "framework, "
                                                    "megatron-core (default), megatron-lm-2021, pytorch, fsdp2, "
                                                    "deepspeed, megatron-deepspeed, and for recommendation "
                                                    "models hugectr, torchrec, tf2; or a YAML file.")]
+LaunchOpt = Annotated[str | None, typer.Option(help="Inference: how the engine is launched: sized (default: its "
+                                                     "defaults, raised where they cannot serve the load), engine (its "
+                                                     "defaults) or aiconfigurator (its generator's settings).")]
+EngineOpt = Annotated[str | None, typer.Option(help='Inference: engine settings over the stack, e.g. '
+                                                     '"max_num_tokens=16384,chunked_prefill=1,max_batch=256".')]
 SearchStackOpt = Annotated[str | None, typer.Option(help="Software stack. Inference: the serving stack every layout "
                                                          "is costed under, trtllm (default), vllm, sglang, trtllm-0.9, "
                                                          "or a YAML file; training: megatron-core only (the default; "
@@ -158,6 +164,8 @@ def simulate(
     max_tpot: Annotated[float | None, typer.Option(help="Time-per-output-token limit for goodput, seconds.")] = None,
     seed: Annotated[int | None, typer.Option(help="Seed of the Poisson arrivals (rate mode).")] = None,
     stack: StackOpt = None,
+    launch: LaunchOpt = None,
+    engine: EngineOpt = None,
     finetune: FinetuneOpt = None,
     lora_rank: LoraRankOpt = None,
     frozen_layers: FrozenLayersOpt = None,
@@ -177,7 +185,8 @@ def simulate(
                               batch=batch, prompt_len=prompt_len, output_len=output_len, mode=mode,
                               kv_dtype=kv_dtype, request_rate=request_rate, num_requests=num_requests,
                               arrivals=arrivals, max_ttft=max_ttft, max_tpot=max_tpot, seed=seed, stack=stack,
-                              finetune=finetune, lora_rank=lora_rank, frozen_layers=frozen_layers,
+                              launch=launch, engine=engine, finetune=finetune, lora_rank=lora_rank,
+                              frozen_layers=frozen_layers,
                               lora_targets=lora_targets.split(",") if lora_targets else None,
                               expert_load=expert_load, capacity_factor=capacity_factor,
                               calibration=calibration, keep_schedule=trace is not None)

@@ -21,16 +21,20 @@ values = st.one_of(st.none(), st.integers(-3, 5000), st.floats(allow_nan=True, a
        rate=values, requests=st.one_of(st.none(), st.integers(-2, 60)), dtype=st.sampled_from(
            [None, "bf16", "fp8", "fp4", "int4", "nvfp4", "fp32", "int8", "FP8"]),
        kv=st.sampled_from([None, "fp8", "bf16", "fp4"]),
-       stack=st.sampled_from([None, "trtllm", "vllm", "sglang", "trtllm-0.9", "tgi", {}]),
+       stack=st.sampled_from([None, "trtllm", "vllm", "vllm-0.14", "sglang", "trtllm-0.9", "tgi", {}]),
+       launch=st.sampled_from([None, "engine", "sized", "aiconfigurator", "fast", 1]),
+       engine=st.sampled_from([None, "max_num_tokens=4096", "chunked_prefill=0", "mixed_batches=0",
+                               "max_batch=2", "frontend_s=0", "host_overlaps_gpu=0", "foo=1", "max_num_tokens=-1",
+                               ",", "==", "max_batch=1,max_batch=2"]),
        strategy=st.sampled_from([None, "tp=2", "tp=8", "tp=3", "pp=2", "tp=2,pp=2", "zero=1", "dp=3",
                                  "prefill_workers=1,decode_workers=1",
                                  "prefill_workers=4,decode_workers=1,decode_tp=4"]))
 def test_inference_requests_end_in_a_result_or_one_sentence(batch, prompt, output, mode, rate, requests, dtype, kv,
-                                                           stack, strategy):
+                                                           stack, launch, engine, strategy):
     try:
         r = madmax.simulate("llama-3.1-8b", "dgx-h100", 8, task="inference", batch=batch, prompt_len=prompt,
                             output_len=output, mode=mode, request_rate=rate, num_requests=requests, dtype=dtype,
-                            kv_dtype=kv, stack=stack, strategy=strategy)
+                            kv_dtype=kv, stack=stack, launch=launch, engine=engine, strategy=strategy)
     except MadmaxError as exc:
         message = str(exc)
         assert message and "\n" not in message and "Traceback" not in message
@@ -39,6 +43,7 @@ def test_inference_requests_end_in_a_result_or_one_sentence(batch, prompt, outpu
     for key in ("ttft_s", "tpot_s", "output_tokens_per_s", "peak_memory_bytes", "decode_step_time_s"):
         assert isinstance(d[key], float) and math.isfinite(d[key]) and d[key] >= 0, key
     assert d["fits"] or d["fits_reason"]
+    assert all(isinstance(s, str) and s and "\n" not in s for s in d["limits"])
 
 
 def test_top_level_api_is_the_api():

@@ -10,6 +10,7 @@ runs and say so.
 
 from __future__ import annotations
 
+import math
 from enum import StrEnum
 from functools import cache
 from importlib import resources
@@ -34,6 +35,30 @@ class CudaGraphs(StrEnum):
     ALL = "all"
 
 
+class Engine(StrEnum):
+    """The inference engine a stack profile describes (its launch rules depend on it)."""
+
+    TRTLLM = "trtllm"
+    VLLM = "vllm"
+    SGLANG = "sglang"
+
+
+class Launch(StrEnum):
+    """How the engine was launched for the run (`launched`).
+
+    ENGINE: every setting at the engine's default.
+    SIZED: the defaults, with the token budget and the running-request cap raised where they cannot serve the
+    workload (a prompt that does not chunk must fit one step beside the running decodes), as serving
+    benchmarks size an engine for its load.
+    AICONFIGURATOR: the settings AIConfigurator's generator writes for an aggregated worker (the launch of the
+    measured `serving_h100` rows).
+    """
+
+    ENGINE = "engine"
+    SIZED = "sized"
+    AICONFIGURATOR = "aiconfigurator"
+
+
 class KVPoolBasis(StrEnum):
     """What the KV-cache pool is a fraction of: all of HBM (vLLM's gpu_memory_utilization, less the
     weights and activations), or the memory left after weights and activations (TensorRT-LLM's
@@ -53,12 +78,33 @@ class AllReduceRule(Schema):
     latency_s: Seconds = Field(ge=0, description="Fixed time of one call (one_shot: t = a + (n-1) S / B; "
                                                  "two_shot: t = 2a + 2 (n-1)/n S / B).")
     busbw_fraction: Fraction = Field(description="B as a fraction of the scale-up bandwidth per GPU per direction.")
+    fitted_max_bytes: float | None = Field(None, gt=0, allow_inf_nan=False, description="Largest message (bytes) the latency and fraction "
+                                           "were fitted on; beyond it each byte costs 1/`large_busbw_fraction`.")
+    large_busbw_fraction: Fraction | None = Field(None, description="Bandwidth of the kernel's messages beyond "
+                                                  "`fitted_max_bytes`, as a fraction of the scale-up bandwidth "
+                                                  "(measured at larger sizes).")
 
     @model_validator(mode="after")
     def _known(self) -> AllReduceRule:
         if self.algorithm not in ("one_shot", "two_shot"):
             raise ValueError(f"all_reduce algorithm {self.algorithm!r} is unknown; allowed: one_shot, two_shot")
+        if (self.fitted_max_bytes is None) != (self.large_busbw_fraction is None):
+            raise ValueError("all_reduce fitted_max_bytes and large_busbw_fraction go together; allowed: both or "
+                             "neither")
         return self
+
+    def seconds(self, size_bytes: float, ranks: int, link_bytes_per_s: float) -> float:
+        """Time of one call on `ranks` GPUs whose links carry `link_bytes_per_s` per direction: one-shot
+        t = a + (n-1) S / B, two-shot t = 2a + 2 (n-1)/n S / B, B = fraction x link; past the fitted range each
+        further byte moves at the large-message fraction (so the time never falls as the message grows)."""
+        n = ranks
+        per_byte = (n - 1) if self.algorithm == "one_shot" else 2 * (n - 1) / n
+        base = self.latency_s if self.algorithm == "one_shot" else 2 * self.latency_s
+        fitted = min(size_bytes, self.fitted_max_bytes or size_bytes)
+        t = base + per_byte * fitted / (link_bytes_per_s * self.busbw_fraction)
+        if size_bytes > fitted:
+            t += per_byte * (size_bytes - fitted) / (link_bytes_per_s * self.large_busbw_fraction)
+        return t
 
 
 class ServingStack(Schema):
@@ -66,6 +112,8 @@ class ServingStack(Schema):
 
     name: str = Field(description="Catalog name, e.g. 'trtllm'.")
     description: str = Field("", description="The engine and the versions these defaults describe.")
+    engine: Engine | None = Field(None, description="The engine (trtllm, vllm, sglang): which launch rules apply.")
+    version: str = Field("", description="The engine releases these defaults were read from, e.g. '0.11-0.13'.")
     max_num_tokens: PositiveInt = Field(description="Token budget of one step (prefill tokens plus decodes).")
     max_batch: PositiveInt = Field(description="Most requests running at once per engine.")
     chunked_prefill: bool = Field(description="A prompt longer than the budget left is prefilled in chunks over "
@@ -88,7 +136,15 @@ class ServingStack(Schema):
                                               "computed and the newest request is preempted when the pool is full.")
     all_reduce: tuple[AllReduceRule, ...] = Field((), description="Custom all-reduce kernels for small messages "
                                                                   "inside an NVLink domain, in order.")
+    frontend_s: Seconds = Field(0.0, ge=0, description="The HTTP front end's time per request: the request's way "
+                                                       "from the client to the engine's queue and the first token's "
+                                                       "way back (in TTFT and in a closed-loop client's round trip).")
     sources: dict[str, str] = Field(default_factory=dict, description="Source of each field.")
+
+    @property
+    def label(self) -> str:
+        """The profile's name with the releases it describes, e.g. 'vllm (0.11-0.13)'."""
+        return f"{self.name} ({self.version})" if self.version else self.name
 
     def prompts_per_step(self, prompt_len: int) -> int:
         """Whole prompts of `prompt_len` tokens one step's budget holds; at least one (a longer prompt is
@@ -123,3 +179,96 @@ def weight_bytes_per_param(dtype: str) -> float | None:
     plain format (its element size)."""
     entry = _catalog().get("weight_formats", {}).get(str(dtype))
     return None if entry is None else float(entry["bytes_per_param"])
+
+
+# ---------------------------------------------------------------------------------------------- launch
+
+# Settings a launch or the user may change: the scheduler's, the memory split's and the front end's.
+ENGINE_SETTINGS = ("max_num_tokens", "max_batch", "chunked_prefill", "mixed_batches", "cuda_graphs",
+                   "cuda_graph_max_batch", "host_overlaps_gpu", "kv_pool_fraction", "reserve_full_kv", "frontend_s")
+
+
+def _launch_data() -> dict:
+    return _catalog()["launch"]
+
+
+def launched(stack: ServingStack, launch: Launch, batch: int, prompt: int, role: str = "agg"
+             ) -> tuple[ServingStack, list[str]]:
+    """The stack as launched for `batch` requests of `prompt` tokens on a worker of `role` (agg, prefill,
+    decode), and a note for every setting the launch changed.
+
+    SIZED keeps the engine's defaults unless they cannot serve the load: an engine that does not chunk prompts
+    gets max_num_tokens = batch + prompt + margin when batch + prompt exceed it (a prompt must fit one step
+    beside the running decodes, else it waits until every earlier request finishes), and max_batch = batch
+    when the batch exceeds it. AICONFIGURATOR sets what its generator writes (`catalog/serving.yaml`
+    `launch.sources`): TensorRT-LLM max_num_tokens = batch + prompt + margin rounded up to a KV block,
+    max_batch_size and the CUDA-graph batches = batch; vLLM max_num_batched_tokens = batch + prompt + margin;
+    SGLang max_prefill_tokens = prompt + margin with mixed chunks and max_running_requests = batch; prefill
+    workers prompt + margin, decode workers batch.
+    """
+    if launch is Launch.ENGINE:
+        return stack, []
+    data = _launch_data()
+    margin, block = int(data["margin_tokens"]), int(data["block_tokens"])
+    step = {"agg": batch + prompt, "prefill": prompt, "decode": batch}[role]
+    if launch is Launch.SIZED:
+        update: dict = {}
+        if not stack.chunked_prefill and step > stack.max_num_tokens:
+            update["max_num_tokens"] = step + (margin if role != "decode" else 0)
+        if batch > stack.max_batch and role != "prefill":
+            update["max_batch"] = batch
+        return _changed(stack, update, "launch sized", "the engine's default cannot serve the load")
+    if stack.engine is None:
+        raise ConfigError(f"launch aiconfigurator has no rule for stack {stack.name!r}, which names no engine; "
+                          "allowed: launch engine or sized, or a stack with engine trtllm, vllm or sglang")
+    budget = {"agg": batch + prompt + margin, "prefill": prompt + margin, "decode": batch}[role]
+    update = {}
+    if stack.engine is Engine.TRTLLM:
+        update = {"max_num_tokens": block * math.ceil(budget / block), "chunked_prefill": False}
+        if role != "prefill":
+            update.update(max_batch=batch, cuda_graph_max_batch=batch)
+    elif stack.engine is Engine.VLLM:
+        update = {"max_num_tokens": budget, "max_batch": max(stack.max_batch, batch),
+                  "cuda_graph_max_batch": max(stack.cuda_graph_max_batch, batch)}
+    else:  # SGLang's max_prefill_tokens holds the prompt tokens of a step, the running decodes counted in it
+        update = {"max_num_tokens": min(stack.max_num_tokens, prompt + margin) if role != "decode"
+                  else stack.max_num_tokens}
+        if role != "prefill":
+            update.update(max_batch=batch, cuda_graph_max_batch=batch, mixed_batches=role == "agg")
+    return _changed(stack, update, "launch aiconfigurator", "its generator's rule for this engine")
+
+
+def _changed(stack: ServingStack, update: dict, launch: str, why: str) -> tuple[ServingStack, list[str]]:
+    moved = {k: v for k, v in update.items() if getattr(stack, k) != v}
+    if not moved:
+        return stack, []
+    text = ", ".join(f"{k} {_shown(getattr(stack, k))} -> {_shown(v)}" for k, v in moved.items())
+    return stack.model_copy(update=moved), [f"{launch}: {text} ({why}; `--launch engine` keeps the defaults)"]
+
+
+def _shown(value: object) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def with_settings(stack: ServingStack, text: str | None) -> ServingStack:
+    """The stack with the user's engine settings, e.g. "max_num_tokens=16384,chunked_prefill=1"; each
+    checked as the stack's own field."""
+    if not text:
+        return stack
+    update: dict[str, str] = {}
+    for item in text.split(","):
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key or not value.strip():
+            raise ConfigError(f"engine setting {item.strip()!r} is not key=value; allowed keys: "
+                              f"{', '.join(ENGINE_SETTINGS)}")
+        if key not in ENGINE_SETTINGS:
+            raise ConfigError(f"engine.{key} is not an engine setting; allowed: {', '.join(ENGINE_SETTINGS)}")
+        if key in update:
+            raise ConfigError(f"engine.{key} is given twice; allowed: each setting once")
+        update[key] = value.strip()
+    from madmax.config.loaders import validate
+
+    return validate(ServingStack, {**stack.model_dump(), **update}, "engine")

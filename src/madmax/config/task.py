@@ -11,6 +11,7 @@ from pydantic import Field, NonNegativeInt, PositiveInt, field_validator, model_
 
 from madmax.config.base import DType, Schema, dtype_among
 from madmax.config.checks import MAX_FLOAT, MAX_GLOBAL_BATCH, shown
+from madmax.config.stack import Launch
 from madmax.errors import ConfigError
 
 
@@ -94,6 +95,11 @@ class Task(Schema):
     max_tpot_s: Positive | None = Field(None, description="Time-per-output-token limit for goodput and the "
                                                           "serving search, seconds.")
     seed: NonNegativeInt = Field(0, description="Seed of the Poisson arrivals (rate mode).")
+    launch: Launch = Field(Launch.SIZED, description="How the serving engine is launched (inference): engine (its "
+                           "defaults), sized (the defaults, raised where they cannot serve the load; default) or "
+                           "aiconfigurator (the settings AIConfigurator's generator writes).")
+    engine: str | None = Field(None, description="Engine settings over the stack and the launch (inference), e.g. "
+                               "'max_num_tokens=16384,chunked_prefill=1'.")
     expert_load: str = Field("balanced", description="How routing loads the expert ranks (MoE models): "
                              "balanced, a measured busiest-over-mean factor such as 1.3, or zipf:ALPHA.")
     capacity_factor: float | None = Field(None, description="Expert capacity over the mean share; tokens beyond "
@@ -232,4 +238,4 @@ INFERENCE_ONLY_DTYPES = ("int4",)
 TRAINING_ONLY_DTYPES = ("mxfp8",)
 KV_DTYPES = ("bf16", "fp16", "fp8")
 SERVING_FIELDS = ("batch", "prompt_len", "output_len", "mode", "kv_dtype", "request_rate", "num_requests", "arrivals",
-                  "max_ttft_s", "max_tpot_s", "seed")
+                  "max_ttft_s", "max_tpot_s", "seed", "launch", "engine")

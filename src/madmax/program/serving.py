@@ -72,19 +72,23 @@ class Runtime:
 
     def all_reduce_s(self, size_bytes: float, span: Span) -> float:
         """A custom one-shot or two-shot kernel for a small message inside an NVLink domain (the first
-        rule of the stack whose size limit holds), else NCCL (`NetworkModel.collective_s`)."""
+        rule of the stack whose size limit holds, `AllReduceRule.seconds`), else NCCL
+        (`NetworkModel.collective_s`). An engine switches kernels at a size where the next is no slower; where
+        the fits (the kernels' from small-message latencies, NCCL's from nccl-tests) disagree at a switch, a
+        message past it takes at least what the largest message of the kernels before it took, so the time
+        never falls as a message grows."""
         n = span.size
         if n == 1 or size_bytes == 0:
             return 0.0
+        floor = 0.0
         if self.nvlink and span.inter == 1:
             for rule in self.stack.all_reduce:
                 limit = next((v for k, v in sorted(rule.max_bytes.items(), reverse=True) if k <= n), 0.0)
                 if size_bytes <= limit:
-                    b = self.scale_up_bytes_per_s * rule.busbw_fraction
-                    if rule.algorithm == "one_shot":
-                        return rule.latency_s + (n - 1) * size_bytes / b
-                    return 2 * rule.latency_s + 2 * (n - 1) / n * size_bytes / b
-        return self.network.collective_s(Collective.ALL_REDUCE, size_bytes, span)
+                    return max(floor, rule.seconds(size_bytes, n, self.scale_up_bytes_per_s))
+                if limit:
+                    floor = max(floor, rule.seconds(limit, n, self.scale_up_bytes_per_s))
+        return max(floor, self.network.collective_s(Collective.ALL_REDUCE, size_bytes, span))
 
 
 def make_runtime(stack: ServingStack, system: System, network: NetworkModel, profile=None) -> Runtime:

@@ -139,6 +139,8 @@ def print_serving(result: ServingResult, console: Console | None = None) -> None
     for key in ("weights", "kv_cache", "activations", "reserved", "total", "kv_pool"):
         mem.add_row(key.replace("_", " "), f"{result.memory[key] / GIB:,.2f} GiB")
     console.print(mem)
+    for note in result.limits:
+        console.print(f"[yellow]limited by: {note}[/yellow]")
     for note in result.assumptions:
         console.print(f"[dim]assumed: {note}[/dim]")
 

@@ -53,6 +53,7 @@ class ServingResult:
     breakdown: dict[str, Any]
     memory: dict[str, float]
     assumptions: list[str] = field(default_factory=list)
+    limits: list[str] = field(default_factory=list)  # what queues the requests (`madmax.serve.limits`)
     latency: dict[str, dict[str, float]] | None = None
     goodput: dict[str, float] | None = None
     error_band: dict[str, Any] | None = None
@@ -78,7 +79,8 @@ class ServingResult:
             "kv_cache_bytes_per_token": self.kv_cache_bytes_per_token,
             "weights_bytes_per_gpu": self.weights_bytes_per_gpu, "peak_memory_bytes": self.peak_memory_bytes,
             "fits": self.fits, "fits_reason": self.fits_reason, "breakdown": self.breakdown,
-            "memory": self.memory, "assumptions": list(self.assumptions), "error_band": self.error_band,
+            "memory": self.memory, "assumptions": list(self.assumptions), "limits": list(self.limits),
+            "error_band": self.error_band,
         }
         if self.latency is not None:
             out["latency"] = self.latency

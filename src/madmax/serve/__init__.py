@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from madmax.collective import Collective, Span
-from madmax.config.stack import ServingStack, load_stack
+from madmax.config.stack import ServingStack, launched, load_stack, with_settings
 from madmax.config.strategy import Strategy
 from madmax.config.task import MAX_ARRIVAL_S, ServingMode
 from madmax.config.units import GIB
@@ -33,6 +33,7 @@ from madmax.serve.deployment import (
     runtime_of,
     serving_strategy,
 )
+from madmax.serve.limits import limits
 from madmax.sim import schedule
 
 MAX_ARRIVALS = 10_000_000
@@ -41,18 +42,17 @@ MAX_ARRIVALS = 10_000_000
 def simulate_serving(request: Request, requested: Strategy, stack: str | Path | dict | ServingStack | None = None,
                      keep_schedule: bool = False) -> ServingResult:
     """Serve `request` (task kind inference) with `requested` (tp, pp, dp; or the disaggregated workers)."""
-    engine_stack = load_stack(stack)
     t = request.task
     check_keys(requested, t.mode)
     check_request(request)
     fmt = formats(request)
-    runtime = runtime_of(request, engine_stack)
     prompt, output, arrival = _lengths(request)
     p_mean, o_mean = float(np.mean(prompt)), float(np.mean(output))
     context = p_mean + o_mean
-    _check_budget(engine_stack, int(np.max(prompt)))
     if t.mode is ServingMode.DISAGGREGATED:
-        return _disaggregated(request, requested, engine_stack, fmt, runtime, p_mean, o_mean, keep_schedule)
+        return _disaggregated(request, requested, load_stack(stack), fmt, p_mean, o_mean, keep_schedule)
+    engine_stack, launch_notes = _launch(load_stack(stack), request, "agg", int(np.max(prompt)))
+    runtime = runtime_of(request, engine_stack)
     strategy = serving_strategy(request, requested, requested.tp, requested.pp, ep=requested.ep, etp=_etp(requested))
     static = t.mode is ServingMode.STATIC
     batch = t.batch or engine_stack.max_batch
@@ -64,7 +64,7 @@ def simulate_serving(request: Request, requested: Strategy, stack: str | Path | 
     # as not fitting.
     longest = float(np.max(prompt + output))
     dep = modes.Deployment(rep, runtime, strategy.dp, context, unbounded_kv=not rep.holds(longest))
-    notes: list[str] = []
+    notes: list[str] = list(launch_notes)
     if t.mode is ServingMode.SATURATION:
         cap = max(1, min(t.batch or rep.max_sequences or 1, rep.max_sequences or 1,
                          engine_stack.max_batch * strategy.pp))
@@ -125,10 +125,21 @@ def _read_arrivals(path: Path, max_seq_len: int) -> tuple[np.ndarray, np.ndarray
     return prompt.astype(int), output.astype(int), arrival - arrival[0]
 
 
-def _check_budget(stack: ServingStack, prompt: int) -> None:
-    if not stack.chunked_prefill and prompt > stack.max_num_tokens:
-        raise ConfigError(f"task.prompt_len={prompt} exceeds the {stack.max_num_tokens}-token step of stack "
-                          f"{stack.name}, which does not chunk prompts; allowed: prompt_len <= {stack.max_num_tokens}")
+def _launch(stack: ServingStack, request: Request, role: str, prompt: int, batch: int | None = None
+            ) -> tuple[ServingStack, list[str]]:
+    """The stack as the task launches it for a worker of `role` (`config.stack.launched`), with the task's
+    engine settings over it, checked against the longest prompt; and the launch's notes."""
+    t = request.task
+    launched_stack, notes = launched(stack, t.launch, batch or t.batch or stack.max_batch, prompt, role)
+    final = with_settings(launched_stack, t.engine)
+    if not final.chunked_prefill and prompt > final.max_num_tokens and role != "decode":
+        raise ConfigError(f"task.prompt_len={prompt} exceeds the {final.max_num_tokens}-token step of stack "
+                          f"{final.name}, which does not chunk prompts; allowed: prompt_len <= "
+                          f"{final.max_num_tokens}, or engine max_num_tokens >= {prompt} or chunked_prefill=1 "
+                          "(--engine), or launch sized")
+    if t.engine:
+        notes.append(f"engine settings {t.engine} over stack {final.name}")
+    return final, notes
 
 
 def _static_prefill_s(dep: modes.Deployment, batch: int, prompt: int, notes: list[str]) -> float:
@@ -184,7 +195,9 @@ def _result(request: Request, dep: modes.Deployment, fmt: Formats, stack: Servin
     _, pre_prog, pre_sched = pre_dep.simulate(modes.prefill_step(min(prompts, fit), int(prompt)))
     prefill_s = _static_prefill_s(pre_dep, prompts * pre_dep.pp, int(prompt), [])
     decode_s, dec_prog, dec_sched = dep.simulate(modes.decode_step(per_engine, prompt + output / 2))
-    memory, fits, reason = _memory(request, rep, shown, stack)
+    static = t.mode is ServingMode.STATIC
+    memory, fits, reason = _memory(request, rep, shown, stack, static)
+    held = [] if static else limits(dep, outcome, batch, int(prompt), int(output), prefill_s)
     tokens_per_s = outcome.output_tokens_per_s + outcome.prompt_tokens_per_s
     peak = sysm.gpu.flops_per_s[fmt.gemm] * n
     # Every token passes the layers; the LM head and sampling run once per generated token.
@@ -195,7 +208,7 @@ def _result(request: Request, dep: modes.Deployment, fmt: Formats, stack: Servin
                    - dec_sched.start_s[dec_prog.spans[(0, s)][0]])
     rank = f"stage{critical}"
     breakdown = {"stage": critical,
-                 "prefill": step_breakdown(pre_sched, "stage0", stage_times(pre_dep.replica.plan, dep.runtime, 0,
+                 "prefill": step_breakdown(pre_sched, "stage0", stage_times(pre_dep.replica.plan, pre_dep.runtime, 0,
                                                                             pre_prog.step).compute_by_kind,
                                            stack.host_step_s),
                  "decode": step_breakdown(dec_sched, rank, stage_times(rep.plan, dep.runtime, critical,
@@ -215,12 +228,16 @@ def _result(request: Request, dep: modes.Deployment, fmt: Formats, stack: Servin
         tokens_per_s=tokens_per_s, mfu=(tokens_per_s * body + outcome.output_tokens_per_s * head) / peak,
         kv_cache_bytes_per_token=kv_per_token / (prompt + output), weights_bytes_per_gpu=rep.weights_bytes,
         peak_memory_bytes=memory["total"], fits=fits, fits_reason=reason, breakdown=breakdown, memory=memory,
-        assumptions=[*request.assumptions, *notes, *_assumed(request, stack)], latency=latency, goodput=goodput,
+        assumptions=[*request.assumptions, *notes, *_assumed(request, stack)], limits=held, latency=latency,
+        goodput=goodput,
         schedule=_trace(dep, pre_prog.step, dec_prog.step) if keep_schedule else None)
 
 
-def _memory(request: Request, rep: Replica, batch: int, stack: ServingStack) -> tuple[dict, bool, str | None]:
-    """Memory per GPU of the worst stage with `batch` requests' KV caches, and whether it fits."""
+def _memory(request: Request, rep: Replica, batch: int, stack: ServingStack, static: bool
+            ) -> tuple[dict, bool, str | None]:
+    """Memory per GPU of the worst stage with `batch` requests' KV caches (at most the pool's), and whether
+    it fits: the weights, activations, reserve and one request's cache must; a static batch's every cache
+    must too, while a served batch beyond the pool queues (`serve.limits` names it)."""
     hbm = request.system.gpu.usable_memory_bytes
     held = min(batch, rep.max_sequences) if rep.max_sequences else batch
     kv = held * rep.kv_bytes_per_sequence
@@ -235,7 +252,7 @@ def _memory(request: Request, rep: Replica, batch: int, stack: ServingStack) -> 
                                f"{rep.workspace_bytes / GIB:.1f} GiB and reserve {rep.reserved_bytes / GIB:.1f} GiB "
                                f"leave stack {stack.name}'s KV pool no room for one request's cache of "
                                f"{per_request:.2f} GiB on a GPU of {hbm / GIB:.0f} GiB")
-    if batch > rep.max_sequences:
+    if batch > rep.max_sequences and static:
         return memory, False, (f"batch {batch} needs the KV cache of {batch} requests per replica but the pool "
                                f"holds {rep.max_sequences} ({rep.pool_bytes / GIB:.1f} GiB per GPU, "
                                f"{per_request:.3f} GiB each); allowed: batch <= {rep.max_sequences}")
@@ -261,7 +278,7 @@ def _latency(outcome: modes.Outcome, max_ttft: float | None, max_tpot: float | N
 
 
 def _assumed(request: Request, stack: ServingStack) -> list[str]:
-    notes = [f"serving stack {stack.name}: {stack.description}"]
+    notes = [f"serving stack {stack.label}: {stack.description}"]
     if request.system.gpu.name not in ("h100-sxm", "h200"):
         notes.append(f"serving stack defaults are those of an H100-class GPU; gpu {request.system.gpu.name} may "
                      "differ (vLLM's token budget is 2048 on A100 and GPUs under 70 GB)")
@@ -276,7 +293,7 @@ def _trace(dep: modes.Deployment, prefill, decode):
     return schedule(pre.program)
 
 
-def _disaggregated(request: Request, requested: Strategy, stack: ServingStack, fmt: Formats, runtime, prompt: float,
+def _disaggregated(request: Request, requested: Strategy, stack: ServingStack, fmt: Formats, prompt: float,
                    output: float, keep_schedule: bool) -> ServingResult:
     """Prefill workers and decode workers (strategy prefill_workers, prefill_tp, ..., decode_pp)."""
     t, n = request.task, request.num_gpus
@@ -297,15 +314,20 @@ def _disaggregated(request: Request, requested: Strategy, stack: ServingStack, f
                           f"decode_ep / decode_tp when larger) but num_gpus={n}; allowed: workers that use all {n} "
                           "GPUs")
     context = prompt + output
-    pre_rep = replica(request, ps, stack, fmt, stack.max_num_tokens, stack.max_num_tokens, prompt)
-    dec_rep = replica(request, ds, stack, fmt, stack.max_batch, stack.max_batch, context)
+    concurrency = t.batch or 0
+    pre_stack, pre_notes = _launch(stack, request, "prefill", int(prompt), batch=1)
+    dec_stack, dec_notes = _launch(stack, request, "decode", int(prompt),
+                                   batch=math.ceil(concurrency / (dw * ds.dp)) if concurrency else None)
+    runtime = runtime_of(request, pre_stack)
+    pre_rep = replica(request, ps, pre_stack, fmt, pre_stack.max_num_tokens, pre_stack.max_num_tokens, prompt)
+    dec_rep = replica(request, ds, dec_stack, fmt, dec_stack.max_batch, dec_stack.max_batch, context)
     pre = modes.Deployment(pre_rep, runtime, pw * ps.dp, prompt, unbounded_kv=not pre_rep.holds(prompt))
-    dec = modes.Deployment(dec_rep, runtime, dw * ds.dp, context, unbounded_kv=not dec_rep.holds(context))
+    dec = modes.Deployment(dec_rep, runtime_of(request, dec_stack), dw * ds.dp, context,
+                           unbounded_kv=not dec_rep.holds(context))
     domain = request.system.scale_up_domain
     per_gpu = max(pre_rep.plan.kv_bytes(s, prompt) for s in range(pre_rep.plan.num_stages))
     span = Span(2, 1) if n <= domain else Span(1, 2)
     transfer = runtime.network.collective_s(Collective.SEND_RECV, per_gpu, span)
-    concurrency = t.batch or 0
     total = t.num_requests or modes.REQUESTS_PER_SLOT * max(concurrency, 1)
     arrival = modes.poisson_arrivals(t.request_rate, total, t.seed) if t.request_rate else None
     outcome = modes.disaggregated(modes.Disaggregated(pre, dec, transfer), arrival, concurrency, int(prompt),
@@ -314,7 +336,8 @@ def _disaggregated(request: Request, requested: Strategy, stack: ServingStack, f
             f"decode_pp={ds.pp}")
     if request.spec.has_experts:
         text += f",prefill_ep={ps.ep},decode_ep={ds.ep}" + _overlap(ps)
-    notes = [f"KV cache of a prompt sent from prefill to decode worker in {transfer * 1e3:.3f} ms "
+    notes = [*(f"prefill workers: {note}" for note in pre_notes), *(f"decode workers: {note}" for note in dec_notes),
+             f"KV cache of a prompt sent from prefill to decode worker in {transfer * 1e3:.3f} ms "
              f"({per_gpu / 2**20:.1f} MiB per GPU over the {'scale-up' if span.inter == 1 else 'scale-out'} fabric)"]
-    return _result(request, dec, fmt, stack, outcome, concurrency, prompt, output, notes, keep_schedule, text,
+    return _result(request, dec, fmt, dec_stack, outcome, concurrency, prompt, output, notes, keep_schedule, text,
                    prefill_dep=pre)

@@ -9,6 +9,10 @@ a cap on running requests, first come first served (Yu et al. 2022, Orca; Kwon e
   for all of it.
 - separate batches (SGLang): a step is all prefill (while prompts wait and fit) or all decode.
 
+Overlap scheduling (`admit_lag`: TensorRT-LLM's overlap scheduler, SGLang's overlap schedule, vLLM's async
+scheduling): the host schedules step n + 1 while step n runs, so a request that arrives during step n joins
+step n + 2 at the earliest; an idle engine takes an arrival at once.
+
 KV cache: with `reserve_full` (TensorRT-LLM's GUARANTEED_NO_EVICT) a request is admitted when its whole
 cache (prompt and output) fits the pool; otherwise (vLLM, SGLang) blocks are taken as tokens are computed,
 a request is admitted when its prompt fits, and when a decode step finds the pool full the most recently
@@ -50,6 +54,7 @@ class Scheduler:
     mixed: bool
     kv_tokens: float
     reserve_full: bool = True
+    admit_lag: bool = False
 
 
 @dataclass
@@ -77,6 +82,11 @@ class Requests:
     first_token: np.ndarray = field(init=False)
     finish: np.ndarray = field(init=False)
     itl: Tokens = field(init=False, default_factory=Tokens)
+    busy_s: float = field(init=False, default=0.0)  # seconds of steps, summed over the engines
+    # seconds of steps while a waiting request could not start, by the limit that held it: a token budget with no
+    # room for a prompt beside the running decodes ("budget"), a budget filled by the prompts it took ("steps"),
+    # the cap on running requests ("batch") or the KV pool ("kv")
+    blocked_s: dict[str, float] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self.first_token = np.full(len(self.arrival), np.nan)
@@ -102,6 +112,7 @@ class Engine:
         self.on_finish, self.on_prefilled = on_finish, on_prefilled
         self.decode_only, self.prefill_only = decode_only, prefill_only
         self.clock = 0.0
+        self.cutoff = 0.0  # the latest arrival the next step may take (overlap scheduling: the last step's start)
         self.arrivals: list[tuple[float, int]] = []  # heap of (time, request) not yet arrived
         self.waiting: deque[int] = deque()
         self.prefilling: list[list[int]] = []  # [request, tokens prefilled]
@@ -119,6 +130,7 @@ class Engine:
         self.preemptions = 0
         self.admitted_now = 0
         self.busy_s = 0.0
+        self._blocked: str | None = None  # the limit that kept this step from starting a waiting request
 
     # -- input ----------------------------------------------------------------------------------------
 
@@ -126,7 +138,8 @@ class Engine:
         heapq.heappush(self.arrivals, (at, request))
 
     def _arrive(self) -> None:
-        while self.arrivals and self.arrivals[0][0] <= self.clock:
+        cutoff = self.cutoff if self.s.admit_lag else self.clock
+        while self.arrivals and self.arrivals[0][0] <= cutoff:
             self.waiting.append(heapq.heappop(self.arrivals)[1])
 
     @property
@@ -149,6 +162,7 @@ class Engine:
                 if not self.arrivals or self.arrivals[0][0] > until:
                     return
                 self.clock = max(self.clock, self.arrivals[0][0])
+                self.cutoff = self.clock  # an idle engine takes the arrival at once
                 continue
             if self.clock > until:
                 return
@@ -172,8 +186,9 @@ class Engine:
         step = Step(prefill=tuple((q, done + q) for _, done, q in chunks), decode=decodes,
                     decode_kv_tokens=self.decode_keys if decodes else 0.0, sampled=decodes + len(completing))
         seconds = self.step_time(step)
+        self.cutoff = self.clock
         self.clock += seconds
-        self.busy_s += seconds
+        self._busy(seconds)
         if decodes:
             self._advance_decoders(1, seconds, seconds)
         for request, done, q in chunks:
@@ -210,6 +225,7 @@ class Engine:
         budget = self.s.budget - (self.num_decoding if self.s.mixed else 0)
         chunks: list[tuple[int, int, int]] = []
         completing: list[int] = []
+        self._blocked = None
         for entry in self.prefilling:
             if budget <= 0:
                 break
@@ -217,8 +233,12 @@ class Engine:
             left = self._prompt(request) - done
             take = min(left, budget) if self.s.chunked else (left if left <= budget else 0)
             if not self.s.reserve_full:
-                take = int(min(take, max(0.0, self._free() - sum(q for _, _, q in chunks))))
+                room = int(max(0.0, self._free() - sum(q for _, _, q in chunks)))
+                if take and room < take and room < budget:
+                    self._blocked = "kv"
+                take = min(take, room)
             if take == 0:
+                self._blocked = self._blocked or ("steps" if chunks else "budget")
                 break
             chunks.append((request, done, take))
             budget -= take
@@ -232,6 +252,10 @@ class Engine:
             taken = 0 if self.s.reserve_full else sum(q for _, _, q in chunks)
             running = len(self.prefilling) + self.num_decoding
             if take == 0 or running >= self.s.max_batch or need + taken > self._free():
+                if take == 0:  # a full step is the budget at work; none taken beside the decodes, starvation
+                    self._blocked = "steps" if chunks else "budget"
+                else:
+                    self._blocked = "batch" if running >= self.s.max_batch else "kv"
                 break
             self.waiting.popleft()
             if self.s.reserve_full:
@@ -241,7 +265,16 @@ class Engine:
             budget -= take
             if take == prompt:
                 completing.append(request)
+        if self.waiting and budget <= 0 and self._blocked is None:
+            self._blocked = "steps" if chunks else "budget"
         return chunks, completing
+
+    def _busy(self, seconds: float) -> None:
+        """Count a step's time, and against the limit that kept a waiting request from starting in it."""
+        self.busy_s += seconds
+        self.r.busy_s += seconds
+        if self._blocked is not None and self.waiting:
+            self.r.blocked_s[self._blocked] = self.r.blocked_s.get(self._blocked, 0.0) + seconds
 
     def _set_prefilled(self, request: int, done: int) -> None:
         for entry in self.prefilling:
@@ -327,13 +360,17 @@ class Engine:
         if k > 1:
             slope = (self.step_time(Step(decode=d, decode_kv_tokens=self.decode_keys + (k - 1) * d, sampled=d))
                      - first) / (k - 1)
-            horizon = min(until, self.arrivals[0][0] if self.arrivals else math.inf)
-            if horizon < math.inf:
-                k = min(k, _steps_to_reach(horizon - self.clock, first, slope))
+            if until < math.inf:
+                k = min(k, _steps_to_reach(until - self.clock, first, slope))
+            if self.arrivals:  # to the step the next arrival comes in (and, overlap-scheduled, one more)
+                span = self.arrivals[0][0] - self.clock
+                reach = _steps_to_reach(span, first, slope) if span > 0 else 0
+                k = min(k, max(1, reach + self.s.admit_lag))
             last = first + (k - 1) * slope
         seconds = k * (first + last) / 2
+        self.cutoff = self.clock + seconds - last
         self.clock += seconds
-        self.busy_s += seconds
+        self._busy(seconds)
         self._advance_decoders(k, first, last)
         return True
 

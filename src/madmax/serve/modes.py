@@ -3,9 +3,11 @@
 - static: `batch` requests of prompt_len tokens start together: one prefill step of the batch (the
   time to first token), then output_len - 1 decode steps as the context grows; TPOT is their mean and
   output tokens/s = replicas x batch x output_len / (prefill + (output_len - 1) x TPOT).
-- concurrency: a closed loop, as benchmark clients with a maximum concurrency measure: `batch` requests
-  in flight per replica, all sent at t = 0, each finished one replaced at once; means over
-  `num_requests` requests (default 10 per request in flight).
+- concurrency: a closed loop, as benchmark clients with a maximum concurrency measure: `batch` clients
+  per replica, all sending at t = 0, each sending its next request when its last token arrives (the front
+  end's round trip, `ServingStack.frontend_s`, later at the engine); means over `num_requests` requests
+  (default 20 per client: aiperf's profiling phase as AIConfigurator runs it; its warm-up phase drains
+  before the profiling phase starts, so the measured requests start from an idle engine).
 - saturation: every request queued: the closed loop at each batch up to the memory limit (powers of
   two and the limit), the one with the most output tokens/s reported.
 - rate: Poisson arrivals at `request_rate` (or a CSV trace) spread round-robin over the engines;
@@ -32,8 +34,12 @@ from madmax.sim import Schedule, schedule
 
 # Trapezoid samples of a long decode (the step time is piecewise linear in the context).
 DECODE_SAMPLES = 17
-# Requests simulated per request in flight when num_requests is not given.
-REQUESTS_PER_SLOT = 10
+# Requests simulated per client when num_requests is not given: AIConfigurator's benchmark runs aiperf with
+# --num-requests 20 x concurrency after --warmup-request-count 2 x concurrency (ai-dynamo/aiconfigurator
+# src/aiconfigurator/generator/config/backend_templates/benchmark/bench_run.sh.j2, BENCH_MULTI_ROUND=20), and
+# aiperf finishes each phase before starting the next (ai-dynamo/aiperf aiperf/timing/credit_issuing_strategy.py
+# _execute_phases: "Wait for the credits to be returned before continuing to the next phase").
+REQUESTS_PER_SLOT = 20
 
 
 @dataclass
@@ -55,6 +61,8 @@ class Outcome:
     requests_per_s: float
     tokens: Tokens = field(default_factory=Tokens)
     notes: list[str] = field(default_factory=list)
+    # share of the engines' step time during which a waiting request was held, by the limit that held it
+    blocked: dict[str, float] = field(default_factory=dict)
 
     def mean(self, name: str) -> float:
         values = getattr(self, name)
@@ -107,7 +115,7 @@ class Deployment:
         kv = self.replica.pool_bytes * share / per_token if per_token and not self.unbounded_kv else math.inf
         return Scheduler(budget=stack.max_num_tokens, max_batch=max(1, stack.max_batch // self.pp),
                          chunked=stack.chunked_prefill, mixed=stack.mixed_batches, kv_tokens=kv,
-                         reserve_full=stack.reserve_full_kv)
+                         reserve_full=stack.reserve_full_kv, admit_lag=stack.host_overlaps_gpu)
 
 
 def decode_step(batch: int, context: float) -> Step:
@@ -167,7 +175,7 @@ def closed_loop(dep: Deployment, batch: int, prompt: int, output: int, num_reque
     for concurrency, engines in _engine_groups(batch, dep.pp):
         n = max(concurrency, num_requests // dep.engines) if num_requests else REQUESTS_PER_SLOT * concurrency
         outcomes.append((_closed_engine(dep, concurrency, prompt, output, n, 1 / dep.pp), engines * dep.replicas))
-    return _combine(outcomes, batch)
+    return _combine(outcomes, batch, dep.runtime.stack.frontend_s)
 
 
 def _engine_groups(batch: int, pp: int) -> list[tuple[int, int]]:
@@ -180,10 +188,12 @@ def _closed_engine(dep: Deployment, concurrency: int, prompt: int, output: int, 
     reqs = Requests(arrival=np.zeros(n), prompt=np.full(n, prompt), output=np.full(n, output))
     sent = [concurrency]
 
+    round_trip = dep.runtime.stack.frontend_s  # the last token's way to the client, the next request's back
+
     def replace(_: int, at: float) -> None:
         if sent[0] < n:
-            reqs.arrival[sent[0]] = at
-            engine.submit(sent[0], at)
+            reqs.arrival[sent[0]] = at + round_trip
+            engine.submit(sent[0], at + round_trip)
             sent[0] += 1
 
     engine = Engine(reqs, dep.scheduler(share), dep.step_s, on_finish=replace)
@@ -193,17 +203,22 @@ def _closed_engine(dep: Deployment, concurrency: int, prompt: int, output: int, 
     return reqs
 
 
-def _combine(groups: list[tuple[Requests, int]], batch: int) -> Outcome:
+def _combine(groups: list[tuple[Requests, int]], batch: int, frontend_s: float = 0.0) -> Outcome:
     """Latencies and rates of engine groups, each simulated once and standing for `count` engines that
-    run side by side: the rates add up."""
+    run side by side: the rates add up. The front end's time per request (`frontend_s`) adds to every TTFT
+    and end-to-end latency the client sees."""
     ttft, e2e, weight, tpot, tpot_weight = [], [], [], [], []
     out_rate = prompt_rate = request_rate = 0.0
     tokens = Tokens()
+    busy, blocked = 0.0, dict[str, float]()
     for reqs, count in groups:
+        busy += count * reqs.busy_s
+        for reason, seconds in reqs.blocked_s.items():
+            blocked[reason] = blocked.get(reason, 0.0) + count * seconds
         done = ~np.isnan(reqs.finish)
         many = done & (reqs.output > 1)
-        ttft.append(reqs.first_token[done] - reqs.arrival[done])
-        e2e.append(reqs.finish[done] - reqs.arrival[done])
+        ttft.append(reqs.first_token[done] - reqs.arrival[done] + frontend_s)
+        e2e.append(reqs.finish[done] - reqs.arrival[done] + frontend_s)
         weight.append(np.full(int(done.sum()), float(count)))
         tpot.append((reqs.finish[many] - reqs.first_token[many]) / (reqs.output[many] - 1))
         tpot_weight.append(np.full(int(many.sum()), float(count)))
@@ -215,7 +230,8 @@ def _combine(groups: list[tuple[Requests, int]], batch: int) -> Outcome:
             tokens.add(s, c * count)
     return Outcome(batch=batch, ttft_s=np.concatenate(ttft), e2e_s=np.concatenate(e2e), weight=np.concatenate(weight),
                    tpot_s=np.concatenate(tpot), tpot_weight=np.concatenate(tpot_weight), output_tokens_per_s=out_rate,
-                   prompt_tokens_per_s=prompt_rate, requests_per_s=request_rate, tokens=tokens)
+                   prompt_tokens_per_s=prompt_rate, requests_per_s=request_rate, tokens=tokens,
+                   blocked={k: v / busy for k, v in blocked.items()} if busy else {})
 
 
 def saturation(dep: Deployment, cap: int, prompt: int, output: int, num_requests: int | None) -> Outcome:
@@ -246,13 +262,13 @@ def open_loop(dep: Deployment, arrival: np.ndarray, prompt: np.ndarray, output: 
             engine.submit(i, float(reqs.arrival[i]))
         run_engines([engine])
         groups.append((reqs, 1))
-    return _combine_open(groups)
+    return _combine_open(groups, dep.runtime.stack.frontend_s)
 
 
-def _combine_open(groups: list[tuple[Requests, int]]) -> Outcome:
+def _combine_open(groups: list[tuple[Requests, int]], frontend_s: float = 0.0) -> Outcome:
     """Open-loop engines share one clock: rates over the span from the deployment's first arrival to its
     last finish."""
-    out = _combine(groups, batch=0)
+    out = _combine(groups, batch=0, frontend_s=frontend_s)
     first = min(float(np.min(r.arrival)) for r, _ in groups)
     span = max(float(np.nanmax(r.finish)) for r, _ in groups) - first
     done = [(r, ~np.isnan(r.finish)) for r, _ in groups]
@@ -299,10 +315,12 @@ def disaggregated(dis: Disaggregated, arrival: np.ndarray | None, concurrency: i
         prefillers[counter["prefill"] % len(prefillers)].submit(request, at)
         counter["prefill"] += 1
 
+    round_trip = dis.prefill.runtime.stack.frontend_s
+
     def replace(_: int, at: float) -> None:
         if counter["sent"] < n:
-            reqs.arrival[counter["sent"]] = at
-            to_prefill(counter["sent"], at)
+            reqs.arrival[counter["sent"]] = at + round_trip
+            to_prefill(counter["sent"], at + round_trip)
             counter["sent"] += 1
 
     for engine in decoders:
@@ -310,6 +328,6 @@ def disaggregated(dis: Disaggregated, arrival: np.ndarray | None, concurrency: i
     for i in range(counter["sent"]):
         to_prefill(i, float(reqs.arrival[i]))
     run_engines([*prefillers, *decoders])
-    out = _combine_open([(reqs, 1)])
+    out = _combine_open([(reqs, 1)], round_trip)
     out.batch = concurrency
     return out
