@@ -110,7 +110,7 @@ def test_serving_llama70b_agg_row(serving):
     assert ttft.kwargs == tpot.kwargs == {
         "model": "llama-3.1-70b", "system": "dgx-h100", "num_gpus": 4, "task": "inference", "mode": "concurrency",
         "batch": 16, "prompt_len": 1024, "output_len": 1024, "dtype": "fp8", "strategy": "tp=4,pp=1",
-        "stack": "vllm"}
+        "stack": "vllm", "launch": "engine"}
     assert ttft.measured == pytest.approx(121.41327) and tpot.measured == pytest.approx(13.192186)
     assert (ttft.unit, ttft.family, ttft.gpu, ttft.parallelism) == ("ms", "llama", "h100-sxm", "tp4")
     assert "vllm ?" in ttft.label and any("vllm (version not stated)" in a for a in ttft.assumptions)
@@ -126,11 +126,26 @@ def test_serving_disaggregated_row(serving):
         "model": "qwen3-32b", "system": "dgx-h100", "num_gpus": 16, "task": "inference", "mode": "disaggregated",
         "batch": 448, "prompt_len": 4000, "output_len": 1000, "dtype": "fp8",
         "strategy": "prefill_workers=8,prefill_tp=1,prefill_pp=1,decode_workers=2,decode_tp=4,decode_pp=1",
-        "stack": "vllm"}
+        "stack": "vllm", "launch": "aiconfigurator"}
     assert case.parallelism == "disagg" and case.measured == pytest.approx(8.7457549)
     s = parse_strategy(case.kwargs["strategy"])
     assert (s.prefill_workers, s.decode_workers, s.decode_tp) == (8, 2, 4)
     assert any("224 x 2 = 448" in a for a in case.assumptions)
+
+
+def test_serving_rows_name_their_engine_version_and_launch(serving):
+    # The stack profile follows the engine version (vLLM 0.18 schedules asynchronously: vllm-0.14), the launch
+    # follows when AIConfigurator's generator wrote that engine's settings (TensorRT-LLM from its first commit;
+    # vLLM and SGLang from 2025-12-04, so SGLang 0.5.1.post1 of August 2025 ran its defaults).
+    expected = {587: ("vllm", "aiconfigurator"), 683: ("vllm-0.14", "aiconfigurator"), 780: ("vllm", "engine"),
+                400: ("trtllm", "aiconfigurator"), 10: ("sglang", "engine"), 88: ("sglang", "aiconfigurator")}
+    for line, (stack, launch) in expected.items():
+        case = _case(serving, f"silicon_h100.csv:{line}:ttft_ms")
+        assert (case.kwargs["stack"], case.kwargs["launch"]) == (stack, launch), line
+        assert any(f"launch {launch}" in a for a in case.assumptions), line
+    # TensorRT-LLM with fp8 weights keeps an fp8 KV cache (trtllm-bench forces it); the others the 16-bit default.
+    assert _case(serving, "silicon_h100.csv:2:ttft_ms").kwargs["kv_dtype"] == "fp8"
+    assert "kv_dtype" not in _case(serving, "silicon_h100.csv:780:ttft_ms").kwargs
 
 
 def _serving_row(line):

@@ -148,3 +148,32 @@ def test_real_dataset_through_a_fake_engine():
 
 def test_stats_of_nothing_is_none():
     assert Stats.of([]) is None
+
+
+CALLS: list[str] = []
+
+
+def counting_simulate(model, **kwargs):
+    CALLS.append(model)
+    return _Result({"ttft_s": 0.2, "tpot_s": 0.01, "fits": True})
+
+
+def test_cases_sharing_their_inputs_are_simulated_once():
+    # A serving row gives a TTFT and a TPOT case with the same keyword arguments: one simulation scores both.
+    cases = [_case("same", 100.0, metric="ttft_ms"), _case("same", 20.0, metric="tpot_ms"),
+             _case("other", 100.0, metric="ttft_ms")]
+    cases = [Case(**{**c.__dict__, "row_id": f"{c.row_id}:{c.metric}"}) for c in cases]
+    CALLS.clear()
+    report = run_validation([Dataset("serving", "fake", tuple(cases), (), None)], simulate=counting_simulate)
+    assert sorted(CALLS) == ["other", "same"]
+    assert [round(r.signed_error_pct, 6) for r in report.rows] == [100.0, -50.0, 100.0]  # 200 vs 100, 10 vs 20 ms
+
+
+def test_serving_errors_by_hand():
+    from madmax.validate.serving_report import Errors
+
+    # predicted / measured = 0.2, 1.1, 3, 5: |e| 80, 10, 200, 400; beyond 2x: 0.2, 3, 5; beyond 4x: 0.2, 5.
+    e = Errors.of([2.0, 11.0, 30.0, 50.0], [10.0] * 4)
+    assert (e.rows, e.median, e.bias, e.beyond_2x, e.beyond_4x) == (4, 140.0, 105.0, 3, 2)
+    assert e.p90 == pytest.approx(340.0)
+    assert Errors.of([], []) is None

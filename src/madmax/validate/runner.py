@@ -11,6 +11,7 @@ those rows (`Comparison`) and left out of the overall figures, so no row counts 
 from __future__ import annotations
 
 import copy
+import json
 import random
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -186,23 +187,37 @@ def _default_simulate() -> Callable[..., Any]:
 
 def run_case(case: Case, simulate: Callable[..., Any]) -> RowResult:
     """Simulate one case; a MadmaxError becomes the row's error, any other exception a crash."""
+    return run_group([case], simulate)[0]
+
+
+def run_group(cases: Sequence[Case], simulate: Callable[..., Any]) -> list[RowResult]:
+    """Simulate cases that share their keyword arguments (a serving row's TTFT and TPOT) once, and score
+    each against its own metric."""
     start = time.perf_counter()
     try:
-        result = simulate(**copy.deepcopy(case.kwargs))
+        result = simulate(**copy.deepcopy(cases[0].kwargs))
         data: Mapping[str, Any] = result.to_dict() if hasattr(result, "to_dict") else result
+    except MadmaxError as exc:
+        return [RowResult(c, error=str(exc), wall_s=time.perf_counter() - start) for c in cases]
+    except Exception as exc:  # an engine bug must not hide the other rows; it is reported as a crash
+        return [RowResult(c, error=f"{type(exc).__name__}: {exc}", crashed=True, wall_s=time.perf_counter() - start)
+                for c in cases]
+    wall = (time.perf_counter() - start) / len(cases)
+    return [_scored(c, data, wall) for c in cases]
+
+
+def _scored(case: Case, data: Mapping[str, Any], wall_s: float) -> RowResult:
+    try:
         predicted = predicted_value(case.metric, data, flops_per_token=case.published_flops_per_token,
                                     peak_flops_per_s=case.peak_flops_per_s)
         engine = engine_value(case.metric, data, layer_passes=case.layer_passes,
                               peak_flops_per_s=case.peak_flops_per_s)
     except MadmaxError as exc:
-        return RowResult(case, error=str(exc), wall_s=time.perf_counter() - start)
-    except Exception as exc:  # an engine bug must not hide the other rows; it is reported as a crash
-        return RowResult(case, error=f"{type(exc).__name__}: {exc}", crashed=True,
-                         wall_s=time.perf_counter() - start)
+        return RowResult(case, error=str(exc), wall_s=wall_s)
     signed = 100.0 * (predicted - case.measured) / case.measured
     fits = data.get("fits")
     return RowResult(case, predicted=predicted, signed_error_pct=signed, engine_value=engine,
-                     fits=None if fits is None else bool(fits), wall_s=time.perf_counter() - start)
+                     fits=None if fits is None else bool(fits), wall_s=wall_s)
 
 
 def _sampled(cases: Sequence[Case], sample: int | None, seed: int) -> list[Case]:
@@ -260,31 +275,47 @@ def _cost(case: Case) -> float:
     return float(case.kwargs.get("num_gpus") or 1) * layers
 
 
-def _run_chunk(cases: Sequence[Case], simulate: Callable[..., Any]) -> list[RowResult]:
-    return [run_case(c, simulate) for c in cases]
+def _run_chunk(groups: Sequence[Sequence[Case]], simulate: Callable[..., Any]) -> list[list[RowResult]]:
+    return [run_group(g, simulate) for g in groups]
+
+
+def _same_run(cases: Sequence[Case]) -> list[list[int]]:
+    """Indices of `cases` grouped by their keyword arguments, in order of first appearance."""
+    groups: dict[str, list[int]] = {}
+    for i, c in enumerate(cases):
+        groups.setdefault(json.dumps(c.kwargs, sort_keys=True, default=str), []).append(i)
+    return list(groups.values())
 
 
 def _run_cases(cases: Sequence[Case], simulate: Callable[..., Any], jobs: int) -> list[RowResult]:
-    """run_case over `cases` in order; with jobs > 1 in a process pool, over 4 x jobs chunks of about
-    equal estimated cost (longest first, each row to the least loaded chunk). Rows done advance the
-    command's progress bar."""
+    """run_case over `cases` in order, one simulation per set of keyword arguments (`_same_run`); with
+    jobs > 1 in a process pool, over 4 x jobs chunks of about equal estimated cost (longest first, each
+    group to the least loaded chunk). Rows done advance the command's progress bar."""
     terminal.expect(len(cases))
-    if jobs <= 1 or len(cases) < 2:
-        return [run_case(c, simulate) for c in terminal.counted(cases)]
-    bins: list[list[int]] = [[] for _ in range(min(4 * jobs, len(cases)))]
-    loads = [0.0] * len(bins)
-    for i in sorted(range(len(cases)), key=lambda i: -_cost(cases[i])):
-        b = loads.index(min(loads))
-        bins[b].append(i)
-        loads[b] += _cost(cases[i])
-    bins = [b for _, b in sorted(zip(loads, bins, strict=True), key=lambda lb: -lb[0]) if b]
+    groups = _same_run(cases)
     results: list[RowResult | None] = [None] * len(cases)
+
+    def place(group: list[int], rows: list[RowResult]) -> None:
+        for i, r in zip(group, rows, strict=True):
+            results[i] = r
+        terminal.advance(len(rows))
+
+    if jobs <= 1 or len(groups) < 2:
+        for g in groups:
+            place(g, run_group([cases[i] for i in g], simulate))
+        return results  # type: ignore[return-value]
+    bins: list[list[list[int]]] = [[] for _ in range(min(4 * jobs, len(groups)))]
+    loads = [0.0] * len(bins)
+    for g in sorted(groups, key=lambda g: -_cost(cases[g[0]])):
+        b = loads.index(min(loads))
+        bins[b].append(g)
+        loads[b] += _cost(cases[g[0]])
+    bins = [b for _, b in sorted(zip(loads, bins, strict=True), key=lambda lb: -lb[0]) if b]
     with ProcessPoolExecutor(max_workers=jobs) as pool:
-        done = pool.map(_run_chunk, [[cases[i] for i in b] for b in bins], [simulate] * len(bins))
-        for b, rows in zip(bins, done, strict=True):
-            for i, r in zip(b, rows, strict=True):
-                results[i] = r
-            terminal.advance(len(rows))
+        done = pool.map(_run_chunk, [[[cases[i] for i in g] for g in b] for b in bins], [simulate] * len(bins))
+        for b, chunk in zip(bins, done, strict=True):
+            for g, rows in zip(b, chunk, strict=True):
+                place(g, rows)
     return results  # type: ignore[return-value]
 
 

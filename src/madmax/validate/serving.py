@@ -48,10 +48,15 @@ TRTLLM_NOTES = ("gptSessionBenchmark static batching: the whole batch is prefill
                 "until every request has its output (mode static, stack trtllm-0.9)",)
 TTFT_NOTE = "first-token latency of batch 1: the context phase of one request (static mode, 1 output token)"
 SERVING_NOTES = (
-    "requests per measurement not stated: madmax's default number of requests simulated",
-    "KV cache format not stated: madmax's default for the dtype",
+    "requests per measurement not stated: 20 per client from an idle engine, as AIConfigurator's aiperf runs do",
     "system dgx-h100: the source names h100_sxm; nodes of 8 GPUs (NVLink), InfiniBand between nodes",
 )
+KV_NOTES = {
+    True: "KV cache format not stated: fp8 with fp8 weights under TensorRT-LLM, as trtllm-bench sets it (NVIDIA/"
+          "TensorRT-LLM tensorrt_llm/bench/build/build.py: 'If the quantization is NVFP4 or FP8, force the KV cache "
+          "dtype to FP8') and ModelOpt's FP8 checkpoints store it",
+    False: "KV cache format not stated: the 16-bit activation format (the engines' kv_cache_dtype 'auto')",
+}
 
 
 def shape_notes(row: Mapping[str, str], entry: Mapping[str, Any]) -> list[str]:
@@ -266,6 +271,36 @@ def _serving_inputs(row: Mapping[str, str], moe: bool) -> tuple[dict[str, Any], 
              "strategy": strategy}, "disagg", layout, notes)
 
 
+# The first date AIConfigurator's generator wrote each engine's launch settings (ai-dynamo/aiconfigurator:
+# TensorRT-LLM in its first commit efcae124c, vLLM and SGLang in 95ddf241a), and the release month of the
+# engine versions whose rows state no measurement date (pypi.org release histories of vllm and sglang).
+GENERATOR_SINCE = {"trtllm": "2025-08-11", "vllm": "2025-12-04", "sglang": "2025-12-04"}
+RELEASED = {("vllm", "0.11.2"): "2025-11", ("vllm", "0.12.0"): "2025-12", ("sglang", "0.5.1.post1"): "2025-08",
+            ("sglang", "0.5.8.post1"): "2026-02"}
+VLLM_ASYNC_SINCE = (0, 14)  # vLLM 0.14: async scheduling on by default (catalog/serving.yaml vllm-0.14)
+
+
+def _stack_and_launch(row: Mapping[str, str]) -> tuple[str, str, list[str]]:
+    """The serving-stack profile of the row's engine version, the launch its settings came from, and notes.
+
+    The rows were run through AIConfigurator's generator where it wrote that engine's settings when the row was
+    measured (its date, else its version's release month): launch aiconfigurator; earlier rows ran the
+    engine's defaults: launch engine."""
+    backend, version = row["backend"], row["backend_version"]
+    stack = backend
+    if backend == "vllm" and version:
+        release = tuple(int(p) for p in re.findall(r"\d+", version)[:2])
+        stack = "vllm-0.14" if release >= VLLM_ASYNC_SINCE else "vllm"
+    found = re.search(r"measured=(\d{4}-\d{2}-\d{2})", row["silicon_data_source"])
+    when = found.group(1) if found else RELEASED.get((backend, version), "")
+    since = GENERATOR_SINCE[backend]
+    if backend == "trtllm" or (when and when >= since[:len(when)]):
+        return stack, "aiconfigurator", [f"launched as AIConfigurator's generator sets {backend} up (its rule since "
+                                         f"{since}; row of {when or 'its benchmark sweep'}): launch aiconfigurator"]
+    return stack, "engine", [f"measured {when or 'on a date not stated'}, before AIConfigurator's generator wrote "
+                             f"{backend} settings ({since}): the engine's defaults (launch engine)"]
+
+
 def _serving_cases(row_id: str, row: dict[str, str]) -> tuple[Case, Case]:
     name = row["model_path"]
     if name.startswith(SERVING_UNKNOWN_MOE):
@@ -285,13 +320,18 @@ def _serving_cases(row_id: str, row: dict[str, str]) -> tuple[Case, Case]:
     catalog = SERVING_MODELS[name]
     model, context_notes = catalog_model(catalog, prompt + output)
     version = row["backend_version"] or "(version not stated)"
-    notes = [f"measured with {row['backend']} {version}; simulated with madmax's serving stack "
-             f"{row['backend']!r}", *SERVING_NOTES, *notes, *more, *context_notes]
+    stack, launch, launch_notes = _stack_and_launch(row)
+    notes = [f"measured with {row['backend']} {version}; simulated with madmax's serving stack {stack!r}",
+             *launch_notes, *SERVING_NOTES, *notes, *more, *context_notes]
     if not moe and row["moe_tp_size"] not in ("", "0", "1"):
         notes.append(f"moe_tp_size={row['moe_tp_size']} ignored: {catalog} is dense (the field repeats tp_size)")
     kwargs = {"model": model, "system": "dgx-h100", "num_gpus": deployment["num_gpus"], "task": "inference",
               "mode": deployment["mode"], "batch": deployment["batch"], "prompt_len": prompt, "output_len": output,
-              "dtype": dtype, "strategy": deployment["strategy"], "stack": row["backend"]}
+              "dtype": dtype, "strategy": deployment["strategy"], "stack": stack, "launch": launch}
+    fp8_kv = row["backend"] == "trtllm" and dtype == "fp8"
+    if fp8_kv:
+        kwargs["kv_dtype"] = "fp8"
+    notes.append(KV_NOTES[fp8_kv])
     label = _label(catalog, deployment["num_gpus"], "h100", layout, dtype, f"{prompt}/{output}", row["backend"],
                    row["backend_version"] or "?")
     def case(metric: str, column: str) -> Case:
