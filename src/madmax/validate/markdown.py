@@ -107,6 +107,9 @@ def _dataset_section(report: Report, s: Summary, all_rows_up_to: int) -> list[st
         lines += _counted(r.error or "" for r in rows if r.error)
     if s.not_fitting:
         lines += [f"{s.not_fitting} rows predicted not to fit in memory (they ran, so memory errs).", ""]
+    from madmax.validate.serving_report import serving_markdown
+
+    lines += serving_markdown(rows)
     if rows and len(rows) <= all_rows_up_to:
         lines += _table(ROW_HEAD, (_row_cells(r) for r in rows))
     if s.worst:
