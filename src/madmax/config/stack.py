@@ -78,8 +78,9 @@ class AllReduceRule(Schema):
     latency_s: Seconds = Field(ge=0, description="Fixed time of one call (one_shot: t = a + (n-1) S / B; "
                                                  "two_shot: t = 2a + 2 (n-1)/n S / B).")
     busbw_fraction: Fraction = Field(description="B as a fraction of the scale-up bandwidth per GPU per direction.")
-    fitted_max_bytes: float | None = Field(None, gt=0, allow_inf_nan=False, description="Largest message (bytes) the latency and fraction "
-                                           "were fitted on; beyond it each byte costs 1/`large_busbw_fraction`.")
+    fitted_max_bytes: float | None = Field(None, gt=0, allow_inf_nan=False,
+                                           description="Largest message (bytes) the latency and fraction were "
+                                           "fitted on; beyond it each byte costs 1/`large_busbw_fraction`.")
     large_busbw_fraction: Fraction | None = Field(None, description="Bandwidth of the kernel's messages beyond "
                                                   "`fitted_max_bytes`, as a fraction of the scale-up bandwidth "
                                                   "(measured at larger sizes).")
