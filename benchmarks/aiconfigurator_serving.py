@@ -128,11 +128,13 @@ def main() -> int:
         jobs = [(i, r, local.get(r["model_path"])) for i, r in rows]
         with ProcessPoolExecutor(max(1, args.jobs)) as pool:
             results = list(pool.map(_estimate, jobs, chunksize=4))
-    path = resources.files("madmax.validate.data").joinpath(OUT)
-    with open(str(path), "w", newline="", encoding="utf-8") as f:
+    path = Path(str(resources.files("madmax.validate.data").joinpath(OUT)))
+    partial = path.with_suffix(".csv.partial")  # written whole, then moved over the old file
+    with open(partial, "w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS, lineterminator="\n")
         writer.writeheader()
         writer.writerows(results)
+    os.replace(partial, path)
     ok = sum(r["status"] == "ok" for r in results)
     print(f"wrote {path}: {ok} of {len(results)} rows predicted by aiconfigurator {version('aiconfigurator')}")
     return 0
