@@ -162,3 +162,23 @@ def test_cli_launch_and_engine_errors():
         assert words in out.output and "Traceback" not in out.output, out.output
     ok = CliRunner().invoke(app, [*base, *serving, "--launch", "engine", "--engine", "max_batch=64", "--json"])
     assert ok.exit_code == 0 and '"limits": []' in ok.output
+
+
+def test_arrivals_beyond_the_deployment_are_named_and_nothing_below_them():
+    # Eight one-GPU replicas of Llama-3.1-8B prefill about 70 prompts of 4096 tokens a second: at 50/s every
+    # request is served as it comes (a short run's tail is no overload); at 400/s the queue grows.
+    def run(rate: float, n: int = 2000):
+        return serve(mode="rate", request_rate=rate, num_requests=n, prompt_len=4096, output_len=64,
+                     strategy="tp=1")
+
+    for quiet in (run(0.5), run(50.0), run(50.0, 20)):
+        assert quiet.limits == []
+    busy = run(400.0)
+    assert busy.ttft_s > 5 and len(busy.limits) == 1
+    assert busy.limits[0].startswith("requests arrive at 400.00/s and the deployment serves")
+
+
+def test_closed_loop_clients_below_the_limits_name_nothing():
+    # One to 64 clients of short requests: the front end's round trip is counted in the single-request baseline.
+    for batch in (1, 2, 8, 64):
+        assert serve(mode="concurrency", batch=batch, prompt_len=512, output_len=64, strategy="tp=1").limits == []

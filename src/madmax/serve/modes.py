@@ -63,6 +63,7 @@ class Outcome:
     notes: list[str] = field(default_factory=list)
     # share of the engines' step time during which a waiting request was held, by the limit that held it
     blocked: dict[str, float] = field(default_factory=dict)
+    busy_fraction: float = 0.0  # of the open loop's engines x span, the time they were taking steps
 
     def mean(self, name: str) -> float:
         values = getattr(self, name)
@@ -275,6 +276,8 @@ def _combine_open(groups: list[tuple[Requests, int]], frontend_s: float = 0.0) -
     out.output_tokens_per_s = sum(float(r.output[d].sum()) for r, d in done) / span
     out.prompt_tokens_per_s = sum(float(r.prompt[d].sum()) for r, d in done) / span
     out.requests_per_s = sum(int(d.sum()) for _, d in done) / span
+    engines = sum(count for _, count in groups)
+    out.busy_fraction = sum(r.busy_s for r, _ in groups) / (span * engines) if span > 0 else 0.0
     return out
 
 
