@@ -48,7 +48,10 @@ def test_ttft_never_falls_as_the_prompt_grows(model, stack, tp, prompt, grow, ba
         return _serve(model, mode=mode, batch=batch, prompt_len=p, output_len=16, strategy=f"tp={tp}",
                       stack=stack).ttft_s
 
-    assert ttft(prompt + grow) >= ttft(prompt) * (1 - 1e-9)
+    # One static batch's prefill only grows; a closed loop's mean TTFT also moves with how many prompts a step
+    # holds (0.01% lower at 3330 than at 2305 tokens, 16 clients, found here), within the step phase.
+    tolerance = 1e-9 if mode == "static" else STEP_PHASE
+    assert ttft(prompt + grow) >= ttft(prompt) * (1 - tolerance)
 
 
 @SLOW
