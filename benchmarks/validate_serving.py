@@ -19,7 +19,7 @@ import sys
 import time
 
 from madmax.validate import run_validation
-from madmax.validate.serving_report import TARGETS, Errors, serving_markdown, serving_rows
+from madmax.validate.serving_report import Errors, serving_markdown, serving_rows, target_checks
 
 
 def main() -> int:
@@ -37,16 +37,7 @@ def main() -> int:
     if e is not None:
         print(f"trtllm_static: {e.rows} rows, median {e.median:.1f}%, p90 {e.p90:.1f}%, bias {e.bias:+.1f}%")
     print(f"{len(report.rows)} cases in {time.perf_counter() - start:.0f} s")
-    missed = []
-    scored = serving_rows(rows)
-    for metric, (median, p90, beyond) in TARGETS.items():
-        m = [r for r in scored if r.case.metric == metric]
-        errors = Errors.of([r.predicted for r in m], [r.case.measured for r in m])
-        if errors is None:
-            continue
-        checks = {"median": errors.median > median, "p90": p90 is not None and errors.p90 > p90,
-                  "beyond 4x": beyond is not None and errors.beyond_4x > beyond}
-        missed += [f"{metric} {name}" for name, failed in checks.items() if failed]
+    missed = [f"{name} {text}" for name, text, ok in target_checks(serving_rows(rows)) if not ok]
     if args.check and missed:
         print(f"missed: {', '.join(missed)}")
         return 1

@@ -67,7 +67,9 @@ def test_engine_settings_are_checked_as_the_stack_fields():
     for text, words in [("foo=1", "engine.foo is not an engine setting; allowed: max_num_tokens"),
                         ("max_num_tokens", "is not key=value"),
                         ("max_num_tokens=0", "engine.max_num_tokens='0': Input should be greater than 0"),
-                        ("max_batch=2,max_batch=3", "given twice"), ("kv_pool_fraction=1.5", "kv_pool_fraction")]:
+                        ("max_batch=2,max_batch=3", "given twice"), ("kv_pool_fraction=1.5", "kv_pool_fraction"),
+                        ("frontend_s=1e9", "engine.frontend_s='1e9': Input should be less than or equal to 60"),
+                        ("max_num_tokens=nan", "engine.max_num_tokens='nan'")]:
         with pytest.raises(ConfigError, match=re.escape(words)):
             with_settings(load_stack("vllm"), text)
 

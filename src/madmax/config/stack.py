@@ -137,9 +137,10 @@ class ServingStack(Schema):
                                               "computed and the newest request is preempted when the pool is full.")
     all_reduce: tuple[AllReduceRule, ...] = Field((), description="Custom all-reduce kernels for small messages "
                                                                   "inside an NVLink domain, in order.")
-    frontend_s: Seconds = Field(0.0, ge=0, description="The HTTP front end's time per request: the request's way "
-                                                       "from the client to the engine's queue and the first token's "
-                                                       "way back (in TTFT and in a closed-loop client's round trip).")
+    frontend_s: Seconds = Field(0.0, ge=0, le=60, description="The HTTP front end's time per request: the "
+                                "request's way from the client to the engine's queue and the first token's way "
+                                "back (in TTFT and in a closed-loop client's round trip), at most 60 s (a clock "
+                                "of many such round trips stays exact to the microsecond).")
     sources: dict[str, str] = Field(default_factory=dict, description="Source of each field.")
 
     @property
@@ -189,8 +190,10 @@ ENGINE_SETTINGS = ("max_num_tokens", "max_batch", "chunked_prefill", "mixed_batc
                    "cuda_graph_max_batch", "host_overlaps_gpu", "kv_pool_fraction", "reserve_full_kv", "frontend_s")
 
 
-def _launch_data() -> dict:
-    return _catalog()["launch"]
+def sized_budget(batch: int, prompt: int) -> int:
+    """The token budget serving benchmarks give a step for `batch` running requests and a `prompt`: room for
+    the prompt beside every decode, and the margin of AIConfigurator's rule (`launch.margin_tokens`)."""
+    return batch + prompt + int(_catalog()["launch"]["margin_tokens"])
 
 
 def launched(stack: ServingStack, launch: Launch, batch: int, prompt: int, role: str = "agg"
@@ -209,20 +212,19 @@ def launched(stack: ServingStack, launch: Launch, batch: int, prompt: int, role:
     """
     if launch is Launch.ENGINE:
         return stack, []
-    data = _launch_data()
-    margin, block = int(data["margin_tokens"]), int(data["block_tokens"])
-    step = {"agg": batch + prompt, "prefill": prompt, "decode": batch}[role]
+    step = {"agg": (batch, prompt), "prefill": (0, prompt), "decode": (batch, 0)}[role]
     if launch is Launch.SIZED:
         update: dict = {}
-        if not stack.chunked_prefill and step > stack.max_num_tokens:
-            update["max_num_tokens"] = step + (margin if role != "decode" else 0)
+        if not stack.chunked_prefill and sum(step) > stack.max_num_tokens:
+            update["max_num_tokens"] = sized_budget(*step) if role != "decode" else batch
         if batch > stack.max_batch and role != "prefill":
             update["max_batch"] = batch
         return _changed(stack, update, "launch sized", "the engine's default cannot serve the load")
     if stack.engine is None:
         raise ConfigError(f"launch aiconfigurator has no rule for stack {stack.name!r}, which names no engine; "
                           "allowed: launch engine or sized, or a stack with engine trtllm, vllm or sglang")
-    budget = {"agg": batch + prompt + margin, "prefill": prompt + margin, "decode": batch}[role]
+    budget = batch if role == "decode" else sized_budget(*step)
+    block = int(_catalog()["launch"]["block_tokens"])
     update = {}
     if stack.engine is Engine.TRTLLM:
         update = {"max_num_tokens": block * math.ceil(budget / block), "chunked_prefill": False}
@@ -232,7 +234,7 @@ def launched(stack: ServingStack, launch: Launch, batch: int, prompt: int, role:
         update = {"max_num_tokens": budget, "max_batch": max(stack.max_batch, batch),
                   "cuda_graph_max_batch": max(stack.cuda_graph_max_batch, batch)}
     else:  # SGLang's max_prefill_tokens holds the prompt tokens of a step, the running decodes counted in it
-        update = {"max_num_tokens": min(stack.max_num_tokens, prompt + margin) if role != "decode"
+        update = {"max_num_tokens": min(stack.max_num_tokens, sized_budget(0, prompt)) if role != "decode"
                   else stack.max_num_tokens}
         if role != "prefill":
             update.update(max_batch=batch, cuda_graph_max_batch=batch, mixed_batches=role == "agg")

@@ -16,6 +16,7 @@ step time; and arrivals at a rate the deployment does not keep up with.
 
 from __future__ import annotations
 
+from madmax.config.stack import sized_budget
 from madmax.config.units import GIB
 from madmax.serve import modes
 
@@ -68,7 +69,7 @@ def _sentence(dep: modes.Deployment, reason: str, prompt: int, output: int, batc
     """The limit `reason` (budget, batch, kv) of the deployment's engine, with its numbers and the way out."""
     stack = dep.runtime.stack
     if reason == "budget" and not stack.chunked_prefill:
-        raised = (batch or stack.max_batch) + prompt + 1500
+        raised = sized_budget(batch or stack.max_batch, prompt)
         return (f"the token budget max_num_tokens={stack.max_num_tokens:,} leaves no room for a {prompt:,}-token "
                 f"prompt beside the running decodes and stack {stack.name} does not chunk prompts, so a prompt "
                 f"waits until the requests ahead of it finish; raise it (--engine max_num_tokens={raised:,}) or "

@@ -129,7 +129,6 @@ class Engine:
         self.epoch = 0
         self.preemptions = 0
         self.admitted_now = 0
-        self.busy_s = 0.0
         self._blocked: str | None = None  # the limit that kept this step from starting a waiting request
 
     # -- input ----------------------------------------------------------------------------------------
@@ -271,7 +270,6 @@ class Engine:
 
     def _busy(self, seconds: float) -> None:
         """Count a step's time, and against the limit that kept a waiting request from starting in it."""
-        self.busy_s += seconds
         self.r.busy_s += seconds
         if self._blocked is not None and self.waiting:
             self.r.blocked_s[self._blocked] = self.r.blocked_s.get(self._blocked, 0.0) + seconds

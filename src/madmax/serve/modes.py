@@ -188,7 +188,6 @@ def _engine_groups(batch: int, pp: int) -> list[tuple[int, int]]:
 def _closed_engine(dep: Deployment, concurrency: int, prompt: int, output: int, n: int, share: float) -> Requests:
     reqs = Requests(arrival=np.zeros(n), prompt=np.full(n, prompt), output=np.full(n, output))
     sent = [concurrency]
-
     round_trip = dep.runtime.stack.frontend_s  # the last token's way to the client, the next request's back
 
     def replace(_: int, at: float) -> None:
@@ -211,7 +210,7 @@ def _combine(groups: list[tuple[Requests, int]], batch: int, frontend_s: float =
     ttft, e2e, weight, tpot, tpot_weight = [], [], [], [], []
     out_rate = prompt_rate = request_rate = 0.0
     tokens = Tokens()
-    busy, blocked = 0.0, dict[str, float]()
+    busy, blocked = 0.0, {}
     for reqs, count in groups:
         busy += count * reqs.busy_s
         for reason, seconds in reqs.blocked_s.items():
