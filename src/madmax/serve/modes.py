@@ -40,6 +40,8 @@ DECODE_SAMPLES = 17
 # aiperf finishes each phase before starting the next (ai-dynamo/aiperf aiperf/timing/credit_issuing_strategy.py
 # _execute_phases: "Wait for the credits to be returned before continuing to the next phase").
 REQUESTS_PER_SLOT = 20
+# Requests per client of each batch a saturation solve tries (its steady throughput shows in fewer rounds).
+SATURATION_PER_SLOT = 10
 
 
 @dataclass
@@ -236,11 +238,12 @@ def _combine(groups: list[tuple[Requests, int]], batch: int, frontend_s: float =
 
 def saturation(dep: Deployment, cap: int, prompt: int, output: int, num_requests: int | None) -> Outcome:
     """The closed loop at batches 1, 2, 4, ... up to `cap` and at `cap`; the one with the most output
-    tokens/s."""
+    tokens/s. Without `num_requests` each batch runs SATURATION_PER_SLOT requests per client: what is asked
+    of it is its steady throughput, not a benchmark's means over its rounds."""
     candidates = batch_ladder(cap)
     best = None
     for b in candidates:
-        result = closed_loop(dep, b, prompt, output, num_requests)
+        result = closed_loop(dep, b, prompt, output, num_requests or SATURATION_PER_SLOT * b * dep.replicas)
         if best is None or result.output_tokens_per_s > best.output_tokens_per_s:
             best = result
     assert best is not None
