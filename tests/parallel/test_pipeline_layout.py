@@ -182,8 +182,12 @@ def resolve(text: str, num_layers: int = 126, num_gpus: int = 2048) -> Strategy:
 
 def test_resolve_counts_the_embedding_and_loss_slots():
     assert resolve("tp=8,pp=16,vp=8,pp_embedding=1,pp_loss=1").vp == 8
-    with pytest.raises(StrategyError, match="exceeds the 126 layers"):
-        resolve("tp=8,pp=16,vp=8")
+    with pytest.raises(StrategyError, match=r"exceeds the 126 layers .*, or pp_embedding=1,pp_loss=1 \(Megatron"):
+        resolve("tp=8,pp=16,vp=8")  # the way out is named: 126 layers + embedding + loss = 128 chunks
+    with pytest.raises(StrategyError, match=r"exceeds the 126 layers .*, or pp_embedding=1 or pp_loss=1 "):
+        resolve("tp=8,pp=127", num_gpus=8 * 127)
+    with pytest.raises(StrategyError, match=r"allowed: pp\*vp <= 126$"):
+        resolve("tp=8,pp=32,vp=8")  # 256 chunks: no slot count fills them
     with pytest.raises(StrategyError, match="127 slots"):
         resolve("tp=8,pp=16,vp=8,pp_embedding=1")
 

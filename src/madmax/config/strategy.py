@@ -285,6 +285,15 @@ def _first_error(prefix: str, exc: ValidationError) -> str:
 _divisors = divisors  # factored, so that listing the divisors of a size of 2**40 answers at once
 
 
+def _embedding_loss_hint(chunks: int, layers: int) -> str:
+    """The way out when the embedding and the loss, counted as layers, fill the chunks (Megatron-Bridge's
+    Llama-3.1-405B layouts: 126 layers + 2 in pp*vp = 128 chunks)."""
+    if chunks > layers + 2:
+        return ""
+    both = "pp_embedding=1,pp_loss=1" if chunks == layers + 2 else "pp_embedding=1 or pp_loss=1"
+    return f", or {both} (Megatron's account_for_embedding/loss_in_pipeline_split)"
+
+
 def _allowed(values: list[int], limit: int = 12) -> str:
     shown = ", ".join(map(str, values[:limit]))
     return shown + (", ..." if len(values) > limit else "")
@@ -357,7 +366,7 @@ def resolve_strategy(
     elif s.pp * s.vp > num_pipeline_units:
         raise StrategyError(
             f"strategy.pp*vp={s.pp}*{s.vp} exceeds the {num_pipeline_units} layers of {model_name}; "
-            f"allowed: pp*vp <= {num_pipeline_units}"
+            f"allowed: pp*vp <= {num_pipeline_units}" + _embedding_loss_hint(s.pp * s.vp, num_pipeline_units)
         )
     if s.vp > 1 and s.pp == 1:
         raise StrategyError(f"strategy.vp={s.vp} needs pipeline parallelism (pp > 1); allowed with pp=1: 1")
