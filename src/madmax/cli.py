@@ -282,8 +282,11 @@ def validate(
     calibration: Annotated[str | None, typer.Option(help="Compute profile for every row (default shipped).")] = None,
     vtrain_stack: Annotated[bool, typer.Option(help="Also re-run held-out vTrain rows with the vTrain-stack "
                                                     "profile.")] = True,
+    cross_source: Annotated[bool | None, typer.Option(
+        "--cross-source/--no-cross-source", help="Also score each source with the fits of its own rows left out "
+                                                 "(default: on unless --calibration).")] = None,
     write_bands: Annotated[bool, typer.Option(help="Regenerate the error-band table of madmax.validate.trust "
-                                                   "(all datasets).")] = False,
+                                                   "(all datasets, cross-source residuals).")] = False,
     jobs: Annotated[int | None, typer.Option(help="Worker processes (default: CPU count).")] = None,
     sample: Annotated[int | None, typer.Option(help="At most N rows per dataset (quick look).")] = None,
     progress: Annotated[bool, typer.Option(help="Show a progress bar (on a terminal).")] = True,
@@ -294,13 +297,13 @@ def validate(
 
     try:
         if write_bands:
-            command.check_bands_request(datasets, calibration, sample)
+            command.check_bands_request(datasets, calibration, sample, cross_source)
         if sample is not None and sample < 1:
             _fail(f"--sample={sample} must be a positive number of rows")
         command.check_outputs(out, markdown)
         with shown("validate", "rows", enabled=progress):
-            report = command.run(datasets, calibration=calibration, vtrain_stack=vtrain_stack, jobs=jobs,
-                                 sample=sample)
+            report = command.run(datasets, calibration=calibration, vtrain_stack=vtrain_stack,
+                                 cross_source=cross_source, jobs=jobs, sample=sample)
     except MadmaxError as exc:
         _fail(str(exc))
         return

@@ -49,7 +49,8 @@ def test_validate_json_shape_on_a_user_csv(tiny_csv, tmp_path):
     result = runner.invoke(app, ["validate", str(tiny_csv), "--json", "--jobs", "1", "--out", str(rows_csv)])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
-    assert set(data) == {"overall", "overall_with_stacks", "datasets", "groups", "comparisons"}
+    assert set(data) == {"overall", "overall_with_stacks", "datasets", "groups", "comparisons", "cross_source",
+                         "fit_effects"}
     (ds,) = data["datasets"]
     assert ds["name"] == "mine" and ds["mapped"] == ds["run"] == 4 and ds["failed"] == 0
     assert set(ds["stats"]) == {"rows", "median_abs_pct", "mean_abs_pct", "p90_abs_pct", "max_abs_pct",
@@ -57,6 +58,9 @@ def test_validate_json_shape_on_a_user_csv(tiny_csv, tmp_path):
     assert len(ds["worst"]) == 4 and {"kwargs", "measured", "predicted", "signed_error_pct"} <= set(ds["worst"][0])
     assert set(data["groups"]) == {"family", "gpu", "parallelism", "metric"} and data["groups"]["family"]["gpt"]
     assert data["comparisons"] == []  # a user file is not a vTrain dataset: no stack re-run
+    # a user's file is a source of its own: no shipped fit drew on it, so its rows are its cross-source score
+    (mine,) = [s for s in data["cross_source"] if s["name"] == "mine"]
+    assert mine["scored"] == "no fit of its own" and mine["cross"] == mine["shipped"] == ds["stats"]
     lines = rows_csv.read_text().splitlines()
     assert len(lines) == 5 and lines[0].startswith("dataset,row_id,label")
 
@@ -74,7 +78,7 @@ def test_vtrain_stack_rerun_compares_held_out_rows_only():
     from madmax.validate.command import run
     from madmax.validate.launch_fit import split_by_shape
 
-    report = run(["vtrain_single"], sample=40, jobs=1)
+    report = run(["vtrain_single"], sample=40, jobs=1, cross_source=False)
     (comparison,) = report.comparisons
     assert comparison.name == "vtrain_single+stack" and comparison.baseline == "vtrain_single"
     stack_rows = [r for r in report.rows if r.case.dataset == "vtrain_single+stack"]
@@ -97,6 +101,9 @@ def _bad(tmp_path: Path, name: str, text: str) -> str:
     (["validate", "nemo", "--write-bands"], ["--write-bands needs every shipped dataset"]),
     (["validate", "nemo", "--calibration", "nope.yaml"], ["nope.yaml", "does not exist"]),
     (["validate", "nemo", "--sample", "0"], ["--sample=0"]),
+    (["validate", "nemo", "--cross-source", "--calibration", "calibration/h200_profile.yaml"],
+     ["--cross-source leaves out the shipped fits", "allowed: one of the two"]),
+    (["validate", "--write-bands", "--no-cross-source"], ["--write-bands needs every shipped dataset, cross-source"]),
     (["calibrate", "missing.jsonl", "--out", "p.yaml"], ["does not exist"]),
 ])
 def test_bad_input_exits_2(args, words):

@@ -83,8 +83,17 @@ def describe_inputs(kwargs: dict[str, Any]) -> str:
         text = (f"model {model}; system {system}; {kwargs['num_gpus']} GPUs; task {kwargs['task']}; {batch}; "
                 f"seq {kwargs['seq_len']}; {kwargs['dtype']}; strategy {kwargs['strategy']}")
     if kwargs.get("calibration"):
-        text += f"; calibration {kwargs['calibration']}"
+        text += f"; calibration {calibration_label(kwargs['calibration'])}"
     return text
+
+
+def calibration_label(calibration: Any) -> str:
+    """A case's profile in a few words: its file, or the device of a profile built in memory (a cross-source
+    prior, `madmax.validate.fits`)."""
+    if calibration is None or isinstance(calibration, str):
+        return calibration or ""
+    device = getattr(calibration, "device", None)
+    return f"{device} profile with the cross-source priors" if device else str(calibration)
 
 
 def _worst_list(rows: Sequence[RowResult]) -> list[str]:
@@ -124,23 +133,82 @@ def _dataset_section(report: Report, s: Summary, all_rows_up_to: int) -> list[st
 
 def comparison_markdown(report: Report) -> list[str]:
     """Each re-run dataset against its baseline on the same rows: statistics before and after."""
-    if not report.comparisons:
+    from madmax.validate.stack import SUFFIX
+
+    stacked = [c for c in report.comparisons if c.name.endswith(SUFFIX)]
+    if not stacked:
         return []
     head = ["dataset", "profile", "rows run", *STAT_HEAD]
     lines = ["### vTrain-stack profile (held-out rows only)", "",
              "The same rows with the default profile and with the vTrain-stack profile (launch floor fitted "
              "on the other half of vtrain_single's model shapes; see docs/calibration.md).", ""]
     body = []
-    for c in report.comparisons:
+    for c in stacked:
         for label, stats in (("default", c.before), (c.calibration or c.name, c.after)):
             body.append([c.name, label, stats.rows if stats else 0, *_stats_cells(stats)])
     return lines + _table(head, body)
 
 
+def cross_source_markdown(report: Report) -> list[str]:
+    """The headline: each source scored with the fits of its own rows left out, beside the shipped fits."""
+    if not report.cross_source:
+        return []
+    from madmax.validate.fits import BEYOND_PCT, FITS_FILE
+
+    beyond = f"> {BEYOND_PCT:g}%"
+    head = ["source", "rows", "scored", "own fits left out", "median abs %", "p90 abs %", "bias %", beyond,
+            "shipped fits: median abs %", "p90 abs %", "bias %", beyond]
+    body = []
+    for c in report.cross_source:
+        cross = c.cross if c.scored != "in-sample only" else None
+        rows = (c.cross or c.shipped).rows if (c.cross or c.shipped) else 0
+        body.append([c.name if c.scored != "pooled" else f"**{c.name}**", rows, c.scored,
+                     ", ".join(c.left_out) or "-", *_headline_cells(cross, c.cross_beyond),
+                     *_headline_cells(c.shipped, c.shipped_beyond)])
+    lines = ["## Cross-source accuracy (leave one source out)", "",
+             "Each source is predicted with every fit of its own rows left out (`madmax.validate.fits`; the "
+             f"fits, their sources and their priors in `catalog/{FITS_FILE}`; the rule they are held to in "
+             "docs/calibration.md): a fit of another source stays, a fit of its own is replaced by its prior "
+             "(its vTrain rows run under Megatron-DeepSpeed with the default profile's launch floor; NeMo's fp8 "
+             "weight gradients at the forward rate; TensorFlow's runs with the default profile). `no fit of its "
+             "own`: no fit drew on the source, so its rows are already cross-source. `in-sample only`: a fit "
+             "of its rows has no prior (the serving stacks' graph floor and host step), so no cross-source "
+             "figure exists. The shipped-fits columns score the same source with every fit shipped (each stack's "
+             "profile; vTrain: its held-out half only). `pooled` rows count every row of their group's "
+             "sources that has a cross-source figure.", ""]
+    return lines + _table(head, body)
+
+
+def fit_effects_markdown(report: Report) -> list[str]:
+    """Each end-to-end fit on the sources it was fitted on (in-sample) and on the others it applies to."""
+    if not report.fit_effects:
+        return []
+    head = ["fit", "own rows", "with it: median abs %", "bias %", "without: median abs %", "bias %",
+            "other sources' rows", "with it: median abs %", "bias %", "without: median abs %", "bias %"]
+    body = [[e.fit, e.own_rows, *_effect_cells(e.own_with), *_effect_cells(e.own_without), e.other_rows,
+             *_effect_cells(e.other_with), *_effect_cells(e.other_without)] for e in report.fit_effects]
+    lines = ["### Each fit, in-sample and cross-source", "",
+             "Each end-to-end fit with a prior: the rows of its own source it applies to, with it (shipped) and "
+             "with its prior; then the rows of every other source it applies to, with and without it. A fit "
+             "whose other-source columns are empty applies to its own source's stack or GPUs only.", ""]
+    return lines + _table(head, body)
+
+
+def _effect_cells(s: Stats | None) -> list[str]:
+    return ["-", "-"] if s is None else [_num(s.median_abs_pct, ".1f"), _num(s.median_signed_pct, "+.1f")]
+
+
+def _headline_cells(s: Stats | None, beyond: int) -> list[str]:
+    if s is None:
+        return ["-"] * 4
+    return [_num(s.median_abs_pct, ".1f"), _num(s.p90_abs_pct, ".1f"), _num(s.median_signed_pct, "+.1f"),
+            str(beyond)]
+
+
 def report_markdown(report: Report, all_rows_up_to: int = 40) -> str:
     """The whole report: summary, comparisons, datasets with their worst rows and inputs, groupings."""
     head = ["dataset", "mapped", "unmapped", "run", "failed", *STAT_HEAD]
-    lines = ["## Training and serving validation", "",
+    lines = [*cross_source_markdown(report), *fit_effects_markdown(report), "## Training and serving validation", "",
              "Error e = 100 (predicted - measured) / measured; bias is the median signed e (e > 0: too slow for "
              "times such as iteration time, TTFT and TPOT; too fast for throughputs). Datasets ending in "
              "`+stack` re-run held-out vTrain rows with the vTrain-stack profile; `all` and the groupings "

@@ -58,8 +58,18 @@ class RowResult:
                 "signed_error_pct": self.signed_error_pct, "abs_error_pct": self.abs_error_pct,
                 "error": self.error, "crashed": self.crashed, "fits": self.fits,
                 "engine_value": self.engine_value, "family": c.family, "gpu": c.gpu,
-                "parallelism": c.parallelism, "kwargs": c.kwargs, "assumptions": list(c.assumptions),
+                "parallelism": c.parallelism, "kwargs": _shown_kwargs(c.kwargs), "assumptions": list(c.assumptions),
                 "wall_s": self.wall_s}
+
+
+def _shown_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The case's arguments as JSON takes them: a profile built in memory by its label."""
+    from madmax.validate.markdown import calibration_label
+
+    calibration = kwargs.get("calibration")
+    if calibration is None or isinstance(calibration, str):
+        return kwargs
+    return {**kwargs, "calibration": calibration_label(calibration)}
 
 
 @dataclass(frozen=True)
@@ -150,6 +160,9 @@ class Report:
     # Every dataset with its software stack's profile: a re-run dataset (held-out rows, fitted profile)
     # stands in for its baseline; None when nothing was re-run.
     overall_with_stacks: Summary | None = None
+    # Each source scored with the fits of its own rows left out (`madmax.validate.fits`); () when not run.
+    cross_source: tuple[Any, ...] = ()
+    fit_effects: tuple[Any, ...] = ()  # each fit on its own sources and on the others (`fits.fit_effects`)
 
     def dataset(self, name: str) -> Summary:
         for summary in self.datasets:
@@ -167,7 +180,9 @@ class Report:
         return {"overall": self.overall.to_dict(), "overall_with_stacks": stacks,
                 "datasets": [s.to_dict() for s in self.datasets],
                 "groups": {g: {k: asdict(v) for k, v in by.items()} for g, by in self.groups.items()},
-                "comparisons": [c.to_dict() for c in self.comparisons]}
+                "comparisons": [c.to_dict() for c in self.comparisons],
+                "cross_source": [c.to_dict() for c in self.cross_source],
+                "fit_effects": [f.to_dict() for f in self.fit_effects]}
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.summary_dict(), "rows": [r.to_dict() for r in self.rows],
@@ -327,7 +342,7 @@ def _comparisons(datasets: Sequence[Dataset], by_name: Mapping[str, list[RowResu
         after = by_name.get(d.name, [])
         ids = {r.case.row_id for r in after}
         before = [r for r in by_name.get(d.baseline, []) if r.case.row_id in ids]
-        calibration = str(d.cases[0].kwargs.get("calibration", "")) if d.cases else ""
+        calibration = _shown_kwargs(d.cases[0].kwargs).get("calibration") or "" if d.cases else ""
         out.append(Comparison(d.name, d.baseline, calibration, Stats.of(before), Stats.of(after)))
     return tuple(out)
 

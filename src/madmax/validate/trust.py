@@ -3,13 +3,14 @@
     error_band("llama-3.1-70b", num_gpus=64, parallelism="tp+pp+dp", gpu="h100-sxm")
     -> {"p50_abs_pct": ..., "p90_abs_pct": ..., "median_signed_pct": ..., "rows": ..., "basis": ...}
 
-The table `data/error_bands.csv` holds, for groups of validation rows run with the default compute
-profile, the median (p50) and 90th percentile of |e| and the median signed e, e = 100 (predicted -
+The table `data/error_bands.csv` holds, for groups of validation rows scored cross-source (each source
+with the fits of its own rows left out, `madmax.validate.fits`: the error on data the shipped constants
+never saw), the median (p50) and 90th percentile of |e| and the median signed e, e = 100 (predicted -
 measured) / measured of the row's metric (for throughput metrics, e > 0 means the prediction is faster).
-It is written by `madmax validate --write-bands` (all datasets, default profile), never computed at
+It is written by `madmax validate --write-bands` (all datasets, cross-source), never computed at
 import. A query takes the first of `LEVELS` whose group has at least `MIN_ROWS` rows: the same family,
 GPU, parallel axes and scale; then coarser groups, ending with all rows. Scale is a bucket of the GPU
-count (`SCALES`). The band describes the default profile; a prediction with another `calibration` is
+count (`SCALES`). The band describes the shipped profiles; a prediction with another `calibration` is
 not covered by it.
 """
 
@@ -124,7 +125,7 @@ def _basis(level: tuple[str, ...]) -> str:
 
 def error_band(model_family: str, num_gpus: int, parallelism: str | Mapping[str, Any] | Any,
                gpu: str) -> dict[str, Any]:
-    """Expected error of a prediction in this regime, from validation rows like it (default profile).
+    """Expected error of a prediction in this regime, from validation rows like it (scored cross-source).
 
     model_family: a family ('llama') or a model name ('llama-3.1-70b', 'meta-llama/Llama-3.1-70B'; not
     the schema's `family` 'decoder'); num_gpus >= 1;
