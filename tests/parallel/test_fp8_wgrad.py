@@ -48,17 +48,19 @@ def test_only_weight_gradients_slow_down_and_by_exactly_one_over_r():
     assert bf16 and all(kernel_s(half, k, DType.BF16) == kernel_s(plain, k, DType.BF16) for k in bf16)
 
 
-def test_shipped_rate_and_its_provenance():
+def test_the_fit_is_on_record_but_not_applied():
+    """The fitted rate failed the rule for fits (it worsens the fp8 rows of the source it never saw,
+    docs/calibration.md): kept with its provenance, not applied by default."""
     table = yaml.safe_load(catalog_path("calibration/fp8_wgrad.yaml").read_text(encoding="utf-8"))
-    assert set(catalog_wgrad_fractions()) == {DType.FP8}
-    assert catalog_wgrad_fractions()[DType.FP8] == pytest.approx(0.566, rel=1e-3)  # the fit (docs/calibration.md)
+    assert table["wgrad_fraction"]["fp8"] == pytest.approx(0.566, rel=1e-3) and table["adopted"] is False
+    assert catalog_wgrad_fractions() == {}
     fit = table["fit"]
     assert (fit["train_rows"], fit["held_out_rows"]) == (15, 12)
     assert fit["errors_after"]["held_out"]["median"] < fit["errors_before"]["held_out"]["median"]
-    # the default profile takes the catalog's rate; a profile may give its own
+    # the default profile takes the forward rate; a profile may give its own
     gpu = load_gpu("h100")
-    assert compute_model(gpu, load_profile(None)).wgrad_fraction(DType.FP8) == catalog_wgrad_fractions()[DType.FP8]
-    assert compute_model(gpu, with_wgrad(load_profile(None), 1.0)).wgrad_fraction(DType.FP8) == 1.0
+    assert compute_model(gpu, load_profile(None)).wgrad_fraction(DType.FP8) == 1.0
+    assert compute_model(gpu, with_wgrad(load_profile(None), 0.5)).wgrad_fraction(DType.FP8) == 0.5
     assert compute_model(gpu, load_profile(None)).wgrad_fraction(DType.BF16) == 1.0
 
 
@@ -76,6 +78,6 @@ def test_an_fp8_run_says_which_rate_its_weight_gradients_take():
     import madmax as mm
 
     run = {"model": "llama-3-8b", "system": "dgx-h100", "num_gpus": 8, "global_batch": 32}
-    fp8 = mm.simulate(**run, dtype="fp8").assumptions
-    assert any(a.startswith("fp8 weight-gradient GEMMs at 0.566 of a forward-layout GEMM's rate") for a in fp8)
-    assert not any("weight-gradient" in a for a in mm.simulate(**run).assumptions)  # bf16: rate 1, nothing said
+    profiled = mm.simulate(**run, dtype="fp8", calibration=with_wgrad(load_profile(None), 0.566)).assumptions
+    assert any(a.startswith("fp8 weight-gradient GEMMs at 0.566 of a forward-layout GEMM's rate") for a in profiled)
+    assert not any("weight-gradient" in a for a in mm.simulate(**run, dtype="fp8").assumptions)  # rate 1: nothing said

@@ -208,8 +208,11 @@ WGRAD_FILE = "calibration/fp8_wgrad.yaml"
 
 @cache
 def catalog_wgrad_fractions() -> dict[DType, float]:
-    """The weight-gradient GEMM rates of `catalog/calibration/fp8_wgrad.yaml` (fitted, with its provenance)."""
+    """The weight-gradient GEMM rates of `catalog/calibration/fp8_wgrad.yaml` (fitted, with its provenance),
+    none while the fit is not adopted (`adopted: false`: it failed the rule for fits, docs/calibration.md)."""
     table = yaml.safe_load(catalog_path(WGRAD_FILE).read_text(encoding="utf-8"))
+    if not table.get("adopted", True):
+        return {}
     return {DType(d): float(v) for d, v in table["wgrad_fraction"].items()}
 
 

@@ -123,7 +123,7 @@ def _wgrad_assumptions(plan: Plan, compute: ComputeModel) -> list[str]:
     """The weight-gradient rate in use, for each dtype of the plan's weight gradients that has one below 1."""
     dtypes = {k.dtype or plan.dtype for u in plan.units.values() for k in u.bwd if k.wgrad}
     return [f"{d} weight-gradient GEMMs at {compute.wgrad_fraction(d):.3g} of a forward-layout GEMM's rate "
-            "(fitted to NeMo H100 rows; catalog calibration/fp8_wgrad.yaml, docs/model.md)"
+            "(the compute profile's wgrad_fraction; docs/model.md)"
             for d in sorted(dtypes, key=str) if compute.wgrad_fraction(d) < 1]
 
 
