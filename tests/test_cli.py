@@ -149,7 +149,7 @@ CASES = [
     Case("stack-on-training", sim("--stack", "vllm"),
          ["stack='vllm'", "inference", "allowed for training: megatron-core"]),
     Case("inference-arrivals-missing", inf("--mode", "rate", "--arrivals", "no-such.csv"),
-         ["task.arrivals", "no-such.csv", "cannot be read"]),
+         ["task.arrivals", "no-such.csv", "does not exist"]),
     Case("inference-disaggregated-without-workers", inf("--mode", "disaggregated"),
          ["disaggregated", "prefill_workers", "decode_workers"]),
     # 4 x 1 + 1 x 2 = 6 GPUs of the 8 of one node.

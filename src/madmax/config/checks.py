@@ -12,6 +12,10 @@ import builtins
 import math
 import numbers
 import reprlib
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -154,10 +158,78 @@ def usable_path(value: Any, field: str) -> str | Path:
     return value
 
 
-def is_file(path: str | Path) -> bool:
-    """Whether `path` names an existing file; False for a name too long for a path or with a NUL byte."""
+# Where files a user names may be read from: anywhere (None: the CLI and the Python API, run by the user on
+# their own files), or only under one folder and inside the installed package (its catalog): the web server,
+# whose clients name paths on a machine that is not theirs (`madmax web --data-dir`, docs/web.md).
+# A context variable, so that an app serving in a thread of a larger process (a test's) restricts its own work
+# only: a process of the server's sets it once for itself (`restrict_files`), a thread for one call
+# (`files_under`).
+_FILE_ROOT: ContextVar[Path | None] = ContextVar("madmax_file_root", default=None)
+_PACKAGE = Path(__file__).resolve().parents[1]
+# The largest input file read: 64 MiB, a thousand times a large model's config.json or a sweep spec, and an
+# arrivals CSV of about three million requests (about 20 bytes a row).
+MAX_FILE_BYTES = 64 * 2**20
+
+
+def restrict_files(root: Path | None) -> None:
+    """From now on, in this context, read user-named files only under `root` (None: anywhere)."""
+    _FILE_ROOT.set(None if root is None else Path(root).resolve())
+
+
+@contextmanager
+def files_under(root: Path | None) -> Iterator[None]:
+    """`restrict_files(root)` for the duration of a `with` block."""
+    token = _FILE_ROOT.set(None if root is None else Path(root).resolve())
     try:
-        return Path(path).is_file()
+        yield
+    finally:
+        _FILE_ROOT.reset(token)
+
+
+def file_allowed(path: str | Path) -> bool:
+    """Whether the file policy (`restrict_files`) lets `path` be read: always without a root; else when it
+    resolves (links followed) inside the root or inside the installed package."""
+    root = _FILE_ROOT.get()
+    if root is None:
+        return True
+    try:
+        real = Path(path).resolve()
+    except (OSError, ValueError, RuntimeError):
+        return False
+    return real.is_relative_to(root) or real.is_relative_to(_PACKAGE)
+
+
+def file_rule() -> str:
+    """What a 'no such file' sentence adds under a file root: that files elsewhere are not read."""
+    if _FILE_ROOT.get() is None:
+        return ""
+    return " (this server reads files only under its data directory, madmax web --data-dir)"
+
+
+def readable_file(path: str | Path, field: str) -> Path:
+    """`path` if the policy allows it and it is a regular file of at most MAX_FILE_BYTES; else ConfigError.
+    (A device such as /dev/zero, a FIFO or a folder is refused before anything is read from it.)"""
+    if not file_allowed(path):
+        raise ConfigError(f"{field}={shown(str(path))} is outside this server's data directory; allowed: a "
+                          "catalog name, the file's content, or a file under the folder `madmax web --data-dir` "
+                          "names")
+    try:
+        info = Path(path).stat()
+    except (OSError, ValueError):
+        raise ConfigError(f"{field} file {shown(str(path))} does not exist") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise ConfigError(f"{field}={shown(str(path))} is not a regular file; allowed: a YAML, JSON or CSV file")
+    if info.st_size > MAX_FILE_BYTES:
+        raise ConfigError(f"{field} file {shown(str(path))} is {info.st_size / 2**20:.0f} MiB; allowed: at most "
+                          f"{MAX_FILE_BYTES // 2**20} MiB")
+    return Path(path)
+
+
+def is_file(path: str | Path) -> bool:
+    """Whether `path` names an existing file the file policy lets be read (`file_allowed`); False for a
+    name too long for a path or with a NUL byte."""
+    try:
+        return file_allowed(path) and Path(path).is_file()
     except (OSError, ValueError):
         return False
 

@@ -17,7 +17,17 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from madmax.config.checks import GPUS_WHY, MAX_DEPTH, MAX_GPUS, is_file, name_or_path, shown, whole_number
+from madmax.config.checks import (
+    GPUS_WHY,
+    MAX_DEPTH,
+    MAX_GPUS,
+    file_rule,
+    is_file,
+    name_or_path,
+    readable_file,
+    shown,
+    whole_number,
+)
 from madmax.config.hardware import GPU, System
 from madmax.config.model import MODEL_FAMILIES, ModelSpec
 from madmax.errors import CatalogError, ConfigError
@@ -58,13 +68,15 @@ def _unknown(kind: str, field: str, name: str) -> CatalogError:
     names = catalog_names(kind)
     close = difflib.get_close_matches(name.lower(), [n.lower() for n in names], n=3) if len(name) < 200 else []
     hint = f"did you mean {', '.join(close)}? " if close else ""
+    rule = file_rule() if "/" in name or "\\" in name else ""  # a path, not a misspelt name
     return CatalogError(
-        f"{field} {shown(name)} is neither a catalog name nor a file; {hint}see `madmax catalog list {kind}`"
+        f"{field} {shown(name)} is neither a catalog name nor a file{rule}; {hint}see `madmax catalog list {kind}`"
     )
 
 
 def read_file(path: Path, field: str) -> dict[str, Any]:
     """A mapping from a YAML or JSON file, or a ConfigError naming the file and the problem."""
+    readable_file(path, field)
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -130,11 +142,7 @@ def load_profile_entry(schema: type[BaseModel], spec: Any, catalog: dict[str, An
             return validate(schema, entry, field)
     if not isinstance(spec, (str, Path)):
         return None
-    try:
-        is_file = Path(spec).is_file()
-    except (OSError, ValueError):  # a name too long for a path, or one with a NUL byte
-        return None
-    return validate(schema, read_file(Path(spec), field), field) if is_file else None
+    return validate(schema, read_file(Path(spec), field), field) if is_file(spec) else None
 
 
 def _sentence(schema: type[BaseModel], exc: ValidationError, field: str, data: dict[str, Any]) -> str:
@@ -170,7 +178,7 @@ def _lookup(kind: str, field: str, spec: str | Path | dict) -> tuple[dict[str, A
     if is_file(path):
         return read_file(path, field), True
     if path.suffix.lower() in {".yaml", ".yml", ".json"}:
-        raise ConfigError(f"{field} file {shown(str(path))} does not exist")
+        raise ConfigError(f"{field} file {shown(str(path))} does not exist{file_rule()}")
     raise _unknown(kind, field, str(spec))
 
 

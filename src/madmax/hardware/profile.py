@@ -23,7 +23,7 @@ import yaml
 from pydantic import Field
 
 from madmax.config.base import DType, Schema
-from madmax.config.checks import is_file, shown
+from madmax.config.checks import file_rule, is_file, shown
 from madmax.config.loaders import read_file, validate
 from madmax.config.units import BytesPerS, FlopsPerS, Seconds
 from madmax.errors import ConfigError
@@ -198,7 +198,7 @@ def load_profile(profile: str | Path | ComputeProfile | None = None) -> ComputeP
     if not is_file(path):  # False, not OSError, for a name too long for a path
         shipped = catalog_path(str(profile))
         if not is_file(shipped):
-            raise ConfigError(f"profile file {shown(str(profile))} does not exist")
+            raise ConfigError(f"profile file {shown(str(profile))} does not exist{file_rule()}")
         path = shipped
     return _load_profile(str(path.resolve()))
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from madmax.collective import Collective, Span
+from madmax.config.checks import readable_file
 from madmax.config.stack import ServingStack, launched, load_stack, with_settings
 from madmax.config.strategy import Strategy
 from madmax.config.task import MAX_ARRIVAL_S, ServingMode
@@ -94,6 +95,7 @@ def _lengths(request: Request) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def _read_arrivals(path: Path, max_seq_len: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A CSV of requests: arrival_s, prompt_len, output_len (a header row naming them)."""
+    readable_file(path, "task.arrivals")
     try:
         rows = list(csv.DictReader(path.read_text(encoding="utf-8").splitlines()))
     except (OSError, UnicodeDecodeError) as exc:

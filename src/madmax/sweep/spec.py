@@ -149,12 +149,13 @@ def _resolve_group(spec: SweepSpec, group: Group | None, i: int, base: Path) -> 
 
 def _check_input(kind: str, value: str | dict, where: str, base: Path) -> tuple[str | dict, Any, str]:
     """(the value to load, its identity for the key, its name), or ConfigError naming `where`."""
+    from madmax.config.checks import is_file
     from madmax.config.loaders import find_in_catalog, load_model, load_system
 
     loader = load_model if kind == "models" else load_system
     if isinstance(value, str) and find_in_catalog(kind, value) is None:
         path = Path(value) if Path(value).is_absolute() else base / value
-        if path.is_file():
+        if is_file(path):
             value = str(path)
     try:
         loaded = loader(value)

@@ -36,6 +36,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 
 from madmax import __version__
+from madmax.config.checks import files_under
 from madmax.errors import ConfigError, MadmaxError
 from madmax.web import work
 from madmax.web.jobs import Jobs
@@ -70,6 +71,9 @@ class Settings:
     # Segments of one stream closer than this fraction of the iteration are one bar of the timeline plot
     # (on a plot 1,500 pixels wide, a third of a pixel).
     timeline_merge: float = 2e-4
+    # Host header values answered (without the port); None: any. `serve` sets the loopback names when bound to
+    # loopback, so that a page on another site cannot reach the API through a DNS name rebound to 127.0.0.1.
+    allowed_hosts: tuple[str, ...] | None = None
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -78,7 +82,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        state["pool"] = work.simulation_pool(settings.workers)
+        # Clients name files on a machine that is not theirs: only those under the data directory are read, in
+        # every simulation and search process and by a sweep's start (docs/web.md, "What the server reads").
+        state["pool"] = work.simulation_pool(settings.workers, settings.data_dir)
         try:
             yield
         finally:
@@ -92,6 +98,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app = FastAPI(title="madmax", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Predict how fast large ML models train and serve on distributed GPU systems.")
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
+    if settings.allowed_hosts is not None:
+        app.add_middleware(HostCheck, hosts=settings.allowed_hosts)
     jobs = Jobs(settings.data_dir, settings.sweep_workers)
     traces: OrderedDict[str, bytes] = OrderedDict()  # gzip-compressed Chrome traces
     searches: list[Any] = []  # the search processes started, pruned as they end
@@ -106,7 +114,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                                                 (settings.timeline_segments, settings.timeline_merge))
         except BrokenProcessPool:
             if state["pool"] is pool:  # the first request to see it replaces the pool
-                state["pool"] = work.simulation_pool(settings.workers)
+                state["pool"] = work.simulation_pool(settings.workers, settings.data_dir)
                 pool.shutdown(wait=False, cancel_futures=True)
             raise HTTPException(503, "a simulation process ended abruptly (out of memory?); the server started "
                                      "new ones: try again") from None
@@ -150,7 +158,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                                      "try again when one ends")
         ctx = work.context()
         messages = ctx.Queue()
-        process = ctx.Process(target=work.search, args=(kind, kwargs, messages), daemon=True)
+        process = ctx.Process(target=work.search, args=(kind, kwargs, messages, settings.data_dir), daemon=True)
         process.start()
         searches.append(process)
         start = time.monotonic()
@@ -166,8 +174,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @app.post("/sweep", status_code=202, summary="start a sweep into the Parquet store; poll GET /sweep/{id}")
     async def sweep(body: SweepRequest) -> dict[str, Any]:
+        if body.workers is not None and body.workers > settings.sweep_workers:
+            raise ConfigError(f"workers={body.workers} is more than this server runs for one sweep; allowed: 1 to "
+                              f"{settings.sweep_workers}")
         try:
-            job = await asyncio.to_thread(jobs.start, body.spec, body.workers, body.limit)
+            job = await asyncio.to_thread(_under, settings.data_dir, jobs.start, body.spec, body.workers, body.limit)
         except ImportError:
             raise ConfigError("sweeps need pandas and pyarrow; install madmax[dist]") from None
         return {**job.to_dict(), "status_url": f"/sweep/{job.id}", "pareto_url": f"/sweep/{job.id}/pareto"}
@@ -211,6 +222,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app.mount("/static", StaticFiles(directory=str(static)), name="static")
     return app
+
+
+def _under(root: Path, call: Any, *args: Any) -> Any:
+    """`call(*args)` reading user-named files only under `root` (in a thread of the server's)."""
+    with files_under(root):
+        return call(*args)
 
 
 def _search_call(body: SearchRequest) -> tuple[str, dict[str, Any]]:
@@ -367,3 +384,22 @@ class BodyLimit:
         response = JSONResponse({"error": f"the request body is over {limit} ({size:,} bytes or more); allowed: up "
                                           f"to {limit} (a model's config.json is a few kB)"}, status_code=413)
         await response(scope, receive, send)
+
+
+class HostCheck:
+    """Answer only requests whose Host header (its name, without the port) is one of `hosts`: a 421 with one
+    sentence otherwise (DNS rebinding: a page elsewhere whose name resolves to this loopback address)."""
+
+    def __init__(self, app: Any, hosts: tuple[str, ...]) -> None:
+        self.app, self.hosts = app, frozenset(h.lower() for h in hosts)
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] in ("http", "websocket"):
+            header = dict(scope.get("headers") or ()).get(b"host", b"").decode("latin-1").lower()
+            name = header[1:].split("]", 1)[0] if header.startswith("[") else header.rsplit(":", 1)[0]
+            if name not in self.hosts:
+                answer = JSONResponse({"error": f"host {header!r} is not this server's; allowed: "
+                                                f"{', '.join(sorted(self.hosts))}"}, status_code=421)
+                await answer(scope, receive, send)
+                return
+        await self.app(scope, receive, send)

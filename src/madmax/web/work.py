@@ -13,6 +13,7 @@ import json
 import multiprocessing
 import time
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 from typing import Any
 
 from madmax.errors import MadmaxError
@@ -33,8 +34,12 @@ def context() -> multiprocessing.context.BaseContext:
     return ctx
 
 
-def simulation_pool(workers: int) -> ProcessPoolExecutor:
-    return ProcessPoolExecutor(max_workers=workers, mp_context=context(), max_tasks_per_child=TASKS_PER_WORKER)
+def simulation_pool(workers: int, file_root: Path | None = None) -> ProcessPoolExecutor:
+    """Simulation processes that read user-named files only under `file_root` (`checks.restrict_files`)."""
+    from madmax.config.checks import restrict_files
+
+    return ProcessPoolExecutor(max_workers=workers, mp_context=context(), max_tasks_per_child=TASKS_PER_WORKER,
+                               initializer=restrict_files, initargs=(file_root,))
 
 
 def simulate(kwargs: dict[str, Any], view: bool, timeline_options: tuple[int, float]) -> tuple[str, Any]:
@@ -60,9 +65,13 @@ def simulate(kwargs: dict[str, Any], view: bool, timeline_options: tuple[int, fl
                       "trace_gz": gzip.compress(trace, compresslevel=TRACE_GZIP_LEVEL)}
 
 
-def search(kind: str, kwargs: dict[str, Any], queue: Any) -> None:
+def search(kind: str, kwargs: dict[str, Any], queue: Any, file_root: Path | None = None) -> None:
     """Run one search and put its messages on `queue`: ("checked", None) once the inputs load, then
-    ("result", data) or ("error", sentence). kind: "training" or "serving"."""
+    ("result", data) or ("error", sentence). kind: "training" or "serving". User-named files are read only
+    under `file_root`."""
+    from madmax.config.checks import restrict_files
+
+    restrict_files(file_root)
     try:
         _check(kind, kwargs)
         queue.put(("checked", None))
