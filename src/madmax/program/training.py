@@ -272,9 +272,14 @@ class _Builder:
                     self._edges_out(streams, step, key, seg)
                 if step.phase is Phase.BACKWARD and unit.trainable_params:
                     for group, d, params, trainable in self._state_groups(unit):
-                        grad_segments += self._grad_sync(streams[group], group, d, trainable, seg,
-                                                         step.microbatch == m - 1, self._reduce_sizes(
-                                                             unit, group, d, params, trainable))
+                        synced = self._grad_sync(streams[group], group, d, trainable, seg, step.microbatch == m - 1,
+                                                 self._reduce_sizes(unit, group, d, params, trainable))
+                        grad_segments += synced
+                        if synced and not d.overlap and d.zero >= 2:
+                            # Reduced in place, every micro-batch (DeepSpeed's overlap_comm=False): the next
+                            # compute and the step's end wait for it.
+                            tail = synced[-1]
+                            overlapped.append(synced[-1])
                 if step.phase is Phase.BACKWARD and step.microbatch == m - 1:
                     grad_segments += [self.comm_op(streams[op.group], op, (seg,))
                                       for op in unit.collectives(Phase.BACKWARD, Where.UPDATE)]
@@ -492,12 +497,16 @@ class _Builder:
                    last_microbatch: bool, sizes: tuple[float, ...] = ()) -> list[int]:
         """Gradient reduction of one unit's state group: every micro-batch for ZeRO-2/3, else after the
         last one. ZeRO-3 reduce-scatters it in `sizes` pieces (parameters each; default: one), each after
-        n copies of its inputs when the stack passes a list of one tensor per rank (`reduce_peer_copies`)."""
+        n copies of its inputs when the stack passes a list of one tensor per rank (`reduce_peer_copies`).
+        Without overlap (`dp_overlap=0`) a reduction after the last micro-batch waits for the whole backward;
+        one every micro-batch (ZeRO-2/3) runs at once, and the caller makes the compute stream wait for it:
+        deferring it to the end would put it, in its stream's order, before the next micro-batch's weight
+        gathers that the backward itself waits for (a cycle)."""
         size = trainable * data.grad_bytes
         per_microbatch = data.zero >= 2
         if not trainable or not (per_microbatch or last_microbatch) or (data.shard == 1 and data.replicas == 1):
             return []
-        deps = (after,) if data.overlap else ()
+        deps = (after,) if data.overlap or per_microbatch else ()  # deferred ones wait in `_finish_stage`
         segs = []
         if data.zero == 0:
             segs.append(self.comm(stream, Collective.ALL_REDUCE, size, data.grad_span, group, deps))
@@ -517,8 +526,8 @@ class _Builder:
             if last_microbatch and data.replicas > 1:
                 segs.append(self.comm(stream, Collective.ALL_REDUCE, size / data.shard, data.replica_span, group,
                                       (segs[-1],) if segs else deps))
-        if not data.overlap:
-            self.deferred.extend(segs)
+        if not data.overlap and not per_microbatch:
+            self.deferred.extend(segs)  # after the whole backward; ZeRO-2/3 reduce in place (the caller waits)
         return segs
 
     def _send(self, pp_stream: int, phase: Phase, virtual: int, mb: int, after: int) -> None:
