@@ -142,13 +142,21 @@ def stage_memory(plan: Plan, stage: int, reserve: Reserve | float) -> StageMemor
     weights = gradients = optimizer = 0.0
     for _, data, params, trainable in (g for u in units for g in u.state_groups(plan)):
         w, g, o = data.state_bytes_per_param()
-        weights += (params - trainable) * data.weight_bytes + trainable * w
+        # ZeRO-3 partitions every parameter, frozen or not (DeepSpeed's and FSDP's partitioning does not look
+        # at requires_grad): a frozen weight is sharded like a trainable one and has no gradient or state.
+        weights += (params - trainable) * w + trainable * w
         gradients += trainable * g
         optimizer += trainable * o
+    cast = sum(u.cast_cache_bytes for u in units)  # low-precision weight copies cached for the step
     if plan.data.zero >= 3:
         largest = max((u.params for u in units), default=0.0)  # a stage of empty chunks holds none
-        weights += float(reserve.zero3_gathered_params(largest)) * plan.data.weight_bytes
-    weights += sum(u.cast_cache_bytes for u in units)  # low-precision weight copies cached for the step
+        gathered = float(reserve.zero3_gathered_params(largest))
+        weights += gathered * plan.data.weight_bytes
+        # A ZeRO-3 layer's low-precision copy is cast from its gathered weights and freed with them: the
+        # copies held at once are those of the gathered layers, not the whole stage's.
+        total = sum(u.params for u in units)
+        cast *= min(1.0, gathered / total) if total else 0.0
+    weights += cast
     per_chunk = [sum(plan.units[key].saved_bytes for key in chunk) for chunk in chunks]
     # The peak over the stage's program of the activations of the forwards whose backward has not run
     # (`peak_in_flight`), from the schedule's candidate in-flight counts (cached per pipeline shape).

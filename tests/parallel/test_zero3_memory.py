@@ -1,0 +1,35 @@
+"""ZeRO-3 partitions every parameter and holds low-precision copies only of the layers it has gathered (issue 28:
+LoRA added memory under ZeRO-3, and fp8 kept a whole model's fp8 copy on every rank)."""
+
+from __future__ import annotations
+
+import pytest
+
+import madmax
+
+GIB = 2**30
+LLAMA_70B = {"model": "llama-3-70b", "system": "p4d.24xlarge", "num_gpus": 128, "global_batch": 128, "seq_len": 4096,
+             "strategy": "tp=8,zero=3", "task": "finetune"}
+
+
+def _memory(**kwargs) -> dict:
+    return madmax.simulate(**kwargs).to_dict()["memory"]
+
+
+def test_frozen_weights_are_sharded_like_trainable_ones():
+    full, lora = _memory(**LLAMA_70B, finetune="full"), _memory(**LLAMA_70B, finetune="lora")
+    # 70.6 B parameters in bf16 over tp=8 x dp=16 ranks: 1.10 GiB each, plus the gathered layers; LoRA's adapters
+    # are a rounding error beside them. Freezing never adds memory.
+    assert lora["weights"] == pytest.approx(full["weights"], rel=0.01)
+    assert lora["total"] < full["total"]
+    assert lora["gradients"] < 0.01 * full["gradients"] and lora["optimizer"] < 0.01 * full["optimizer"]
+
+
+def test_fp8_copies_under_zero3_are_those_of_the_gathered_layers():
+    run = {"model": "llama-3.1-405b", "system": "gb200-nvl72", "num_gpus": 128, "global_batch": 64,
+           "seq_len": 8192, "strategy": "tp=2,dp=64,zero=3"}
+    bf16, fp8 = _memory(**run), _memory(**run, dtype="fp8")
+    # the fp8 copy of a gathered layer (1 byte per parameter beside its 2 in bf16) adds at most half the gathered
+    # weights, not the whole model's 405e9 / tp = 189 GiB
+    assert bf16["weights"] < fp8["weights"] < 1.5 * bf16["weights"] + 1.0 * GIB
+    assert fp8["weights"] < 20 * GIB
