@@ -51,6 +51,13 @@ MAX_TABLES = 2**15
 MAX_LAYERS = 2**14
 # The deepest nesting a YAML or JSON input may have: the parsers recurse once per level.
 MAX_DEPTH = 100
+# The most values (mappings, lists and scalars, counted as often as YAML aliases repeat them) an input may
+# hold: 1,000,000, a thousand times the largest catalog entry (a DLRM with hundreds of tables); a YAML alias
+# bomb of a few hundred bytes expands to billions and is refused here, before anything walks it.
+MAX_NODES = 1_000_000
+# The largest YAML or JSON input file (a model's config.json is a few kB): 8 MiB, which PyYAML reads in
+# seconds; other input files (an arrivals CSV) may be up to MAX_FILE_BYTES.
+MAX_CONFIG_BYTES = 8 * 2**20
 
 
 def digits(value: int) -> int:
@@ -206,9 +213,11 @@ def file_rule() -> str:
     return " (this server reads files only under its data directory, madmax web --data-dir)"
 
 
-def readable_file(path: str | Path, field: str) -> Path:
-    """`path` if the policy allows it and it is a regular file of at most MAX_FILE_BYTES; else ConfigError.
-    (A device such as /dev/zero, a FIFO or a folder is refused before anything is read from it.)"""
+def readable_file(path: str | Path, field: str, limit: int | None = None) -> Path:
+    """`path` if the policy allows it and it is a regular file of at most `limit` bytes (default
+    MAX_FILE_BYTES); else ConfigError. (A device such as /dev/zero, a FIFO or a folder is refused before
+    anything is read from it.)"""
+    limit = MAX_FILE_BYTES if limit is None else limit
     if not file_allowed(path):
         raise ConfigError(f"{field}={shown(str(path))} is outside this server's data directory; allowed: a "
                           "catalog name, the file's content, or a file under the folder `madmax web --data-dir` "
@@ -219,9 +228,9 @@ def readable_file(path: str | Path, field: str) -> Path:
         raise ConfigError(f"{field} file {shown(str(path))} does not exist") from None
     if not stat.S_ISREG(info.st_mode):
         raise ConfigError(f"{field}={shown(str(path))} is not a regular file; allowed: a YAML, JSON or CSV file")
-    if info.st_size > MAX_FILE_BYTES:
+    if info.st_size > limit:
         raise ConfigError(f"{field} file {shown(str(path))} is {info.st_size / 2**20:.0f} MiB; allowed: at most "
-                          f"{MAX_FILE_BYTES // 2**20} MiB")
+                          f"{limit // 2**20} MiB")
     return Path(path)
 
 

@@ -19,8 +19,10 @@ from pydantic import BaseModel, ValidationError
 
 from madmax.config.checks import (
     GPUS_WHY,
+    MAX_CONFIG_BYTES,
     MAX_DEPTH,
     MAX_GPUS,
+    MAX_NODES,
     file_rule,
     is_file,
     name_or_path,
@@ -76,7 +78,7 @@ def _unknown(kind: str, field: str, name: str) -> CatalogError:
 
 def read_file(path: Path, field: str) -> dict[str, Any]:
     """A mapping from a YAML or JSON file, or a ConfigError naming the file and the problem."""
-    readable_file(path, field)
+    readable_file(path, field, MAX_CONFIG_BYTES)
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -101,22 +103,25 @@ def read_file(path: Path, field: str) -> dict[str, Any]:
         raise ConfigError(f"{field} file {str(path)!r} is empty; it must hold a mapping of fields")
     if not isinstance(data, dict):
         raise ConfigError(f"{field} file {str(path)!r} must hold a mapping of fields, got {type(data).__name__}")
-    if _depth(data) > MAX_DEPTH:
-        raise ConfigError(f"{field} file {str(path)!r} is nested more than {MAX_DEPTH} levels deep; allowed: at "
-                          f"most {MAX_DEPTH} levels of lists and mappings")
+    check_shape(data, f"{field} file {str(path)!r}")
     return data
 
 
-def _depth(data: Any) -> int:
-    """Levels of lists and mappings in `data` (counted without recursion)."""
-    deepest, stack = 0, [(data, 1)]
+def check_shape(data: Any, what: str) -> None:
+    """ConfigError when `data` nests more than MAX_DEPTH levels or holds more than MAX_NODES values (YAML
+    aliases counted each time they repeat): walked without recursion, and no further than either bound."""
+    nodes, stack = 0, [(data, 1)]
     while stack:
         item, level = stack.pop()
+        nodes += 1
+        if nodes > MAX_NODES:
+            raise ConfigError(f"{what} holds more than {MAX_NODES:,} values once its YAML aliases are expanded; "
+                              f"allowed: at most {MAX_NODES:,}")
         if isinstance(item, dict | list):
-            deepest = max(deepest, level)
-            if level <= MAX_DEPTH:
-                stack += [(v, level + 1) for v in (item.values() if isinstance(item, dict) else item)]
-    return deepest
+            if level > MAX_DEPTH:
+                raise ConfigError(f"{what} is nested more than {MAX_DEPTH} levels deep; allowed: at most "
+                                  f"{MAX_DEPTH} levels of lists and mappings")
+            stack += [(v, level + 1) for v in (item.values() if isinstance(item, dict) else item)]
 
 
 def validate(schema: type[BaseModel], data: dict[str, Any], field: str) -> Any:
@@ -166,9 +171,7 @@ def _sentence(schema: type[BaseModel], exc: ValidationError, field: str, data: d
 def _lookup(kind: str, field: str, spec: str | Path | dict) -> tuple[dict[str, Any], bool]:
     """Raw data for `spec` and whether it came from a file."""
     if isinstance(spec, dict):
-        if _depth(spec) > MAX_DEPTH:
-            raise ConfigError(f"{field} is nested more than {MAX_DEPTH} levels deep; allowed: at most {MAX_DEPTH} "
-                              "levels of lists and mappings")
+        check_shape(spec, field)
         return spec, True
     spec = name_or_path(spec, field)
     entry = find_in_catalog(kind, str(spec)) if isinstance(spec, str) else None

@@ -104,9 +104,10 @@ class Sweep:
 
 def load_sweep(source: str | Path | dict, base_dir: Path | None = None) -> Sweep:
     """A sweep from a YAML/JSON file or a mapping; ConfigError (one sentence naming the field) if bad."""
-    from madmax.config.loaders import read_file, validate
+    from madmax.config.loaders import check_shape, read_file, validate
 
     if isinstance(source, dict):
+        check_shape(source, "sweep")  # a dict from YAML text (the web's) may hold an alias bomb
         data, base = source, base_dir or Path.cwd()
     else:
         path = Path(source)
