@@ -7,6 +7,7 @@ becomes one sentence on stderr and exit status 2.
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -79,7 +80,18 @@ def _fail(message: str) -> None:
 
 
 def _emit_json(data: Any) -> None:
-    typer.echo(json.dumps(data, indent=2, default=str))
+    """`data` as JSON: a non-finite number (which JSON has no word for) as null, never NaN or Infinity."""
+    typer.echo(json.dumps(_finite(data), indent=2, default=str, allow_nan=False))
+
+
+def _finite(data: Any) -> Any:
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {k: _finite(v) for k, v in data.items()}
+    if isinstance(data, list | tuple):
+        return [_finite(v) for v in data]
+    return data
 
 
 def _print_version(value: bool) -> None:

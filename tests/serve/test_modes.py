@@ -232,3 +232,26 @@ def test_on_demand_cache_preempts_the_newest_request():
     assert engine.preemptions == 1
     assert list(reqs.first_token) == [1.0, 1.0]
     assert list(reqs.finish) == [10.0, 17.0]
+
+
+def test_an_interval_no_request_has_is_none_not_nan(tmp_path):
+    """Requests of one output token have no TPOT or inter-token gap: None (null in JSON, '-' printed), never
+    NaN, which is not JSON (issue 28)."""
+    import math
+
+    from typer.testing import CliRunner
+
+    from madmax.cli import app
+
+    assert percentiles([]) == {"mean": None, "p50": None, "p90": None, "p99": None}
+    arrivals = tmp_path / "one_token.csv"
+    arrivals.write_text("arrival_s,prompt_len,output_len\n0,128,1\n0.1,128,1\n")
+    args = ["simulate", "-m", "llama-3-8b", "-s", "dgx-h100", "--num-gpus", "1", "--task", "inference", "--mode",
+            "rate", "--arrivals", str(arrivals)]
+    shown = CliRunner().invoke(app, [*args, "--json"])
+    assert shown.exit_code == 0 and "NaN" not in shown.output
+    latency = json.loads(shown.output)["latency"]
+    assert latency["tpot_s"]["p99"] is None and latency["itl_s"]["mean"] is None
+    assert math.isfinite(latency["ttft_s"]["p99"])
+    printed = CliRunner().invoke(app, args)
+    assert printed.exit_code == 0 and "nan" not in printed.output.lower()

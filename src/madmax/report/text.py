@@ -118,7 +118,8 @@ def print_serving(result: ServingResult, console: Console | None = None) -> None
         for col in ("", "mean", "p50", "p90", "p99"):
             lat.add_column(col, justify="right" if col else "left")
         for name, values in result.latency.items():
-            lat.add_row(name.removesuffix("_s"), *(_ms(values[k]) for k in ("mean", "p50", "p90", "p99")))
+            lat.add_row(name.removesuffix("_s"), *("-" if values[k] is None else _ms(values[k])
+                                                   for k in ("mean", "p50", "p90", "p99")))
         console.print(lat)
     b = result.breakdown
     table = Table(title=f"One prefill step (up to the token budget) and one decode step of the batch, stage "

@@ -54,7 +54,7 @@ class ServingResult:
     memory: dict[str, float]
     assumptions: list[str] = field(default_factory=list)
     limits: list[str] = field(default_factory=list)  # what queues the requests (`madmax.serve.limits`)
-    latency: dict[str, dict[str, float]] | None = None
+    latency: dict[str, dict[str, float | None]] | None = None  # None: no such interval (`percentiles`)
     goodput: dict[str, float] | None = None
     error_band: dict[str, Any] | None = None
     schedule: Schedule | None = field(default=None, repr=False, compare=False)
@@ -99,13 +99,14 @@ def step_breakdown(schedule: Schedule, rank: str, compute_by_kind: dict[str, flo
             "exposed_communication_s": sum(v["exposed"] for v in comm.values()), "host_s": host_s}
 
 
-def percentiles(values, weights=None) -> dict[str, float]:
-    """Mean and the p50/p90/p99 of `values` (weighted by `weights`, e.g. tokens per inter-token gap)."""
+def percentiles(values, weights=None) -> dict[str, float | None]:
+    """Mean and the p50/p90/p99 of `values` (weighted by `weights`, e.g. tokens per inter-token gap); None
+    each when there is no value (no request decoded a second token: no TPOT or inter-token gap exists)."""
     import numpy as np
 
     v = np.asarray(values, dtype=float)
     if v.size == 0:
-        return {"mean": float("nan"), **{f"p{p}": float("nan") for p in PERCENTILES}}
+        return {"mean": None, **{f"p{p}": None for p in PERCENTILES}}
     w = np.ones_like(v) if weights is None else np.asarray(weights, dtype=float)
     order = np.argsort(v)
     v, w = v[order], w[order]
