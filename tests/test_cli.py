@@ -148,8 +148,16 @@ CASES = [
     Case("inference-unknown-stack", inf("--stack", "tgi"), ["stack 'tgi'", "allowed: trtllm", "vllm", "sglang"]),
     Case("stack-on-training", sim("--stack", "vllm"),
          ["stack='vllm'", "inference", "allowed for training: megatron-core"]),
-    Case("inference-arrivals-missing", inf("--mode", "rate", "--arrivals", "no-such.csv"),
+    Case("inference-arrivals-missing", [*SIM, "--task", "inference", "--mode", "rate", "--arrivals", "no-such.csv"],
          ["task.arrivals", "no-such.csv", "does not exist"]),
+    # nothing asked for is dropped: options the run would not use are refused (issue 28)
+    Case("inference-arrivals-and-lengths", inf("--mode", "rate", "--arrivals", "no-such.csv"),
+         ["task.prompt_len does not apply beside task.arrivals"]),
+    Case("inference-seq-len", inf("--seq-len", "4096"), ["task.seq_len applies to training", "prompt_len"]),
+    Case("inference-global-batch", inf("--global-batch", "64"), ["task.global_batch applies to training"]),
+    Case("static-num-requests", inf("--num-requests", "100"), ["task.num_requests does not apply to mode static"]),
+    Case("seed-without-rate", inf("--mode", "concurrency", "--seed", "3"),
+         ["task.seed draws Poisson arrivals, which only a request_rate has"]),
     Case("inference-disaggregated-without-workers", inf("--mode", "disaggregated"),
          ["disaggregated", "prefill_workers", "decode_workers"]),
     # 4 x 1 + 1 x 2 = 6 GPUs of the 8 of one node.

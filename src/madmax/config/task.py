@@ -132,6 +132,23 @@ class Task(Schema):
     def _kv_dtype(cls, value: object) -> object:
         return None if value is None else dtype_among(value, KV_DTYPES, "a KV-cache")
 
+    def _nothing_ignored(self, given: set[str]) -> None:
+        """Refuse serving fields that the mode would not use (nothing a user asks for is silently dropped)."""
+        def set_(name: str) -> bool:
+            return name in given and getattr(self, name) != type(self).model_fields[name].get_default()
+
+        if self.arrivals is not None:
+            for name in ("request_rate", "num_requests", "prompt_len", "output_len"):
+                if set_(name):
+                    raise ValueError(f"task.{name} does not apply beside task.arrivals, whose CSV lists each "
+                                     "request's arrival, prompt and output lengths; allowed: one of the two")
+        if self.mode is ServingMode.STATIC and set_("num_requests"):
+            raise ValueError("task.num_requests does not apply to mode static, which serves one batch of "
+                             "task.batch requests; allowed: another mode (concurrency, saturation, rate)")
+        if set_("seed") and self.request_rate is None:
+            raise ValueError("task.seed draws Poisson arrivals, which only a request_rate has; allowed: "
+                             "request_rate with seed, or no seed")
+
     @model_validator(mode="after")
     def _fields_of_kind(self) -> Task:
         bad = sorted(set(self.lora_targets) - LORA_TARGETS)
@@ -156,6 +173,8 @@ class Task(Schema):
             raise ValueError(f"task.request_rate applies to modes rate and disaggregated, not {self.mode.value!r}")
         elif self.arrivals is not None and self.mode is not ServingMode.RATE:
             raise ValueError(f"task.arrivals applies to mode rate, not {self.mode.value!r}")
+        if self.kind is TaskKind.INFERENCE:
+            self._nothing_ignored(given)
         if self.kind is not TaskKind.INFERENCE and self.dtype.value in INFERENCE_ONLY_DTYPES:
             raise ValueError(f"task.dtype={self.dtype.value} applies to inference (quantized weights); "
                              f"allowed for {self.kind.value}: {', '.join(COMPUTE_DTYPES)}")

@@ -88,6 +88,10 @@ def formats(request: Request) -> Formats:
 def check_request(request: Request) -> None:
     """Lengths and batch that the mode needs, within the model's context."""
     t, spec = request.task, request.spec
+    for name, instead in (("global_batch", "batch"), ("seq_len", "prompt_len and output_len")):
+        if getattr(t, name) is not None:
+            raise ConfigError(f"task.{name} applies to training (and to a recommendation or vision model's "
+                              f"inference); a serving run of {spec.name} takes {instead}")
     needs_batch = t.mode in (ServingMode.STATIC, ServingMode.CONCURRENCY) or (
         t.mode is ServingMode.DISAGGREGATED and t.request_rate is None)
     if needs_batch and t.batch is None:
