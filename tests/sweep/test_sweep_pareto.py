@@ -61,3 +61,13 @@ def test_frontier_mask_by_hand():
 def test_unknown_objective_is_a_config_error():
     with pytest.raises(ConfigError, match="objective 'speed' is not a column"):
         pareto(TABLE, ["speed"])
+
+
+def test_a_text_column_or_one_named_twice_is_a_config_error():
+    """(the web answered both with a 500, issue 28)"""
+    text = next(c for c in TABLE.columns if TABLE[c].dtype.kind == "O")
+    with pytest.raises(ConfigError, match=rf"objective '{text}' is not a numeric column; allowed: "):
+        pareto(TABLE, [text, "cost_usd"] if "cost_usd" in TABLE.columns else [text])
+    numeric = next(c for c in TABLE.columns if TABLE[c].dtype.kind == "f")
+    with pytest.raises(ConfigError, match=rf"objective '{numeric}' is named twice"):
+        pareto(TABLE, [numeric, numeric])

@@ -222,6 +222,10 @@ def test_sweep_runs_in_the_background_into_the_clis_store(client):
     cheapest = rows.sort_values("cost_usd").iloc[0]
     assert front["frontier"][0]["system"] == cheapest["system"]
     assert front["frontier"][0]["cost_usd"] == pytest.approx(cheapest["cost_usd"])
+    for query, words in (("x=model&y=cost_usd", "objective 'model' is not a numeric column"),
+                         ("x=cost_usd&y=cost_usd", "objective 'cost_usd' is named twice")):
+        refused = client.get(f"/sweep/{job['id']}/pareto?{query}")
+        assert refused.status_code == 400 and refused.json()["error"].startswith(words)  # were 500s
 
 
 def test_bad_sweeps_are_refused_with_a_sentence(client):

@@ -45,10 +45,14 @@ def pareto(df, objectives: Sequence[str] = OBJECTIVES, *, maximize: Sequence[str
     columns = [*objectives, *maximize]
     if not columns:
         raise ConfigError("objectives must name at least one column to minimize or maximize")
-    missing = [c for c in columns if c not in df.columns]
-    if missing:
-        raise ConfigError(f"objective {missing[0]!r} is not a column; allowed: "
-                          f"{', '.join(c for c in df.columns if df[c].dtype.kind in 'fiu')}")
+    numeric = [c for c in df.columns if df[c].dtype.kind in "fiub"]
+    bad = [c for c in columns if c not in numeric]
+    if bad:
+        what = "is not a numeric column" if bad[0] in df.columns else "is not a column"
+        raise ConfigError(f"objective {bad[0]!r} {what}; allowed: {', '.join(c for c in numeric if c != 'fits')}")
+    if len(set(columns)) < len(columns):
+        twice = next(c for c in columns if columns.count(c) > 1)
+        raise ConfigError(f"objective {twice!r} is named twice; allowed: distinct columns")
     rows = df
     if feasible:
         ok = np.ones(len(df), dtype=bool)
