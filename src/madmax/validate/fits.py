@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from madmax.validate.datasets import Case, Dataset, with_stack
 from madmax.validate.runner import RowResult, Stats
+from madmax.validate.stack import SUFFIX
 
 FITS_FILE = "calibration/fits.yaml"
 CROSS = "+cross"  # suffix of a dataset re-run with its own source's fits left out
@@ -265,8 +266,6 @@ def fit_effects(rows: Sequence[RowResult]) -> tuple[FitEffect, ...]:
         for name, results in by_dataset.items():
             if not name.endswith(CROSS) or registry.source_of(name) not in fit.sources:
                 continue
-            from madmax.validate.stack import SUFFIX
-
             stem = name[:-len(CROSS)]
             base = {**_by_row(by_dataset.get(stem, [])), **_by_row(by_dataset.get(stem + SUFFIX, []))}
             for r in results:
@@ -305,8 +304,9 @@ def _by_row(results: Sequence[RowResult]) -> dict[str, RowResult]:
 
 
 def _left_out(r: RowResult) -> set[str]:
-    return {f.name for f in load_fits().fits
-            if any(a.startswith("cross-source:") and f"{f.name} left out" in a for a in r.case.assumptions)}
+    """The fits a `+cross` row left out: its source's adopted fits that apply to it."""
+    registry = load_fits()
+    return {f.name for f in registry.fitted_on(registry.source_of(r.case.dataset)) if applies(f, r.case.kwargs)}
 
 
 def _same_stack(a: RowResult, b: RowResult) -> bool:
@@ -353,8 +353,6 @@ def cross_source_scores(rows: Sequence[RowResult], how: Mapping[str, str]) -> tu
     """Per source, then per group and over all training rows: the cross-source rows (a dataset's `+cross`
     re-run, else its own rows) against the rows with the shipped fits (each stack's profile: a `+stack`
     re-run, held-out rows only, in place of its dataset)."""
-    from madmax.validate.stack import SUFFIX
-
     registry = load_fits()
     by_dataset: dict[str, list[RowResult]] = {}
     for r in rows:
