@@ -255,3 +255,16 @@ def test_an_interval_no_request_has_is_none_not_nan(tmp_path):
     assert math.isfinite(latency["ttft_s"]["p99"])
     printed = CliRunner().invoke(app, args)
     assert printed.exit_code == 0 and "nan" not in printed.output.lower()
+
+
+def test_a_static_batch_of_millions_is_answered_in_closed_form():
+    """Its prefill's full steps are timed once and counted (issue 28: 10,000,000 prompts took minutes): with
+    64 prompts of 128 tokens a step (trtllm's 8192-token budget), every 640 more prompts add ten equal steps."""
+    def prefill(batch: int) -> float:
+        return api.simulate("llama-3-8b", "dgx-h100", 1, task="inference", mode="static", batch=batch,
+                            prompt_len=128, output_len=16).prefill_time_s
+
+    ten, twenty, thirty = prefill(640), prefill(1280), prefill(1920)
+    assert twenty - ten == pytest.approx(ten, rel=1e-12) and thirty - twenty == pytest.approx(ten, rel=1e-12)
+    assert prefill(6400) == pytest.approx(10 * ten, rel=1e-12)  # 100 steps
+    assert prefill(10_000_000) > 0  # 128 steps of 78,137 prompts (the sized launch widens the budget): answered
