@@ -700,6 +700,8 @@ def web(
         "madmax-web"),
     workers: Annotated[int | None, typer.Option(help="Simulation processes (default: up to 4).")] = None,
     search_limit: Annotated[float | None, typer.Option(help="Longest a search may run, seconds (default 120).")] = None,
+    simulate_limit: Annotated[float | None, typer.Option(
+        help="Longest a simulation may run, seconds (default 60).")] = None,
 ) -> None:
     """Serve the HTTP API and a page to plan a run by looking at it (needs the web extra); see docs/web.md."""
     try:
@@ -710,9 +712,10 @@ def web(
     try:
         if workers is not None and workers < 1:
             raise MadmaxError(f"--workers={workers} must be a positive number of processes")
-        if search_limit is not None and search_limit <= 0:
-            raise MadmaxError(f"--search-limit={search_limit:g} must be a positive number of seconds")
-        options = {"workers": workers, "search_time_limit_s": search_limit}
+        for option, value in (("--search-limit", search_limit), ("--simulate-limit", simulate_limit)):
+            if value is not None and not 0 < value <= 86400:
+                raise MadmaxError(f"{option}={value:g} must be a number of seconds above 0, at most 86400")
+        options = {"workers": workers, "search_time_limit_s": search_limit, "simulate_time_limit_s": simulate_limit}
         settings = Settings(data_dir=data_dir, **{k: v for k, v in options.items() if v is not None})
         serve(host=host, port=port, open_browser=browser, settings=settings)
     except MadmaxError as exc:

@@ -20,7 +20,8 @@ STARTUP_S = 30
 @pytest.mark.parametrize(("args", "sentence"), [
     (["--port", "99999"], "error: port=99999 is not a TCP port; allowed: 0..65535"),
     (["--workers", "0"], "error: --workers=0 must be a positive number of processes"),
-    (["--search-limit", "0"], "error: --search-limit=0 must be a positive number of seconds"),
+    (["--search-limit", "0"], "error: --search-limit=0 must be a number of seconds above 0, at most 86400"),
+    (["--simulate-limit", "-1"], "error: --simulate-limit=-1 must be a number of seconds above 0, at most 86400"),
 ])
 def test_bad_options_are_one_sentence(args, sentence):
     result = CliRunner().invoke(app, ["web", "--no-browser", *args])

@@ -121,3 +121,13 @@ def test_the_cli_reads_no_device_either():
     result = CliRunner().invoke(app, ["simulate", "-m", "llama-3-8b", "-s", "dgx-h100", "--num-gpus", "1", "--task",
                                       "inference", "--mode", "rate", "--arrivals", "/dev/zero"])
     assert result.exit_code == 2 and "task.arrivals='/dev/zero' is not a regular file" in result.output
+
+
+def test_a_simulation_past_the_servers_limit_is_stopped_and_the_pool_replaced(tmp_path):
+    """No simulation answers within a millisecond (a process round trip alone takes longer): it is stopped with
+    one sentence, and the server goes on answering."""
+    with TestClient(create_app(Settings(data_dir=tmp_path, workers=1, simulate_time_limit_s=1e-3))) as client:
+        answer = client.post("/simulate", json=SMALL)
+        assert answer.status_code == 400
+        assert answer.json()["error"].startswith("the simulation ran past this server's limit of 0.001 s")
+        assert client.get("/health").json()["simulate_time_limit_s"] == 1e-3

@@ -66,6 +66,9 @@ class Settings:
     sweep_workers: int = max(1, min(4, os.cpu_count() or 1))  # processes of a sweep (default; a request may ask)
     max_searches: int = 2  # searches running at once; more are refused (429)
     search_time_limit_s: float = 120.0  # a search running longer is stopped; a request may ask for less
+    # A simulation running longer is stopped: its pool's processes are killed and replaced (a simulation in
+    # flight beside it is answered 503, try again).
+    simulate_time_limit_s: float = 60.0
     max_body_bytes: int = MB  # request bodies (an uploaded config.json travels in one)
     timeline_segments: int = 4000  # segments of the page's timeline plot (the longest kept)
     # Segments of one stream closer than this fraction of the iteration are one bar of the timeline plot
@@ -110,8 +113,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         loop = asyncio.get_running_loop()
         pool = state["pool"]
         try:
-            answer = await loop.run_in_executor(pool, work.simulate, kwargs, view,
-                                                (settings.timeline_segments, settings.timeline_merge))
+            answer = await asyncio.wait_for(
+                loop.run_in_executor(pool, work.simulate, kwargs, view,
+                                     (settings.timeline_segments, settings.timeline_merge)),
+                settings.simulate_time_limit_s)
+        except TimeoutError:
+            if state["pool"] is pool:
+                state["pool"] = work.simulation_pool(settings.workers, settings.data_dir)
+                work.kill_pool(pool)
+            raise ConfigError(f"the simulation ran past this server's limit of {settings.simulate_time_limit_s:g} s "
+                              "and was stopped; allowed: a smaller batch, fewer requests or GPUs, or a server "
+                              "started with a longer limit") from None
         except BrokenProcessPool:
             if state["pool"] is pool:  # the first request to see it replaces the pool
                 state["pool"] = work.simulation_pool(settings.workers, settings.data_dir)
@@ -204,7 +216,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def health() -> dict[str, Any]:
         return {"status": "ok", "version": __version__, "workers": settings.workers,
                 "searches_running": sum(p.is_alive() for p in searches),
-                "search_time_limit_s": settings.search_time_limit_s, "max_body_bytes": settings.max_body_bytes}
+                "search_time_limit_s": settings.search_time_limit_s,
+                "simulate_time_limit_s": settings.simulate_time_limit_s, "max_body_bytes": settings.max_body_bytes}
 
     static = resources.files("madmax.web").joinpath("static")
 

@@ -42,6 +42,16 @@ def simulation_pool(workers: int, file_root: Path | None = None) -> ProcessPoolE
                                initializer=restrict_files, initargs=(file_root,))
 
 
+def kill_pool(pool: ProcessPoolExecutor) -> None:
+    """Stop a pool now, its running simulations too (Python 3.11's executor has no call for it: its
+    processes are killed one by one)."""
+    processes = list(getattr(pool, "_processes", {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        if process.is_alive():
+            process.kill()
+
+
 def simulate(kwargs: dict[str, Any], view: bool, timeline_options: tuple[int, float]) -> tuple[str, Any]:
     """("result", `madmax.simulate(**kwargs).to_dict()`) or ("error", sentence). With `view`, the result is
     what the page draws: {"result", "bars", "memory_per_stage", "timeline", "trace_gz"} (trace_gz: the
