@@ -6,8 +6,11 @@ becomes one sentence on stderr and exit status 2.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import math
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -723,11 +726,33 @@ def web(
 
 
 def main() -> None:
+    _tolerant_streams()
     try:
         app()
     except MadmaxError as exc:  # a last guard: library errors never escape as tracebacks
         typer.echo(f"error: {exc}", err=True)
         sys.exit(2)
+    except OSError as exc:  # the output cannot be written: a full disk, a closed pipe
+        if exc.errno not in (errno.ENOSPC, errno.EPIPE, errno.EIO):
+            raise
+        _quiet_stdout()
+        sys.stderr.write(f"error: the output could not be written ({exc.strerror or exc})\n")
+        sys.exit(2 if exc.errno != errno.EPIPE else 0)  # a reader that stopped early (`| head`) is no error
+
+
+def _tolerant_streams() -> None:
+    """Characters the terminal's encoding lacks (PYTHONIOENCODING=ascii: '±', box lines) print as '?' rather
+    than end the command."""
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            with contextlib.suppress(ValueError, OSError):  # a stream already closed or detached
+                stream.reconfigure(errors="replace")
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's final flush does not fail again."""
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 if __name__ == "__main__":
