@@ -19,7 +19,7 @@ from madmax.config.checks import usable_path
 from madmax.config.hardware import System
 from madmax.config.loaders import load_model, load_system, validate
 from madmax.config.model import ModelSpec
-from madmax.config.task import COMPUTE_DTYPES, INFERENCE_ONLY_DTYPES, Task, TaskKind
+from madmax.config.task import COMPUTE_DTYPES, INFERENCE_ONLY_DTYPES, FinetuneMethod, Task, TaskKind
 from madmax.errors import ConfigError
 
 
@@ -84,6 +84,8 @@ def resolve_request(model: Any, system: Any, num_gpus: int | None = None, task: 
         raise ConfigError(f"seq_len={seq} exceeds max_seq_len={spec.max_seq_len} of {spec.name}")
     if t.seq_len is None and t.kind is not TaskKind.INFERENCE and getattr(spec, "train_seq_len_source", ""):
         assumptions.append(f"seq_len not given: {seq:,} tokens, {spec.train_seq_len_source}")
+    if t.kind is TaskKind.FINETUNE:
+        assumptions.append(_finetune_note(t))
     workload = build_workload(spec, t, flash=flash)
     return Request(spec=spec, system=sysm, task=t, workload=workload, seq_len=seq, calibration=calibration,
                    assumptions=tuple(assumptions))
@@ -121,3 +123,12 @@ def resolve_training(request: Request, requested: Any) -> TrainingRequest:
         notes.append(f"global_batch not given: {batch_size} = dp*mbs*pp sequences")
     return TrainingRequest(request=request, strategy=strat, global_batch=batch_size,
                            assumptions=request.assumptions + tuple(notes))
+
+
+def _finetune_note(t: Task) -> str:
+    """What a fine-tuning run trains, said with every result (a LoRA run otherwise looks like a full one)."""
+    frozen = f", the embedding and the first {t.frozen_layers} layers frozen" if t.frozen_layers else ""
+    if t.finetune is FinetuneMethod.LORA:
+        return (f"fine-tuning: LoRA adapters of rank {t.lora_rank} on {', '.join(t.lora_targets)}, every base "
+                f"weight frozen (no weight gradient, no optimizer state){frozen}")
+    return f"fine-tuning: full{frozen}" if frozen else "fine-tuning: every weight trained"

@@ -128,7 +128,7 @@ def training_result(run: TrainingRun, plan: Plan, built: TrainingProgram, schedu
         dtype=run.dtype.value, global_batch=run.global_batch, seq_len=run.seq_len,
         iteration_time_s=iteration, samples_per_s=run.global_batch / iteration, tokens_per_s=tokens / iteration,
         tokens_per_s_per_gpu=tokens / iteration / n, mfu=mfu, hfu=hfu,
-        model_tflops_per_gpu=3 * run.forward_flops_per_token * tokens / iteration / n / 1e12,
+        model_tflops_per_gpu=_model_tflops_per_gpu(run, plan, built, ranks_per_stage, tokens, iteration),
         peak_memory_bytes=peak, fits=fits,
         fits_reason=fits_reason, breakdown=breakdown,
         memory={"stage": worst, **memories[worst].to_dict(), "capacity": run.hbm_bytes},
@@ -171,6 +171,17 @@ def over_capacity(memory: StageMemory, capacity: float, stage: int, can_offload:
     hint = "; emb_offload=1 keeps the excess embedding rows in host memory" if can_offload else ""
     return (f"stage {stage} needs {memory.total_bytes / GIB:.1f} GiB per GPU ({largest}) but the GPU has "
             f"{capacity / GIB:.1f} GiB usable{hint}")
+
+
+def _model_tflops_per_gpu(run: TrainingRun, plan: Any, built: Any, ranks_per_stage: int, tokens: int,
+                          iteration: float) -> float:
+    """Model TFLOP/s per GPU: Megatron-LM's 3 x forward FLOPs per token when every weight trains; with
+    frozen weights (LoRA, frozen layers) the model FLOPs the program computes, as MFU counts them, since the
+    frozen weights' gradients are never computed (3 x forward would credit LoRA with 91% of an A100's peak)."""
+    frozen = any(u.trainable_params < u.params for u in plan.units.values())
+    if frozen:
+        return sum(built.model_flops) * ranks_per_stage / iteration / run.num_gpus / 1e12
+    return 3 * run.forward_flops_per_token * tokens / iteration / run.num_gpus / 1e12
 
 
 def stage_ends(built: TrainingProgram, schedule: Schedule) -> list[float]:

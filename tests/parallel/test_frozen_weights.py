@@ -1,5 +1,6 @@
-"""ZeRO-3 partitions every parameter and holds low-precision copies only of the layers it has gathered (issue 28:
-LoRA added memory under ZeRO-3, and fp8 kept a whole model's fp8 copy on every rank)."""
+"""Frozen weights and ZeRO-3 (issue 28): ZeRO-3 partitions every parameter, frozen or not, and holds low-precision
+copies only of the layers it has gathered (LoRA added memory, fp8 kept a whole model's copy on every rank); a
+LoRA run counts the FLOPs it computes and says it is LoRA."""
 
 from __future__ import annotations
 
@@ -33,3 +34,16 @@ def test_fp8_copies_under_zero3_are_those_of_the_gathered_layers():
     # weights, not the whole model's 405e9 / tp = 189 GiB
     assert bf16["weights"] < fp8["weights"] < 1.5 * bf16["weights"] + 1.0 * GIB
     assert fp8["weights"] < 20 * GIB
+
+
+def test_lora_counts_the_flops_it_computes_and_says_it_is_lora():
+    """LoRA computes no weight gradient of its frozen base: its model TFLOP/s are the program's model FLOPs
+    (as MFU counts them), not 3 x forward, which credited an A100 with 91% of its peak (issue 28)."""
+    run = {"model": "llama-3-8b", "system": "p4d.24xlarge", "num_gpus": 8, "global_batch": 32, "seq_len": 4096}
+    lora = madmax.simulate(**run, task="finetune", finetune="lora")
+    full = madmax.simulate(**run, task="finetune", finetune="full")
+    peak_tflops = 312  # A100 dense bf16
+    assert lora.model_tflops_per_gpu == pytest.approx(lora.mfu * peak_tflops, rel=1e-9)
+    assert lora.model_tflops_per_gpu < full.model_tflops_per_gpu * 4 / 3  # 4 of 6 N FLOPs, at most faster
+    assert any(a.startswith("fine-tuning: LoRA adapters of rank 16 on qkv, out") for a in lora.assumptions)
+    assert "fine-tuning: every weight trained" in full.assumptions
