@@ -44,16 +44,29 @@ ALLOWED = {
 
 
 def _imports(path: Path) -> set[str]:
+    """The madmax layers `path` imports: `madmax.X...` and `from madmax import X` name layer X; the package's
+    own names (`from madmax import simulate`, `import madmax`) are its top level, "__init__"."""
     tree = ast.parse(path.read_text())
     found = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("madmax."):
             found.add(node.module.split(".")[1])
+        elif isinstance(node, ast.ImportFrom) and node.module == "madmax" and node.level == 0:
+            found |= {a.name if a.name in ALLOWED else "__init__" for a in node.names if a.name != "__version__"}
         elif isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name.startswith("madmax."):
                     found.add(alias.name.split(".")[1])
+                elif alias.name == "madmax":
+                    found.add("__init__")
     return found
+
+
+def test_the_guard_sees_every_form_of_import(tmp_path):
+    source = tmp_path / "m.py"
+    source.write_text("from madmax import api\nfrom madmax import simulate\nimport madmax\nimport madmax.sim.engine\n"
+                      "from madmax.config import base\nfrom madmax import __version__\n")
+    assert _imports(source) == {"api", "__init__", "sim", "config"}
 
 
 def test_every_package_has_a_layer():

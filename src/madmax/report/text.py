@@ -235,10 +235,12 @@ def _system_row(name: str) -> list[str]:
 
 
 def _model_row(name: str) -> list[str]:
-    from madmax import api
+    from madmax.config.loaders import load_model
+    from madmax.config.task import Task, TaskKind
+    from madmax.workload import build_workload
 
-    info = api.inspect(name)
-    total, active = info["total_params"], info["active_params"]
+    workload = build_workload(load_model(name), Task(kind=TaskKind.PRETRAIN))  # as `madmax.inspect` counts
+    total, active = workload.total_params, workload.active
     return [_count(total), _count(active) if active != total else ""]
 
 
