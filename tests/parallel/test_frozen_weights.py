@@ -47,3 +47,11 @@ def test_lora_counts_the_flops_it_computes_and_says_it_is_lora():
     assert lora.model_tflops_per_gpu < full.model_tflops_per_gpu * 4 / 3  # 4 of 6 N FLOPs, at most faster
     assert any(a.startswith("fine-tuning: LoRA adapters of rank 16 on qkv, out") for a in lora.assumptions)
     assert "fine-tuning: every weight trained" in full.assumptions
+
+
+def test_zero3_never_holds_more_than_zero2_where_nothing_is_sharded():
+    """With one rank to a shard (dp = 1) a weight is whole already: no gathered buffer beside it (issue 28)."""
+    run = {"model": "llama-3-8b", "system": "dgx-h100", "num_gpus": 8, "global_batch": 8}
+    zero2, zero3 = _memory(**run, strategy="tp=8,zero=2"), _memory(**run, strategy="tp=8,zero=3")
+    assert zero3["weights"] == pytest.approx(zero2["weights"], rel=1e-12)
+    assert zero3["total"] <= zero2["total"] * (1 + 1e-12)

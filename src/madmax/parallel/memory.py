@@ -149,13 +149,17 @@ def stage_memory(plan: Plan, stage: int, reserve: Reserve | float) -> StageMemor
         optimizer += trainable * o
     cast = sum(u.cast_cache_bytes for u in units)  # low-precision weight copies cached for the step
     if plan.data.zero >= 3:
-        largest = max((u.params for u in units), default=0.0)  # a stage of empty chunks holds none
-        gathered = float(reserve.zero3_gathered_params(largest))
+        # Only weights sharded over more than one rank are gathered into a buffer of their own: with one
+        # rank to a shard (dp = 1, or experts whose expert-data-parallel group is one rank) the weight is
+        # whole already, and FSDP and DeepSpeed use it in place.
+        sharded = [sum(params for _, d, params, _ in u.state_groups(plan) if d.shard > 1) for u in units]
+        gathered = float(reserve.zero3_gathered_params(max(sharded, default=0.0)))  # empty chunks: none
         weights += gathered * plan.data.weight_bytes
         # A ZeRO-3 layer's low-precision copy is cast from its gathered weights and freed with them: the
-        # copies held at once are those of the gathered layers, not the whole stage's.
+        # copies held at once are those of the gathered layers and of the weights kept whole, not the stage's.
         total = sum(u.params for u in units)
-        cast *= min(1.0, gathered / total) if total else 0.0
+        whole = total - sum(sharded)
+        cast *= min(1.0, (gathered + whole) / total) if total else 0.0
     weights += cast
     per_chunk = [sum(plan.units[key].saved_bytes for key in chunk) for chunk in chunks]
     # The peak over the stage's program of the activations of the forwards whose backward has not run

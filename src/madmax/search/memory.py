@@ -8,8 +8,9 @@ For stage s of a candidate with N_sk units of key k (params P_k, trainable T_k p
     total       = weights + gradients + optimizer + (1 + f) activations + context + communicators
 
 w, g, o: bytes per parameter after ZeRO sharding (`DataParallelPlan.state_bytes_per_param`; frozen ones hold
-weights only, sharded alike under ZeRO-3); h: 1, or under ZeRO-3 the gathered share of the stage's
-parameters (a layer's low-precision copy lives while it is gathered);
+weights only, sharded alike under ZeRO-3); h: 1, or under ZeRO-3 the share of the stage's parameters gathered
+or kept whole (a layer's low-precision copy lives while it is gathered); the gathered units count only weights
+sharded over more than one rank (w < w_0);
 in an MoE model the routed experts' parameters (P/(ep*etp) per rank) have their own w, g, o, sharded
 over their expert-data-parallel ranks, and the weights, gradients and optimizer terms add over both;
 f: the allocator's fragmentation and communicators those of the candidate's process groups (both
@@ -86,13 +87,19 @@ def peak_memory(shape: MemoryShape, units: dict[str, np.ndarray], state: np.ndar
         p_s, t_s = p @ per_stage.T, t @ per_stage.T  # [n, R]
         w, g, o = group_state[:, 0:1], group_state[:, 1:2], group_state[:, 2:3]
         total = (p_s - t_s) * w + t_s * (w + g + o) + total  # frozen weights sharded as trainable ones
-    largest = np.where(present[None], params[:, None, :], 0.0).max(axis=2)  # [n, R]
+    # weights gathered into a buffer of their own: those sharded over more than one rank (w below w_0)
+    gatherable = params * (state[:, 0:1] < weight_bytes)
+    if expert_state is not None:
+        gatherable = ((params - units["expert_params"]) * (state[:, 0:1] < weight_bytes)
+                      + units["expert_params"] * (expert_state[:, 0:1] < weight_bytes))
+    largest = np.where(present[None], gatherable[:, None, :], 0.0).max(axis=2)  # [n, R]
     gathered = reserve.zero3_gathered_params(largest)
     zero3 = zero[:, None] >= 3
     total += np.where(zero3, gathered * weight_bytes, 0.0)
     # low-precision weight copies cached for the step; under ZeRO-3 those of the gathered layers only
     stage_params = params @ per_stage.T
-    held = np.where(zero3, np.minimum(1.0, gathered / np.where(stage_params > 0, stage_params, 1.0)), 1.0)
+    whole = stage_params - gatherable @ per_stage.T  # weights kept whole (shards of one rank): copies held
+    held = np.where(zero3, np.minimum(1.0, (gathered + whole) / np.where(stage_params > 0, stage_params, 1.0)), 1.0)
     total += (units["cast_cache"] @ per_stage.T) * held
     total += (1 + reserve.fragmentation) * activations_by_stage(shape, units["saved"], units["working"])
     return total.max(axis=1)
