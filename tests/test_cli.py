@@ -338,3 +338,19 @@ def test_schema_is_json_schema() -> None:
     assert result.exit_code == 0
     schema = json.loads(result.stdout)
     assert "num_layers" in schema["properties"] and schema["additionalProperties"] is False
+
+
+@pytest.mark.parametrize(("strategy", "words"), [
+    ("emb=rw", "strategy.emb shards a recommendation model's embedding tables; llama-3-8b has none"),
+    ("dispatcher=deepep", "strategy.dispatcher applies to mixture-of-experts models; llama-3-8b has no experts"),
+    ("prefill_workers=1", "strategy.prefill_workers sizes a disaggregated serving worker"),
+])
+def test_strategy_keys_the_model_would_not_use_are_refused(strategy, words):
+    """Nothing a user asks for is silently dropped (issue 28): the result was identical with and without them."""
+    from typer.testing import CliRunner
+
+    from madmax.cli import app
+
+    result = CliRunner().invoke(app, ["simulate", "-m", "llama-3-8b", "-s", "dgx-h100", "--num-gpus", "8",
+                                      "--global-batch", "32", "--strategy", strategy])
+    assert result.exit_code == 2 and words in result.output, result.output

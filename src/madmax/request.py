@@ -105,9 +105,10 @@ class TrainingRequest:
 def resolve_training(request: Request, requested: Any) -> TrainingRequest:
     """Check the strategy against the model and cluster (`resolve_strategy`); a recommendation model's
     inference pass serves `task.batch` samples as one global batch."""
-    from madmax.config.strategy import Axis, resolve_strategy
+    from madmax.config.strategy import Axis, check_training_keys, resolve_strategy
 
     spec, t = request.spec, request.task
+    check_training_keys(requested, spec.name, spec.has_experts, bool(request.workload.tables))
     if t.kind is TaskKind.INFERENCE:
         if t.batch is None:
             raise ConfigError("task.batch is required for inference: the requests (samples) served at once")

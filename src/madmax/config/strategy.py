@@ -285,6 +285,29 @@ def _first_error(prefix: str, exc: ValidationError) -> str:
 _divisors = divisors  # factored, so that listing the divisors of a size of 2**40 answers at once
 
 
+# Strategy keys that only some models or tasks use: given (with a value other than the default) where they do not
+# apply, they are refused rather than silently dropped.
+EXPERT_KEYS = ("etp", "ep_overlap", "dispatch_fp8", "expert_order", "dispatcher")
+EMBEDDING_KEYS = ("emb", "emb_balance", "emb_offload", "emb_hot", "emb_group")
+SERVING_PREFIXES = ("prefill_", "decode_")
+
+
+def check_training_keys(s: Strategy, model_name: str, has_experts: bool, has_tables: bool) -> None:
+    """StrategyError for a key given a value that a training run of this model would not use."""
+    for key in sorted(s.model_fields_set):
+        if getattr(s, key) == type(s).model_fields[key].get_default():
+            continue
+        if key in EXPERT_KEYS and not has_experts:
+            raise StrategyError(f"strategy.{key} applies to mixture-of-experts models; {model_name} has no "
+                                "experts; allowed: omit it")
+        if key in EMBEDDING_KEYS and not has_tables:
+            raise StrategyError(f"strategy.{key} shards a recommendation model's embedding tables; {model_name} has "
+                                "none; allowed: omit it")
+        if key.startswith(SERVING_PREFIXES):
+            raise StrategyError(f"strategy.{key} sizes a disaggregated serving worker (task inference, mode "
+                                "disaggregated), not a training run; allowed: omit it")
+
+
 def _embedding_loss_hint(chunks: int, layers: int) -> str:
     """The way out when the embedding and the loss, counted as layers, fill the chunks (Megatron-Bridge's
     Llama-3.1-405B layouts: 126 layers + 2 in pp*vp = 128 chunks)."""
