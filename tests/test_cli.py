@@ -354,3 +354,16 @@ def test_strategy_keys_the_model_would_not_use_are_refused(strategy, words):
     result = CliRunner().invoke(app, ["simulate", "-m", "llama-3-8b", "-s", "dgx-h100", "--num-gpus", "8",
                                       "--global-batch", "32", "--strategy", strategy])
     assert result.exit_code == 2 and words in result.output, result.output
+
+
+def test_a_recommendation_model_is_counted_in_samples_and_inference_in_steps():
+    """DLRM printed 'tokens/s per GPU' and 'x 1' tokens per sample; a forward-only run, training words (issue 28)."""
+    from typer.testing import CliRunner
+
+    from madmax.cli import app
+
+    base = ["simulate", "-m", "dlrm-a", "-s", "zionex", "--num-gpus", "8"]
+    trained = CliRunner().invoke(app, [*base, "--global-batch", "4096"]).output
+    assert "samples/s per GPU" in trained and "tokens/s per GPU" not in trained and "x 1 " not in trained
+    served = CliRunner().invoke(app, [*base, "--task", "inference", "--batch", "4096"]).output
+    assert "step time" in served and "iteration time" not in served and "HFU" not in served
