@@ -367,3 +367,5 @@ def test_a_recommendation_model_is_counted_in_samples_and_inference_in_steps():
     assert "samples/s per GPU" in trained and "tokens/s per GPU" not in trained and "x 1 " not in trained
     served = CliRunner().invoke(app, [*base, "--task", "inference", "--batch", "4096"]).output
     assert "step time" in served and "iteration time" not in served and "HFU" not in served
+    strategy = next(line for line in served.splitlines() if line.startswith("strategy "))
+    assert "zero=" not in strategy and "recompute=" not in strategy  # training's keys

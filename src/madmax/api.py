@@ -124,9 +124,9 @@ def _simulate_training(run: TrainingRequest, keep_schedule: bool) -> Result:
     if band is not None and "family" not in band["matched"]:
         band = None
     tables = bool(request.workload.tables)
+    text = strat.describe(forward_only=request.task.kind is TaskKind.INFERENCE) + (_emb_keys(strat) if tables else "")
     info = TrainingRun(model=request.spec.name, system=sysm.name, num_gpus=n, task=request.task.kind.value,
-                       dtype=request.task.dtype, strategy=strat,
-                       strategy_text=strat.describe() + (_emb_keys(strat) if tables else ""),
+                       dtype=request.task.dtype, strategy=strat, strategy_text=text,
                        global_batch=run.global_batch, seq_len=request.seq_len, hbm_bytes=sysm.gpu.usable_memory_bytes,
                        peak_flops_per_s=sysm.gpu.flops_per_s[request.task.dtype], has_tables=tables,
                        assumptions=run.assumptions + notes + tuple(built.assumptions),

@@ -186,11 +186,12 @@ class Strategy(Schema):
         return {Axis.TP: self.tp, Axis.PP: self.pp, Axis.DP: self.dp or 1, Axis.CP: self.cp,
                 Axis.EP: self.ep}[axis]
 
-    def describe(self) -> str:
-        """The strategy in the grammar of `parse_strategy`, every key spelled out."""
+    def describe(self, forward_only: bool = False) -> str:
+        """The strategy in the grammar of `parse_strategy`, every key spelled out; `forward_only` (an inference
+        pass) leaves out what only training has: ZeRO, its sharding and recomputation."""
         parts = [f"tp={self.tp}", f"pp={self.pp}", f"dp={self.dp}", f"cp={self.cp}", f"ep={self.ep}",
-                 f"vp={self.vp}", f"mbs={self.mbs}", f"zero={self.zero}"]
-        if self.shard and self.shard != self.dp:
+                 f"vp={self.vp}", f"mbs={self.mbs}"] + ([] if forward_only else [f"zero={self.zero}"])
+        if self.shard and self.shard != self.dp and not forward_only:
             parts.append(f"shard={self.shard}")
         if self.etp > 1:
             parts.append(f"etp={self.etp}")
@@ -206,9 +207,10 @@ class Strategy(Schema):
         parts += [f"{key}=1" for key in ("pp_embedding", "pp_loss") if getattr(self, key)]
         if self.pp_layout is not None:
             parts.append(f"pp_layout={self.pp_layout.replace(',', '')}")  # its commas are cosmetic
-        parts.append(f"recompute={self.recompute or RECOMPUTE_AUTO}")
-        if self.recompute_layers is not None:
-            parts.append(f"recompute_layers={self.recompute_layers}")
+        if not forward_only:
+            parts.append(f"recompute={self.recompute or RECOMPUTE_AUTO}")
+            if self.recompute_layers is not None:
+                parts.append(f"recompute_layers={self.recompute_layers}")
         parts.append(f"sp={int(self.sequence_parallel)}")
         return ",".join(parts)
 
