@@ -86,6 +86,10 @@ def resolve_request(model: Any, system: Any, num_gpus: int | None = None, task: 
         assumptions.append(f"seq_len not given: {seq:,} tokens, {spec.train_seq_len_source}")
     if t.kind is TaskKind.FINETUNE:
         assumptions.append(_finetune_note(t))
+    checkpoint = getattr(spec, "checkpoint_format", None)
+    if checkpoint:
+        assumptions.append(f"the checkpoint's weights are {checkpoint} (its config.json quantization_config); "
+                           f"simulated in {t.dtype.value} (--dtype)")
     workload = build_workload(spec, t, flash=flash)
     return Request(spec=spec, system=sysm, task=t, workload=workload, seq_len=seq, calibration=calibration,
                    assumptions=tuple(assumptions))

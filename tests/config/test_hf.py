@@ -383,3 +383,18 @@ def test_shape_errors_of_imported_configs_name_our_field() -> None:
     # 32 query heads cannot share 5 KV heads; the schema says so.
     with pytest.raises(ConfigError, match=r"num_kv_heads=5 must divide num_heads=32"):
         load_model(hf_config("llama-3.1-8b") | {"num_key_value_heads": 5})
+
+
+def test_a_checkpoints_quantization_is_said_beside_the_result():
+    """An HF quantization_config was read and dropped without a word (issue 28): it is kept as the checkpoint's
+    format and named beside the result, whose dtype is the run's."""
+    import madmax
+    from madmax.config.hf import _checkpoint_format
+
+    assert _checkpoint_format({"quant_method": "fp8", "fmt": "e4m3"}) == "fp8"
+    assert _checkpoint_format({"quant_method": "awq", "bits": 4}) == "awq 4-bit"
+    assert _checkpoint_format({"bits": 4}) is None and _checkpoint_format("fp8") is None
+    path = Path(__file__).resolve().parents[1] / "data" / "hf" / "gpt-oss-20b" / "config.json"
+    result = madmax.simulate(str(path), "dgx-h100", 8, task="inference", batch=4, prompt_len=128, output_len=16)
+    assert ("the checkpoint's weights are mxfp4 (its config.json quantization_config); simulated in bf16 (--dtype)"
+            in result.assumptions)

@@ -99,6 +99,9 @@ def from_hf_config(cfg: dict[str, Any], name: str) -> dict[str, Any]:
     build = builders.get(model_type, _falcon if model_type in ("falcon", "RefinedWebModel", "RefinedWeb")
                          else _llama_like)
     fields = {"name": model_name(cfg, name), "source": source} | build(c)
+    quantized = _checkpoint_format(cfg.get("quantization_config"))
+    if quantized and model_type != "vit":
+        fields["checkpoint_format"] = quantized
     longest = fields.get("max_seq_len")
     if "train_seq_len" not in fields and isinstance(longest, int) and longest > DEFAULT_TRAIN_SEQ_LEN:
         fields["train_seq_len"] = DEFAULT_TRAIN_SEQ_LEN
@@ -313,3 +316,14 @@ def _opt(c: HFConfig) -> dict[str, Any]:
         "tied_embeddings": c.flag("tie_word_embeddings", True),
         "max_seq_len": c.size("max_position_embeddings"),
     }
+
+
+def _checkpoint_format(quantization: Any) -> str | None:
+    """A Hugging Face quantization_config in a few words ('fp8', 'mxfp4', 'awq 4-bit'), or None."""
+    if not isinstance(quantization, dict):
+        return None
+    method = quantization.get("quant_method")
+    if not isinstance(method, str) or not method.strip():
+        return None
+    method, bits = method.strip()[:40], quantization.get("bits")
+    return f"{method} {bits}-bit" if isinstance(bits, int) and not isinstance(bits, bool) else method

@@ -190,6 +190,10 @@ class DecoderModel(Schema):
         "", description="Why train_seq_len is what it is when it is a default rather than the model's own (a "
         "Hugging Face import's); listed in the assumptions when the sequence length is not given.")
     source: str = Field("", description="Where the architecture numbers come from.")
+    checkpoint_format: str | None = Field(
+        None, max_length=200, description="The checkpoint's own weight format where its config names one (a Hugging "
+        "Face quantization_config: 'fp8', 'mxfp4'), said beside each result: the run's dtype decides what is "
+        "simulated.")
 
     @model_validator(mode="after")
     def _shape(self) -> DecoderModel:
