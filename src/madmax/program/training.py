@@ -166,7 +166,8 @@ class _Builder:
         self.num_virtual = self.pp * self.vp
         self.first: dict[tuple[Phase, int, int], int] = {}  # (phase, virtual chunk, mb) -> first segment
         self.send: dict[tuple[Phase, int, int], int] = {}  # -> segment the next virtual stage waits for
-        self.deferred: list[int] = []  # gradient reductions that wait for the whole backward (no overlap)
+        # gradient reductions that wait for the whole backward (no overlap): the first of each stream waits
+        self.deferred: dict[int, int] = {}  # stream -> its first deferred segment
         self.pending: dict[tuple[Phase, int, str], list[int]] = {}  # exchanges a unit's pass waits for
         self.consumers: dict[str, list[str]] = defaultdict(list)  # unit -> producers whose output it reads
         # Whether any unit exchanges data with another (embedding tables); LLM plans skip the edge bookkeeping.
@@ -526,8 +527,9 @@ class _Builder:
             if last_microbatch and data.replicas > 1:
                 segs.append(self.comm(stream, Collective.ALL_REDUCE, size / data.shard, data.replica_span, group,
                                       (segs[-1],) if segs else deps))
-        if not data.overlap and not per_microbatch:
-            self.deferred.extend(segs)  # after the whole backward; ZeRO-2/3 reduce in place (the caller waits)
+        if not data.overlap and not per_microbatch and segs:
+            # after the whole backward; ZeRO-2/3 reduce in place (the caller waits)
+            self.deferred.setdefault(stream, segs[0])
         return segs
 
     def _send(self, pp_stream: int, phase: Phase, virtual: int, mb: int, after: int) -> None:
@@ -544,9 +546,12 @@ class _Builder:
 
     def _finish_stage(self, stage: int, streams: _Streams, grad_segments: list[int], last_compute: int) -> None:
         plan, prog = self.plan, self.prog
-        if self.deferred:
-            prog.wait(self.deferred[0], last_compute)
-            self.deferred = []
+        # Each stream's first deferred reduction waits for the backward's end, the rest follow it in stream
+        # order (the dense group's and the experts' reductions run on streams of their own: waiting on the
+        # first of all of them alone let the experts' start at time 0).
+        for first in self.deferred.values():
+            prog.wait(first, last_compute)
+        self.deferred = {}
         deps = [*list(grad_segments), last_compute]
         if plan.tied_sync_bytes and stage in (0, plan.num_stages - 1):
             deps.append(self.comm(streams[DP], Collective.ALL_REDUCE, plan.tied_sync_bytes, Span(1, 2), PP,
