@@ -11,9 +11,8 @@ import webbrowser
 from madmax.errors import ConfigError
 from madmax.web.app import Settings, create_app
 
-# Bound to one of these, the server answers only requests addressed to a loopback name (`Settings.allowed_hosts`).
+# Bound to one of these, the server answers only requests addressed to one of them (`Settings.allowed_hosts`).
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
-LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 # How often, and how long, to wait for the server to listen before opening the browser.
 STARTUP_POLL_S = 0.1
 STARTUP_WAIT_S = 30.0
@@ -29,7 +28,7 @@ def serve(host: str = "127.0.0.1", port: int = 8000, open_browser: bool = True, 
     _check_free(host, port)
     settings = settings or Settings()
     if host in LOOPBACK and settings.allowed_hosts is None:
-        settings = dataclasses.replace(settings, allowed_hosts=LOOPBACK_NAMES)
+        settings = dataclasses.replace(settings, allowed_hosts=LOOPBACK)
     server = uvicorn.Server(uvicorn.Config(create_app(settings), host=host, port=port, log_level=log_level))
     if open_browser:
         url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}/"
