@@ -41,7 +41,7 @@ import numpy as np
 from madmax.config.strategy import parse_strategy
 from madmax.validate import run_validation
 from madmax.validate.datasets import LOADERS
-from madmax.validate.fits import CROSS, SourceScore, cross_source_datasets, cross_source_scores, load_fits
+from madmax.validate.fits import SourceScore, cross_source_datasets, cross_source_names, cross_source_scores, load_fits
 from madmax.validate.launch_fit import log_ratios
 from madmax.validate.markdown import cross_source_markdown
 from madmax.validate.runner import Report, RowResult
@@ -82,7 +82,8 @@ def targets(report: Report) -> list[Target]:
 
     korth = report.select(is_korthikanti_time, "korthikanti2022 iteration times")
     dense, moe = _score(report, "all dense"), _score(report, "all moe")
-    cross = [r for r in report.rows if r.case.dataset in _cross_datasets(report)]
+    crossed = cross_source_names(s.name for s in report.datasets)
+    cross = [r for r in report.rows if r.case.dataset in crossed]
     found = [
         Target("dense rows, cross-source: median |error| %", dense and dense.cross and dense.cross.median_abs_pct,
                DENSE_MEDIAN_ABS_PCT),
@@ -108,12 +109,6 @@ def targets(report: Report) -> list[Target]:
             found += [Target(f"{label}: median |error| %", s.shipped.median_abs_pct, None),
                       Target(f"{label}: p90 |error| %", s.shipped.p90_abs_pct, None)]
     return found
-
-
-def _cross_datasets(report: Report) -> set[str]:
-    """The datasets whose rows are the cross-source score: each baseline's `+cross` re-run, else itself."""
-    names = {s.name for s in report.datasets}
-    return {n + CROSS if n + CROSS in names else n for n in names if "+" not in n}
 
 
 def target_lines(report: Report, checked: list[Target]) -> list[str]:

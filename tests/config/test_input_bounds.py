@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from typer.testing import CliRunner
 
@@ -25,10 +23,9 @@ def test_an_alias_bomb_is_refused_at_once(tmp_path):
     path = tmp_path / "bomb.yaml"
     path.write_text(_alias_bomb())
     assert len(path.read_bytes()) < 600
-    start = time.perf_counter()
+    # the walk stops at MAX_NODES values, not the billion: the refusal names the bound (no clock is read)
     with pytest.raises(ConfigError, match=rf"holds more than {MAX_NODES:,} values once its YAML aliases are expanded"):
         load_model(path)
-    assert time.perf_counter() - start < 30  # bounded work (about a second), not the billion values
 
 
 def test_the_cli_refuses_it_with_one_sentence(tmp_path):

@@ -132,20 +132,21 @@ class Task(Schema):
     def _kv_dtype(cls, value: object) -> object:
         return None if value is None else dtype_among(value, KV_DTYPES, "a KV-cache")
 
-    def _nothing_ignored(self, given: set[str]) -> None:
-        """Refuse serving fields that the mode would not use (nothing a user asks for is silently dropped)."""
-        def set_(name: str) -> bool:
-            return name in given and getattr(self, name) != type(self).model_fields[name].get_default()
+    def _given(self, name: str) -> bool:
+        """Whether field `name` was given a value other than its default."""
+        return name in self.model_fields_set and getattr(self, name) != type(self).model_fields[name].get_default()
 
+    def _nothing_ignored(self) -> None:
+        """Refuse serving fields that the mode would not use (nothing a user asks for is silently dropped)."""
         if self.arrivals is not None:
             for name in ("request_rate", "num_requests", "prompt_len", "output_len"):
-                if set_(name):
+                if self._given(name):
                     raise ValueError(f"task.{name} does not apply beside task.arrivals, whose CSV lists each "
                                      "request's arrival, prompt and output lengths; allowed: one of the two")
-        if self.mode is ServingMode.STATIC and set_("num_requests"):
+        if self.mode is ServingMode.STATIC and self._given("num_requests"):
             raise ValueError("task.num_requests does not apply to mode static, which serves one batch of "
                              "task.batch requests; allowed: another mode (concurrency, saturation, rate)")
-        if set_("seed") and self.request_rate is None:
+        if self._given("seed") and self.request_rate is None:
             raise ValueError("task.seed draws Poisson arrivals, which only a request_rate has; allowed: "
                              "request_rate with seed, or no seed")
 
@@ -164,7 +165,7 @@ class Task(Schema):
             raise ValueError("task.lora_rank and task.lora_targets apply only to finetune method 'lora'")
         if self.kind is not TaskKind.INFERENCE:
             for name in SERVING_FIELDS:
-                if name in given and getattr(self, name) != type(self).model_fields[name].get_default():
+                if self._given(name):
                     raise ValueError(f"task.{name} applies only to task kind 'inference', not {self.kind.value!r}")
         elif self.mode is ServingMode.RATE and self.request_rate is None and self.arrivals is None:
             raise ValueError("task.mode=rate needs a request_rate (requests/s) or an arrivals CSV; allowed: "
@@ -174,7 +175,7 @@ class Task(Schema):
         elif self.arrivals is not None and self.mode is not ServingMode.RATE:
             raise ValueError(f"task.arrivals applies to mode rate, not {self.mode.value!r}")
         if self.kind is TaskKind.INFERENCE:
-            self._nothing_ignored(given)
+            self._nothing_ignored()
         if self.kind is not TaskKind.INFERENCE and self.dtype.value in INFERENCE_ONLY_DTYPES:
             raise ValueError(f"task.dtype={self.dtype.value} applies to inference (quantized weights); "
                              f"allowed for {self.kind.value}: {', '.join(COMPUTE_DTYPES)}")

@@ -153,12 +153,9 @@ tokens/s) e > 0 means too fast.
 def _band_rows(report: Report) -> list:
     """The rows behind the error bands: each baseline dataset's cross-source rows (its `+cross` re-run where one
     exists, else its own rows with the default profile), no serving metric."""
-    from madmax.validate.fits import CROSS, WITH, WITHOUT
-    from madmax.validate.stack import SUFFIX
+    from madmax.validate.fits import CROSS, cross_source_names
 
-    names = {s.name for s in report.datasets}
-    primary = [n for n in names if not any(tag in n for tag in (SUFFIX, CROSS, WITH, WITHOUT))]
-    chosen = {n + CROSS if n + CROSS in names else n for n in primary}
+    chosen = cross_source_names(s.name for s in report.datasets)
     return [r for r in report.rows if r.case.dataset in chosen and r.signed_error_pct is not None
             and r.case.metric not in SERVING_METRICS
             and (r.case.dataset.endswith(CROSS) or not r.case.kwargs.get("calibration"))]

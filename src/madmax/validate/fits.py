@@ -17,7 +17,7 @@ tests/validate/test_fit_rule.py.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from functools import cache
 from typing import Any, Literal
@@ -206,6 +206,13 @@ def cross_source_datasets(datasets: Sequence[Dataset]) -> tuple[list[Dataset], d
 
 WITHOUT = "+without_"  # suffix of a dataset re-run without one fit of another source
 WITH = "+with_"  # suffix of a dataset re-run with a fit that is not adopted
+
+
+def cross_source_names(names: Iterable[str]) -> set[str]:
+    """Of a report's dataset names, those whose rows are the cross-source score: each baseline dataset's
+    `+cross` re-run where it has one, else the dataset itself (re-runs of any other kind left out)."""
+    names = set(names)
+    return {n + CROSS if n + CROSS in names else n for n in names if "+" not in n}
 
 
 def fit_effect_datasets(datasets: Sequence[Dataset]) -> list[Dataset]:

@@ -161,7 +161,7 @@ def cross_source_markdown(report: Report) -> list[str]:
     body = []
     for c in report.cross_source:
         cross = c.cross if c.scored != "in-sample only" else None
-        rows = (c.cross or c.shipped).rows if (c.cross or c.shipped) else 0
+        rows = max(s.rows if s else 0 for s in (c.cross, c.shipped))
         body.append([c.name if c.scored != "pooled" else f"**{c.name}**", rows, c.scored,
                      ", ".join(c.left_out) or "-", *_headline_cells(cross, c.cross_beyond),
                      *_headline_cells(c.shipped, c.shipped_beyond)])
