@@ -14,12 +14,29 @@ from madmax.config.base import DType, Schema
 from madmax.config.units import Bytes, BytesPerS, FlopsPerS, Seconds, Watts
 
 
+class Architecture(StrEnum):
+    """A GPU's architecture (its streaming-multiprocessor generation), which sets which kernels run on it and
+    how fast: a kernel library's measured rates are per architecture (`catalog/calibration/`)."""
+
+    VOLTA = "volta"  # sm70
+    AMPERE = "ampere"  # sm80, sm86
+    ADA = "ada"  # sm89
+    HOPPER = "hopper"  # sm90
+    BLACKWELL = "blackwell"  # sm100 (B200, GB200)
+    BLACKWELL_ULTRA = "blackwell-ultra"  # sm103 (B300, GB300)
+    CDNA3 = "cdna3"  # gfx942 (MI300X, MI325X)
+    CDNA4 = "cdna4"  # gfx950 (MI350X, MI355X)
+
+
 class GPU(Schema):
     """One accelerator: peak dense FLOP/s per dtype, HBM and power, each number with a source."""
 
     name: str = Field(description="Catalog name, e.g. 'h100-sxm'.")
     aliases: list[str] = Field(default_factory=list, description="Other names, e.g. 'h100'.")
     vendor: str = Field("nvidia", description="Vendor name, informational.")
+    architecture: Architecture | None = Field(
+        None, description="Architecture (hopper, blackwell, ...): picks the kernel rates measured on it; unset: the "
+        "compute profile's own measurements are used as fractions of this part's peaks.")
     flops_per_s: dict[DType, FlopsPerS] = Field(
         description="Dense peak FLOP/s per dtype (no 2:4 sparsity), e.g. {bf16: '989 TFLOPS'}."
     )
