@@ -124,6 +124,10 @@ def resolve_training(request: Request, requested: Any) -> TrainingRequest:
         seq_len=request.seq_len, limits={Axis(a): lim for a, lim in spec.degree_limits().items()},
         accumulates_gradients=request.workload.accumulates_gradients)
     notes = []
+    if strat.pp_embedding and strat.pp_loss and "pp_embedding" not in requested.model_fields_set:
+        notes.append(f"pp*vp={strat.pp}*{strat.vp} = the {spec.num_pipeline_units} layers + 2: the embedding and the "
+                     "loss each take a layer's slot of the pipeline split (pp_embedding=1,pp_loss=1, Megatron's "
+                     "account_for_embedding/loss_in_pipeline_split, the only split Megatron runs with these chunks)")
     if t.global_batch is None:
         notes.append(f"global_batch not given: {batch_size} = dp*mbs*pp sequences")
     return TrainingRequest(request=request, strategy=strat, global_batch=batch_size,

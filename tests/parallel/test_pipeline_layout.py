@@ -182,8 +182,11 @@ def resolve(text: str, num_layers: int = 126, num_gpus: int = 2048) -> Strategy:
 
 def test_resolve_counts_the_embedding_and_loss_slots():
     assert resolve("tp=8,pp=16,vp=8,pp_embedding=1,pp_loss=1").vp == 8
+    # 126 layers + embedding + loss = 128 chunks: the only split Megatron runs with them, taken when neither flag is given
+    implied = resolve("tp=8,pp=16,vp=8")
+    assert implied.pp_embedding and implied.pp_loss
     with pytest.raises(StrategyError, match=r"exceeds the 126 layers .*, or pp_embedding=1,pp_loss=1 \(Megatron"):
-        resolve("tp=8,pp=16,vp=8")  # the way out is named: 126 layers + embedding + loss = 128 chunks
+        resolve("tp=8,pp=16,vp=8,pp_embedding=0")  # turned off by hand: refused, the way out named
     with pytest.raises(StrategyError, match=r"exceeds the 126 layers .*, or pp_embedding=1 or pp_loss=1 "):
         resolve("tp=8,pp=127", num_gpus=8 * 127)
     with pytest.raises(StrategyError, match=r"allowed: pp\*vp <= 126$"):
@@ -262,6 +265,13 @@ def test_cli_simulates_405b_with_pp16_vp8_and_both_flags():
     result = runner.invoke(app, [*LLAMA_405B, "--strategy", "tp=8,pp=16,vp=8,pp_embedding=1,pp_loss=1"])
     assert result.exit_code == 0, result.output
     assert "pp_embedding=1,pp_loss=1" in result.stdout
+
+
+def test_cli_simulates_405b_with_pp16_vp8_saying_which_split_it_took():
+    result = runner.invoke(app, [*LLAMA_405B, "--strategy", "tp=8,pp=16,vp=8"])
+    assert result.exit_code == 0, result.output
+    assert "pp_embedding=1,pp_loss=1" in result.stdout
+    assert "assumed: pp*vp=16*8 = the 126 layers + 2" in result.stdout
 
 
 def test_cli_simulates_a_layout_with_empty_chunks():

@@ -384,6 +384,11 @@ def resolve_strategy(
                                 f"allowed: {', '.join(map(str, range(1, limit + 1)))}")
     if s.pp_layout is not None and "vp" not in s.model_fields_set:
         s = s.model_copy(update={"vp": layout.layout_vp(s.pp_layout, s.pp)})  # vp from the layout, as Megatron
+    if (s.pp_layout is None and "pp_embedding" not in s.model_fields_set and "pp_loss" not in s.model_fields_set
+            and s.pp * s.vp == num_pipeline_units + 2):
+        # The only split Megatron runs with pp*vp = layers + 2 chunks: the embedding and the loss each take a layer's
+        # slot (account_for_embedding/loss_in_pipeline_split; Megatron-Bridge's Llama-3.1-405B pp=16, vp=8 layouts).
+        s = s.model_copy(update={"pp_embedding": True, "pp_loss": True})
     if s.pp_layout is not None or s.pp_embedding or s.pp_loss:
         # the MTP layers are checked against the workload when the plan places them (`plan._stages`)
         layout.pipeline_layout(s.pp, s.vp, num_pipeline_units, text=s.pp_layout, embedding=s.pp_embedding,
