@@ -11,7 +11,7 @@ from madmax.validate.conventions import LOWER_IS_BETTER, METRICS, SERVING_METRIC
 from madmax.validate.datasets import LOADERS, Case, Dataset, read_rows
 from madmax.validate.markdown import describe_inputs
 from madmax.validate.runner import run_case, run_validation
-from madmax.validate.serving import MOE_NOT_IN_CATALOG, load_serving_h100, load_trtllm_static
+from madmax.validate.serving import load_serving_h100, load_trtllm_static
 
 
 @pytest.fixture(scope="module")
@@ -81,15 +81,14 @@ def test_trtllm_shape_differences_and_longer_context(trtllm):
 
 def test_serving_counts(serving):
     # 917 rows: dense 177 Llama-3.1-8B + 45 Llama-3.1-70B + 362 Qwen3-32B = 584 rows; MoE 129 Qwen3-235B +
-    # 8 DeepSeek-V3 + 92 DeepSeek-R1 + 74 gpt-oss + 30 MiniMax. Unmapped: MiniMax (not in the catalog) and 2
-    # Qwen3-235B vLLM disaggregated rows (attention DP without expert parallelism in a worker).
-    assert len(serving.cases) == 2 * 885 and len(serving.unmapped) == 32
-    assert Counter(u.reason.split(" (")[0][:40] for u in serving.unmapped)[MOE_NOT_IN_CATALOG] == 30
+    # 8 DeepSeek-V3 + 92 DeepSeek-R1 + 74 gpt-oss + 30 MiniMax-M2.5. Unmapped: 2 Qwen3-235B vLLM disaggregated rows
+    # (attention DP without expert parallelism in a worker).
+    assert len(serving.cases) == 2 * 915 and len(serving.unmapped) == 2
     rows = Counter(c.kwargs["model"] if isinstance(c.kwargs["model"], str) else c.kwargs["model"]["name"]
                    for c in serving.cases if c.metric == "ttft_ms")
     assert rows == {"llama-3.1-8b": 177, "llama-3.1-70b": 45, "qwen3-32b": 362, "qwen3-235b-a22b": 127,
-                    "deepseek-v3": 100, "gpt-oss-120b": 74}
-    assert Counter(c.metric for c in serving.cases) == {"ttft_ms": 885, "tpot_ms": 885}
+                    "deepseek-v3": 100, "gpt-oss-120b": 74, "minimax-m2": 30}
+    assert Counter(c.metric for c in serving.cases) == {"ttft_ms": 915, "tpot_ms": 915}
     assert len({c.row_id for c in serving.cases}) == len(serving.cases)
 
 

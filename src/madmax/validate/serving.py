@@ -29,7 +29,6 @@ from madmax.validate.inputs import NotMappable, catalog_gpu, model_family, syste
 
 TRTLLM_SOURCE = "NVIDIA/TensorRT-LLM docs/source/performance/perf-overview.md"
 SERVING_CSV = "serving/silicon_h100.csv"
-MOE_NOT_IN_CATALOG = "MoE model not in the catalog"
 DGX_GPUS = 8  # GPUs per DGX H100 / DGX A100 node
 
 # Model names of the TensorRT-LLM tables and of silicon_h100.csv -> catalog models.
@@ -38,9 +37,7 @@ TRTLLM_MODELS = {"GPT-J-6B": "gpt-j-6b", "Mistral-7B": "mistral-7b", "Llama-2-7B
 SERVING_MODELS = {"meta-llama/Llama-3.1-8B-Instruct": "llama-3.1-8b", "meta-llama/Llama-3.1-70B": "llama-3.1-70b",
                   "Qwen/Qwen3-32B": "qwen3-32b", "Qwen/Qwen3-235B-A22B-FP8": "qwen3-235b-a22b",
                   "deepseek-ai/DeepSeek-V3": "deepseek-v3", "deepseek-ai/DeepSeek-R1": "deepseek-v3",
-                  "openai/gpt-oss-120b": "gpt-oss-120b"}
-# MoE models of silicon_h100.csv without a catalog entry.
-SERVING_UNKNOWN_MOE = ("MiniMaxAI/MiniMax",)
+                  "openai/gpt-oss-120b": "gpt-oss-120b", "MiniMaxAI/MiniMax-M2.5": "minimax-m2"}
 # Row columns of the model's shape -> catalog keys (published_dev.csv).
 SHAPE_COLUMNS = (("layers", "num_layers"), ("hidden", "hidden_size"), ("heads", "num_heads"),
                  ("kv_heads", "num_kv_heads"), ("ffn_hidden", "ffn_hidden_size"), ("vocab", "vocab_size"))
@@ -303,8 +300,6 @@ def _stack_and_launch(row: Mapping[str, str]) -> tuple[str, str, list[str]]:
 
 def _serving_cases(row_id: str, row: dict[str, str]) -> tuple[Case, Case]:
     name = row["model_path"]
-    if name.startswith(SERVING_UNKNOWN_MOE):
-        raise NotMappable(MOE_NOT_IN_CATALOG)
     if name not in SERVING_MODELS:
         raise NotMappable(f"model {name!r} is not mapped; allowed: {', '.join(SERVING_MODELS)}")
     moe = bool(find_in_catalog("models", SERVING_MODELS[name]).get("moe"))
