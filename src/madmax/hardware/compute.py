@@ -17,7 +17,9 @@ a profile with `launch_s: 0` models CUDA graphs.
 
 Assumptions, listed in `ComputeModel.assumptions` where they apply: on another GPU the same efficiencies
 hold as fractions of that GPU's own peak FLOP/s and HBM bandwidth (same software, similar tensor-core
-architecture); a dtype without measurements takes another's (efficiency.yaml `dtype_fallbacks`);
+architecture), rescaled by its measured large-GEMM ceiling per dtype against the profile device's
+(efficiency.yaml `gemm_ceiling`, `_ceilings`); a dtype without measurements takes another's (efficiency.yaml
+`dtype_fallbacks`);
 attention, measured in bf16, has the same fractions of peak in every dtype.
 
 Flash attention computes a head of a width it has no kernel for in the kernel of the next larger width
