@@ -66,6 +66,8 @@ def test_a_profile_measured_on_the_gpu_itself_needs_no_ceiling():
     assert gemm_ceiling_scale(names, "NVIDIA B200", FP8, FP8) == (1.0, "fp8")
     # ... and carries a B200 profile to an H200 by the inverse ratio.
     assert gemm_ceiling_scale(("h200",), "NVIDIA B200", BF16, BF16)[0] == pytest.approx(0.803 / 0.776)
+    # A device found as the catalog spells it, without a `devices` line ('NVIDIA A100-SXM4-80GB' -> a100-sxm4-80gb).
+    assert gemm_ceiling_scale(names, "NVIDIA A100-SXM4-80GB", BF16, BF16)[0] == pytest.approx(0.776 / 0.859)
     # A device without an entry: no ceiling can be carried (the model keeps the profile's efficiencies).
     assert gemm_ceiling_scale(names, "NVIDIA RTX PRO 6000", BF16, BF16) is None
     own = load_profile().model_copy(update={"device": "NVIDIA RTX PRO 6000"})

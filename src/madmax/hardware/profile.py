@@ -256,7 +256,11 @@ def gemm_ceilings() -> tuple[GemmCeiling, ...]:
 
 
 def _ceiling_entry(gpu_names: tuple[str, ...] = (), device: str | None = None) -> GemmCeiling | None:
+    """The entry naming one of `gpu_names`, or the one of a measured `device`: listed in its `devices`, or
+    its name as the catalog spells it ('NVIDIA B200' -> b200, as `madmax calibrate` finds a device's peaks)."""
     wanted = {name.lower() for name in gpu_names}
+    if device is not None:
+        wanted.add(device.lower().removeprefix("nvidia ").strip().replace(" ", "-"))
     device = None if device is None else device.lower()
     for entry in gemm_ceilings():
         if wanted & {n.lower() for n in entry.names} or device in {d.lower() for d in entry.devices}:
