@@ -145,3 +145,17 @@ def test_the_nvl72_fraction_is_the_fit_of_the_shipped_sweep():
     for row in rows:
         t = net.collective_s(Collective.ALL_REDUCE, float(row["size_bytes"]), Span(72, 1))
         assert abs(t / (float(row["time_us"]) * 1e-6) - 1) <= fit["max"] + 0.01, row
+
+
+def test_a_busbw_table_without_an_entry_from_one_rank_is_a_config_error(monkeypatch):
+    # {8: 0.88} alone leaves groups of 2-7 without a fraction: refused in one line naming the entry.
+    from madmax.hardware import collectives
+
+    table = copy.deepcopy(collectives.efficiency_table())
+    entry = next(e for e in table["collectives"]["gpus"] if "b200" in e["names"])
+    entry["busbw_fraction"]["all_reduce"] = {8: 0.88}
+    monkeypatch.setattr(collectives, "efficiency_table", lambda: table)
+    system = load_system("dgx-b200").model_copy(update={"name": "dgx-b200-edited"})
+    with pytest.raises(ConfigError, match=r"^efficiency\.yaml nvlink\.all_reduce=\{8: 0\.88\}: need fractions > 0 "
+                                          r"and an entry from 1 rank$"):
+        network_model(system)
