@@ -393,12 +393,13 @@ def load_nccl_rows(path: str | Path | None = None) -> list[dict[str, Any]]:
         return list(csv.DictReader(f))
 
 
-def fit_busbw(rows: list[dict[str, Any]]) -> dict[str, Any]:
+def fit_busbw(rows: list[dict[str, Any]], step_latency_s: float | None = None) -> dict[str, Any]:
     """alpha and B of t = 2(n-1) alpha + 2(n-1)/n * S / B fitted to all_reduce rows.
 
     Least squares in log time: the rows have no outliers, and the misfit of alpha-beta (NCCL's
     bandwidth ramps up over 1 MB - 1 GB more slowly than S/B) is spread over the sizes rather than
-    left on the smallest. Returns alpha (s), B (bytes/s), B as a fraction of the link's peak per GPU
+    left on the smallest. `step_latency_s`: alpha held at this value (the system's, which the cost model
+    uses) and B alone fitted. Returns alpha (s), B (bytes/s), B as a fraction of the link's peak per GPU
     per direction, and the fit's relative errors.
     """
     rows = [r for r in rows if r["collective"] == "all_reduce"]
@@ -409,12 +410,17 @@ def fit_busbw(rows: list[dict[str, Any]]) -> dict[str, Any]:
     busbw = np.array([parse_quantity(f"{r['busbw_GBps']} GB/s", "bytes/s") for r in rows])
 
     def predict(z):
-        return 2 * (n - 1) * np.exp(z[0]) + 2 * (n - 1) / n * size / np.exp(z[1])
+        alpha = np.exp(z[0]) if step_latency_s is None else step_latency_s
+        return 2 * (n - 1) * alpha + 2 * (n - 1) / n * size / np.exp(z[-1])
 
-    z = minimize(lambda z: _log_l2(predict(z), t), [np.log(t.min() / (2 * n.max())), np.log(busbw.max())])
+    start = [np.log(busbw.max())]
+    if step_latency_s is None:
+        start = [np.log(t.min() / (2 * n.max())), *start]
+    z = minimize(lambda z: _log_l2(predict(z), t), start)
     errors = _relative(predict(z), t)
-    return {"step_latency_s": float(np.exp(z[0])), "busbw_bytes_per_s": float(np.exp(z[1])),
-            "peak_fraction": float(np.exp(z[1]) / np.median(peak)), **_summary(errors)}
+    alpha = float(np.exp(z[0])) if step_latency_s is None else step_latency_s
+    return {"step_latency_s": alpha, "busbw_bytes_per_s": float(np.exp(z[-1])),
+            "peak_fraction": float(np.exp(z[-1]) / np.median(peak)), **_summary(errors)}
 
 
 def report(records: list[dict] | None = None, profile: ComputeProfile | None = None) -> str:

@@ -17,7 +17,9 @@ a profile with `launch_s: 0` models CUDA graphs.
 
 Assumptions, listed in `ComputeModel.assumptions` where they apply: on another GPU the same efficiencies
 hold as fractions of that GPU's own peak FLOP/s and HBM bandwidth (same software, similar tensor-core
-architecture); a dtype without measurements takes another's (efficiency.yaml `dtype_fallbacks`);
+architecture), rescaled by its measured large-GEMM ceiling per dtype against the profile device's
+(efficiency.yaml `gemm_ceiling`, `_ceilings`); a dtype without measurements takes another's (efficiency.yaml
+`dtype_fallbacks`);
 attention, measured in bf16, has the same fractions of peak in every dtype.
 
 Flash attention computes a head of a width it has no kernel for in the kernel of the next larger width
@@ -43,6 +45,7 @@ from madmax.hardware.profile import (
     catalog_wgrad_fractions,
     dtype_fallbacks,
     efficiency_table,
+    gemm_ceiling_assumed,
     gemm_ceiling_scale,
     load_profile,
 )
@@ -242,33 +245,30 @@ class ComputeModel:
         if gpu.flops_per_s != ref.flops_per_s or hbm != ref.hbm_bytes_per_s:
             notes.append(f"kernel efficiencies measured on {p.device} ({p.software}) applied to gpu "
                          f"{gpu.name} as fractions of its own peak FLOP/s and HBM bandwidth")
-        ceiling = gemm_ceiling_scale((gpu.name, *gpu.aliases))
-        if ceiling is None:
-            ceiling = 1
-            notes.append(f"no measured GEMM ceiling for gpu {gpu.name}: {p.device}'s efficiencies used as they are")
+        fitted_of = {d: d if d in p.gemm.peak_fraction else fallbacks.get(d) for d in gpu.flops_per_s}
+        fitted_of = {d: f for d, f in fitted_of.items() if f in p.gemm.peak_fraction}
+        gemm_ceiling, attention_ceiling, ceiling_notes = _ceilings(gpu, p.device, fitted_of)
         gemm, attention = {}, {}
         launch = p.launch_s if self.floor_s is None else self.floor_s
         attention_launch = p.attention.launch_s if self.floor_s is None else self.floor_s
         # A streaming kernel's fixed time was measured eagerly too: in a graph replay the floor bounds it.
         latency = p.memory.latency_s if self.floor_s is None else min(p.memory.latency_s, self.floor_s)
-        for dtype, datasheet_peak in gpu.flops_per_s.items():
-            peak = datasheet_peak * ceiling
-            fitted = dtype if dtype in p.gemm.peak_fraction else fallbacks.get(dtype)
-            if fitted not in p.gemm.peak_fraction:
-                continue
+        for dtype, fitted in fitted_of.items():
+            datasheet_peak = gpu.flops_per_s[dtype]
             if fitted != dtype:
                 notes.append(f"{dtype} GEMM efficiency taken from {fitted} (no {dtype} measurements)")
             width = dtype.num_bytes
             g = p.gemm
             scale = g.shape_scale(fitted, ref)
             gemm[str(dtype)] = _register((
-                peak, g.peak_fraction[fitted], g.k0 * scale, g.n0 * scale, width,
+                datasheet_peak * gemm_ceiling[dtype], g.peak_fraction[fitted], g.k0 * scale, g.n0 * scale, width,
                 hbm * g.read_fraction, latency, launch, g.min_k, g.min_n))
             # Attention was measured in bf16 only: its fractions of peak are used for every dtype.
-            a = p.attention
+            a, peak = p.attention, datasheet_peak * attention_ceiling
             attention[str(dtype)] = _register((
                 peak * a.forward.peak_fraction, a.forward.kv0, peak * a.backward.peak_fraction,
                 a.backward.kv0, width, hbm * a.read_fraction, latency, attention_launch))
+        notes += ceiling_notes
         notes.append("attention efficiency measured in bf16 (flash attention) is used for every dtype")
         memory = _register((hbm * p.memory.copy_fraction, latency, launch))
         object.__setattr__(self, "_gemm", gemm)
@@ -356,6 +356,30 @@ class ComputeModel:
         """Seconds of a memory-bound kernel moving `num_bytes` (read + write): max(t_launch,
         t_lat + bytes / (H e_copy)), e_copy from a measured device-to-device copy."""
         return _memory_s(self._memory, num_bytes)
+
+
+def _ceilings(gpu: GPU, device: str, fitted_of: dict[DType, DType]) -> tuple[dict[DType, float], float, list[str]]:
+    """Factors on the datasheet peaks of `gpu` for its GEMMs (by dtype) and its attention, from the measured
+    large-GEMM ceilings (efficiency.yaml `gemm_ceiling`, `profile.gemm_ceiling_scale`), and the notes for
+    `assumptions`. `fitted_of`: the profile dtype whose efficiency each dtype takes. Attention takes the bf16
+    ratio in every dtype (it was measured in bf16); a GPU or device without a ceiling keeps 1."""
+    names = (gpu.name, *gpu.aliases)
+    bf16 = gemm_ceiling_scale(names, device, DType.BF16, DType.BF16)
+    if bf16 is None:
+        return dict.fromkeys(fitted_of, 1.0), 1.0, [
+            f"no measured GEMM ceiling for gpu {gpu.name}: {device}'s efficiencies used as they are"]
+    factors, carried = {}, {}
+    for dtype, fitted in fitted_of.items():
+        scale, read = gemm_ceiling_scale(names, device, dtype, fitted) or (1.0, str(dtype))
+        factors[dtype] = scale
+        if read != dtype:
+            carried.setdefault(read, []).append(str(dtype))
+    notes = [f"GEMM ceiling of gpu {gpu.name} for {', '.join(ds)} taken from its {k} ceiling (none measured in "
+             "those dtypes; efficiency.yaml gemm_ceiling)" for k, ds in carried.items()]
+    assumed, origin = gemm_ceiling_assumed(names)
+    if assumed:
+        notes.append(f"GEMM ceiling of gpu {gpu.name} for {', '.join(assumed)} not measured on it: {origin}")
+    return factors, bf16[0], notes
 
 
 @cache

@@ -233,15 +233,62 @@ def dtype_fallbacks() -> dict[DType, DType]:
     return {DType(k): DType(v["use"]) for k, v in table.items()}
 
 
-def gemm_ceiling_scale(gpu_names: tuple[str, ...]) -> float | None:
-    """mamf(gpu) / mamf(reference device) from efficiency.yaml, or None when the GPU has no measurement.
+class GemmCeiling(Schema):
+    """One GPU's measured large-GEMM ceilings (efficiency.yaml `compute.gemm_ceiling.gpus`)."""
 
-    mamf: the largest bf16 matmul throughput measured as a fraction of the dense peak (see the source
-    in efficiency.yaml); it carries the calibration device's kernel efficiencies to another generation.
-    """
-    table = efficiency_table()["compute"]["gemm_ceiling"]
+    names: tuple[str, ...] = Field(min_length=1, description="Catalog GPU names (and aliases) it applies to.")
+    devices: tuple[str, ...] = Field((), description="Device names as a measurement's `env` line (nvidia-smi) "
+                                     "reports them: a compute profile measured on one of them is this GPU's.")
+    mamf_fraction: dict[DType, PeakFraction] = Field(
+        min_length=1, description="Maximum achievable matmul FLOP/s by dtype as a fraction of the dense "
+        "datasheet peak (mamf: the best of a search over large shapes).")
+    assumed: tuple[DType, ...] = Field((), description="Dtypes whose fraction is not measured on this GPU "
+                                       "(taken from a similar part; listed in ComputeModel.assumptions).")
+    assumed_from: str = Field("", description="What the assumed fractions are taken from, in a few words.")
+    source: str = Field(description="Where the fractions come from.")
+
+
+@cache
+def gemm_ceilings() -> tuple[GemmCeiling, ...]:
+    """The validated `compute.gemm_ceiling.gpus` entries of efficiency.yaml."""
+    entries = efficiency_table()["compute"]["gemm_ceiling"]["gpus"]
+    return tuple(validate(GemmCeiling, e, f"efficiency.compute.gemm_ceiling.gpus[{i}]") for i, e in enumerate(entries))
+
+
+def _ceiling_entry(gpu_names: tuple[str, ...] = (), device: str | None = None) -> GemmCeiling | None:
+    """The entry naming one of `gpu_names`, or the one of a measured `device`: listed in its `devices`, or
+    its name as the catalog spells it ('NVIDIA B200' -> b200, as `madmax calibrate` finds a device's peaks)."""
     wanted = {name.lower() for name in gpu_names}
-    for entry in table["gpus"]:
-        if wanted & {name.lower() for name in entry["names"]}:
-            return entry["mamf_fraction"] / table["reference"]["mamf_fraction"]
+    if device is not None:
+        wanted.add(device.lower().removeprefix("nvidia ").strip().replace(" ", "-"))
+    device = None if device is None else device.lower()
+    for entry in gemm_ceilings():
+        if wanted & {n.lower() for n in entry.names} or device in {d.lower() for d in entry.devices}:
+            return entry
     return None
+
+
+def gemm_ceiling_scale(gpu_names: tuple[str, ...], device: str, dtype: DType,
+                       fitted: DType) -> tuple[float, str] | None:
+    """c(gpu, k) / c(device, k'): the factor on the efficiency fitted for `fitted` on the calibration
+    `device` that carries it to a `dtype` GEMM on the GPU named `gpu_names`, and the dtype k it read;
+    None when either has no ceiling in efficiency.yaml.
+
+    c is the maximum achievable matmul FLOP/s as a fraction of the dense peak (mamf). It is read for the
+    first of (k, k') = (dtype, fitted), (fitted, fitted), (bf16, bf16) that both GPUs list: the GPU's own
+    dtype (fp4 on B200 over the fp8 measured on H200, whose efficiency fp4 takes), else the dtype whose
+    efficiency it uses (mxfp8, int8 -> fp8), else the bf16 ratio (tf32, fp32, fp16). Equal GPUs give 1.
+    """
+    gpu, ref = _ceiling_entry(gpu_names), _ceiling_entry(device=device)
+    if gpu is None or ref is None:
+        return None
+    for k, k_ref in ((dtype, fitted), (fitted, fitted), (DType.BF16, DType.BF16)):
+        if k in gpu.mamf_fraction and k_ref in ref.mamf_fraction:
+            return gpu.mamf_fraction[k] / ref.mamf_fraction[k_ref], str(k)
+    return None
+
+
+def gemm_ceiling_assumed(gpu_names: tuple[str, ...]) -> tuple[tuple[DType, ...], str]:
+    """The dtypes whose ceiling the GPU's entry takes from a similar part, and what from."""
+    entry = _ceiling_entry(gpu_names)
+    return ((), "") if entry is None else (entry.assumed, entry.assumed_from)
