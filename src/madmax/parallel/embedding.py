@@ -443,6 +443,13 @@ def _place(tables: tuple[Table, ...], s: EmbeddingStrategy) -> list[Piece]:
     if not colds:
         return _place_units(tables, s, spread, units)[0]
     buckets = s.group // s.local if s.cold is ShardingType.TWRW else s.group
+    cut: dict[tuple[int, int], tuple[list[list[Piece]], list[list[float]]]] = {}  # (table, k) -> shards, loads
+
+    def cut_of(i: int, cold: Piece, k: int) -> tuple[list[list[Piece]], list[list[float]]]:
+        if (i, k) not in cut:
+            shards = _split(cold, tables[i], k, s)
+            cut[(i, k)] = shards, [[_load(p, tables, s) for p in pieces] for pieces in shards]
+        return cut[(i, k)]
 
     def lookups(pieces: list[Piece]) -> float:
         return sum(_load(p, tables, s, Balance.LOOKUP) for p in pieces)
@@ -462,53 +469,102 @@ def _place(tables: tuple[Table, ...], s: EmbeddingStrategy) -> list[Piece]:
             for i, _ in colds}
     candidates = [even]
     shards = {i: 1 for i, _ in colds}
+    shard_lookups: dict[tuple[int, int], float] = {}
     for _ in range(SPLIT_ROUNDS):
         candidates.append(dict(shards))
-        splittable = [(lookups(_split(cold, tables[i], shards[i], s)[0]), -i, i)
-                      for i, cold in colds if 2 * shards[i] <= buckets]
+        splittable = []
+        for i, cold in colds:
+            if 2 * shards[i] <= buckets:
+                key = (i, shards[i])
+                if key not in shard_lookups:
+                    shard_lookups[key] = lookups(cut_of(i, cold, shards[i])[0][0])
+                splittable.append((shard_lookups[key], -i, i))
         if not splittable:
             break
         shards[max(splittable)[2]] *= 2
-    placements = []
+    fixed = [[_load(p, tables, s) for p in pieces] for _, _, pieces in units]
+    best: tuple[float, tuple[list, list]] | None = None
+    tried: list[dict[int, int]] = []
     for c in candidates:
-        cut = [(i, k, pieces) for i, cold in colds for k, pieces in enumerate(_split(cold, tables[i], c[i], s))]
-        placements.append(_place_units(tables, s, spread, units + cut)[0])
-    return min(placements, key=worst)
+        if c in tried:
+            continue
+        tried.append(c)
+        trial, weights = list(units), list(fixed)
+        for i, cold in colds:
+            pieces_k, loads_k = cut_of(i, cold, c[i])
+            trial += [(i, k, pieces) for k, pieces in enumerate(pieces_k)]
+            weights += loads_k
+        if s.balance is Balance.LOOKUP:
+            load = float(_assign(tables, s, spread, trial, weights)[1].max())
+            if best is None or load < best[0]:
+                best = (load, (trial, weights))
+            continue
+        placed, _ = _place_units(tables, s, spread, trial, weights)
+        load = worst(placed)
+        if best is None or load < best[0]:
+            best = (load, (trial, weights))
+    assert best is not None
+    return _place_units(tables, s, spread, *best[1])[0]
 
 
 def _place_units(tables: tuple[Table, ...], s: EmbeddingStrategy, spread: list[Piece],
-                 units: list[tuple[int, int, list[Piece]]]) -> tuple[list[Piece], np.ndarray]:
+                 units: list[tuple[int, int, list[Piece]]],
+                 weighed: list[list[float]] | None = None) -> tuple[list[Piece], np.ndarray]:
     """Greedy (longest first) placement of TW/CW slices and HYBRID shards on ranks (a table's shards on
     distinct ranks), or dealt in snake order (COUNT), and of TWRW units on nodes (a HYBRID table's on distinct
-    nodes); the placed pieces and each rank's load by the balance metric."""
+    nodes); the placed pieces and each rank's load by the balance metric (`weighed`: each unit's pieces'
+    `_load`, when known)."""
+    homes, loads = _assign(tables, s, spread, units, weighed)
+    placed = list(spread)
+    for (_, _, pieces), home in zip(units, homes, strict=True):
+        twrw = pieces[0].kind is ShardingType.TWRW  # a node's pieces: rank = node's first + local rank
+        placed += [dataclasses.replace(p, rank=home + p.rank if twrw else home) for p in pieces]
+    return placed, loads
+
+
+def _assign(tables: tuple[Table, ...], s: EmbeddingStrategy, spread: list[Piece],
+            units: list[tuple[int, int, list[Piece]]],
+            weighed: list[list[float]] | None) -> tuple[list[int], np.ndarray]:
+    """`_place_units`' choice: each unit's rank (a TWRW unit's node's first rank) and the ranks' loads."""
     G, L = s.group, s.local
     loads = np.zeros(G)
     for p in spread:
         loads[_at(p.rank)] += _load(p, tables, s)
-    trial = [(sum(_load(p, tables, s) for p in pieces), i, c, pieces) for i, c, pieces in units]
-    placed = list(spread)
+    if weighed is None:
+        weighed = [[_load(p, tables, s) for p in pieces] for _, _, pieces in units]
+    order = sorted(range(len(units)), key=lambda u: (-sum(weighed[u]), units[u][0], units[u][1]))
+    homes = [0] * len(units)
     holding: dict[int, set[int]] = {}  # HYBRID table -> ranks (cold TW) or nodes (cold TWRW) holding a shard of it
     kinds = [s.kind(i) for i in range(len(tables))]
     dealt = 0  # COUNT: slices dealt so far
-    for _, i, _, pieces in sorted(trial, key=lambda u: (-u[0], u[1], u[2])):
+    for u in order:
+        i, _, pieces = units[u]
         taken = holding.setdefault(i, set()) if kinds[i] is ShardingType.HYBRID else set()
         if pieces[0].kind is ShardingType.TWRW:
-            worst = loads.reshape(G // L, L).max(axis=1)
-            node = min((n for n in range(G // L) if n not in taken), key=lambda n: (worst[n], n))
+            node = _least(loads.reshape(G // L, L).max(axis=1), taken)
             taken.add(node)
-            moved = [dataclasses.replace(p, rank=node * L + p.rank) for p in pieces]
+            homes[u] = node * L
+            for p, load in zip(pieces, weighed[u], strict=True):
+                loads[node * L + p.rank] += load
+            continue
+        if s.balance is Balance.COUNT:
+            rank = next(r for r in (_snake(dealt + d, G) for d in range(2 * G)) if r not in taken)
+            dealt += 1
         else:
-            if s.balance is Balance.COUNT:
-                rank = next(r for r in (_snake(dealt + d, G) for d in range(2 * G)) if r not in taken)
-                dealt += 1
-            else:
-                rank = min((r for r in range(G) if r not in taken), key=lambda r: (loads[r], r))
-            taken.add(rank)
-            moved = [dataclasses.replace(p, rank=rank) for p in pieces]
-        for p in moved:
-            loads[_at(p.rank)] += _load(p, tables, s)
-        placed += moved
-    return placed, loads
+            rank = _least(loads, taken)
+        taken.add(rank)
+        homes[u] = rank
+        loads[rank] += sum(weighed[u])
+    return homes, loads
+
+
+def _least(loads: np.ndarray, taken: set[int]) -> int:
+    """The least loaded position not in `taken` (the first of equals)."""
+    if not taken:
+        return int(np.argmin(loads))
+    free = loads.copy()
+    free[list(taken)] = np.inf
+    return int(np.argmin(free))
 
 
 def _offload(pieces: list[Piece], tables: tuple[Table, ...], s: EmbeddingStrategy,
