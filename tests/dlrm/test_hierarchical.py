@@ -185,3 +185,13 @@ def test_bad_embedding_planner_keys_exit_2_with_one_line(strategy, key):
     assert result.exit_code == 2, result.output
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and key in lines[0], result.output
+
+
+def test_every_table_replicated_still_reduces_its_gradient():
+    # No table model-parallel: nothing comes back from a consumer, so the replicated tables' all-reduce waits for
+    # the embedding's backward (Where.UPDATE): 4 tables x 1,000 rows x 32 x 4 B = 512,000 B, all-reduced.
+    tiny = {"family": "dlrm", "name": "tiny", "num_dense_features": 13, "bottom_mlp": [64, 32], "top_mlp": [64, 1],
+            "tables": [{"rows": 1000, "dim": 32, "pooling": 2}] * 4, "interaction": "dot"}
+    for strategy in ("emb=dp,zero=0", "emb=hybrid,emb_hot=0,zero=0"):
+        r = mm.simulate(model=tiny, system="dgx-h100", num_gpus=16, global_batch=4096, strategy=strategy)
+        assert r.breakdown["communication_s"]["emb.dp_all_reduce"]["total"] > 0

@@ -373,6 +373,8 @@ def table_unit(key: str, block: Block, tables: tuple, s: Strategy, shape: Shape,
         pooled = shape.batch * sum(t.dim * t.elem_bytes for t in tables)
         comm.append(CommOp(EMBEDDING_GROUP, Collective.ALL_GATHER, pooled, tp_span, "emb.tp_all_gather",
                            Phase.FORWARD, Where.TO_CONSUMER))
+    if not any(op.where is Where.TO_CONSUMER for op in comm):  # every table replicated: no gradient comes back
+        comm = [dataclasses.replace(op, where=Where.UPDATE) if op.where is Where.ON_GRADIENT else op for op in comm]
     state = max(plan.table_bytes[r] + (plan.optimizer_bytes[r] if trains else 0) - plan.offloaded_bytes[r]
                 for r in range(len(plan.table_bytes)))
     return UnitPlan(name=key, fwd=tuple(fwd), bwd=tuple(bwd), recompute=(), comm=tuple(comm), params=0.0,
