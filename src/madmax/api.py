@@ -97,6 +97,7 @@ def _simulate_training(run: TrainingRequest, keep_schedule: bool) -> Result:
     from madmax.hardware.collectives import network_model
     from madmax.hardware.compute import compute_model
     from madmax.parallel.memory import runtime_reserve, stage_memory
+    from madmax.program.costs import device_floor_s
     from madmax.program.training import build_training
     from madmax.results.training import TrainingRun, training_result
     from madmax.sim import schedule
@@ -104,7 +105,9 @@ def _simulate_training(run: TrainingRequest, keep_schedule: bool) -> Result:
 
     request = run.request
     reserved = runtime_reserve()
-    compute = compute_model(request.system.gpu, request.calibration)
+    # A step replayed as one CUDA graph: the host issues no kernel of it, each runs at least the device's floor.
+    graph = run.stack is not None and run.stack.graph_step
+    compute = compute_model(request.system.gpu, request.calibration, floor_s=device_floor_s() if graph else None)
     network = network_model(request.system, compute.profile.network if request.calibration else ())
     choice = None
     if run.strategy.recompute is None:
@@ -186,6 +189,9 @@ def _plan(run: TrainingRequest, reserved: Reserve) -> tuple[Any, tuple[str, ...]
 def _emb_keys(strat: Strategy) -> str:
     """The embedding-sharding keys, shown for models with tables: `,emb=tw` (`,emb_group=G` in 2-D)."""
     return (f",emb={strat.emb}" + (f",emb_hot={strat.emb_hot:g}" if strat.emb_hot is not None else "")
+            + (f",emb_dp_bytes={strat.emb_dp_bytes:g}" if strat.emb_dp_bytes is not None else "")
+            + (f",emb_cold={strat.emb_cold}" if strat.emb_cold != "tw" else "")
+            + (f",emb_shard_cost={strat.emb_shard_cost:g}" if strat.emb_shard_cost is not None else "")
             + (f",emb_group={strat.emb_group}" if strat.emb_group else "")
             + (",emb_offload=1" if strat.emb_offload else ""))
 

@@ -162,7 +162,9 @@ def simulate(
                                                       'pipeline layout: "pp_embedding=1,pp_loss=1" or '
                                                       '"pp_layout=Et*3|(tt|)*29,m|L" (Megatron\'s grammar; quote '
                                                       'the |); recommendation models: '
-                                                      '"emb=tw|rw|cw|twrw|dp,emb_group=G,emb_offload=1".')] = None,
+                                                      '"emb=tw|rw|cw|twrw|dp,emb_group=G,emb_offload=1" or '
+                                                      '"emb=hybrid,emb_cold=twrw,emb_dp_bytes=6.25e6,'
+                                                      'emb_shard_cost=16.75".')] = None,
     batch: Annotated[int | None, typer.Option(help="Requests at once per replica (inference; the largest tried "
                                                    "in saturation mode).")] = None,
     prompt_len: PromptLenOpt = None,

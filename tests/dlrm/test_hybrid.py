@@ -68,32 +68,44 @@ def test_touched_samples():
 
 
 def test_hybrid_replicates_the_small_table_and_shards_the_big_one():
-    # Two ranks, SGD, 1-byte elements of width 2. Small table 10 rows (0.1 lookups per row per sample):
-    # hot at q = 0.01, replicated: each rank reads 1 x 2 B and writes its pooled vector 2 B = 4 B per sample.
-    # Big table 1,000 rows (0.001): cold, on one rank serving both ranks' samples: reads 2 x 2 B, writes 2 x 2 B.
+    # Two ranks, SGD, 1-byte elements of width 2, lookup bytes per local sample. Small table 10 rows (0.1
+    # lookups per row per sample): hot at q = 0.01, replicated: each rank reads 1 x 2 B and writes its pooled
+    # vector 2 B = 4 B. Big table 1,000 rows (0.001): cold. Whole on one rank it serves both ranks' samples,
+    # reads 2 x 2 B and writes 2 x 2 B: loads 4 + 8 = 12 and 4. Cut in two row shards (the planner's first
+    # split), each serves both ranks' samples for half the ids, read 2 x 0.5 x 2 B, and writes the vectors
+    # of the half of the samples that touch it (pooling 1), 2 x 0.5 x 2 B: loads 4 + 4 = 8 on each, the better.
     tables = (Table(10, 2, 1, 1), Table(1000, 2, 1, 1))
-    plan = shard(tables, EmbeddingStrategy(2, 2, sharding=HYBRID, optimizer=SGD, hot_threshold=0.01))
-    assert sorted(plan.lookup_bytes_per_sample) == [4.0, 12.0]
-    assert sorted(plan.table_bytes) == [20.0, 2020.0]  # the small table on both, the big one on one rank
+    plan = shard(tables, EmbeddingStrategy(2, 2, sharding=HYBRID, optimizer=SGD, hot_threshold=0.01,
+                                           balance=Balance.LOOKUP))
+    assert plan.lookup_bytes_per_sample == pytest.approx((8.0, 8.0))
+    assert plan.table_bytes == pytest.approx((1020.0, 1020.0))  # the small table on both, half the big one each
     by_label = {c.label: c for c in comm(plan, 50)}
     assert by_label["emb.dp_all_reduce"].size_bytes == 20.0  # the replicated rows' gradients, 10 x 2 x 1 B
-    # Only the big table's ids travel: 50 samples x 1 lookup x 8 B to its owner, half of them from the other rank.
-    assert by_label["emb.ids_a2a"].intra_bytes == pytest.approx(50 * 8)
+    # Only the big table's ids travel: 50 samples x 1 lookup x 8 B, half of them to the other rank's shard.
+    assert by_label["emb.ids_a2a"].intra_bytes == pytest.approx(50 * 8 / 2)
 
 
 def test_a_hot_cold_part_is_split_over_distinct_ranks():
-    # Four ranks, SGD, 1-byte width-1 rows, nothing hot (q = 1). Lookup cost per local sample: the pooling-8
-    # table 4 x 8 reads + 4 writes = 36 B, each pooling-1 table 4 + 4 = 8 B: total 60 B, mean 15 B per rank;
-    # 36 / 15 = 2.4 -> 4 row shards of 250 rows, each taking 1/4 of the lookups (8 reads per sample) and
-    # touched by 1 - (3/4)^8 of the samples (4 x 0.8999 writes). By size the three 1,000-row tables go first,
-    # one per rank, then one shard per rank.
+    # Four ranks, SGD, 1-byte width-1 rows, nothing hot (q = 1), balanced by lookups with a planner cost of 2
+    # lookups per sample of the group for each shard (2 x 4 samples x 1 B = 8 B). Load per local sample:
+    #   pooling-8 table whole: 4 x 8 reads + 4 writes + 8 = 44; in 2 shards: 16 reads + 4 (1 - 0.5^8) writes
+    #   + 8 = 27.98 each; in 4: 8 + 4 (1 - 0.75^8) + 8 = 19.6 each. A pooling-1 table whole: 4 + 4 + 8 = 16.
+    # Whole: loads 44, 16, 16, 16 (max 44). Big table in 2 shards: 27.98, 27.98, 16 + 16, 16 (max 32). In 4:
+    # 19.6 + 16 on three ranks (max 35.6); cutting the small tables only adds shard costs. The best keeps 2.
     tables = (Table(1000, 1, 8, 1), *(Table(1000, 1, 1, 1),) * 3)
-    plan = shard(tables, EmbeddingStrategy(4, 4, sharding=HYBRID, optimizer=SGD, hot_threshold=1.0))
+    plan = shard(tables, EmbeddingStrategy(4, 4, sharding=HYBRID, optimizer=SGD, hot_threshold=1.0,
+                                           balance=Balance.LOOKUP, shard_cost=2.0))
     shards = [p for p in plan.pieces if p.table == 0]
-    assert len(shards) == 4 and len({p.rank for p in shards}) == 4
-    x = 1 - 0.75**8
-    assert all(p.rows == 250 and p.share == 0.25 and p.exchanged == pytest.approx(x) for p in shards)
-    assert sorted(plan.lookup_bytes_per_sample) == pytest.approx([8 + 4 * x, *(8 + 4 * x + 8,) * 3])
+    assert len(shards) == 2 and len({p.rank for p in shards}) == 2
+    x = 1 - 0.5**8
+    assert all(p.rows == 500 and p.share == 0.5 and p.exchanged == pytest.approx(x) for p in shards)
+    # Bytes moved, without the planner's cost: a big shard 16 + 4x; a small table 8, two of them on one rank.
+    assert sorted(plan.lookup_bytes_per_sample) == pytest.approx([8, 16, 16 + 4 * x, 16 + 4 * x])
+    # Free shards (no planner cost): the search cuts until every rank carries the same lookups, 70.4 / 4.
+    free = shard(tables, EmbeddingStrategy(4, 4, sharding=HYBRID, optimizer=SGD, hot_threshold=1.0,
+                                           balance=Balance.LOOKUP))
+    total = 4 * (8 + 4 * (1 - 0.75**8)) + 3 * 8
+    assert free.lookup_bytes_per_sample == pytest.approx((total / 4,) * 4)
 
 
 def test_count_balance_deals_tables_in_snake_order():

@@ -109,6 +109,21 @@ class Strategy(Schema):
     emb_group: PositiveInt | None = Field(
         None, description="Ranks sharing one copy of the tables (2-D sharding: replicated across groups); "
                           "default all ranks.")
+    emb_cold: Literal["tw", "twrw"] = Field(
+        "tw", description="emb=hybrid: where the model-parallel (cold) parts live: tw, each on one rank, exchanged "
+                          "by one all-to-all over the group; twrw, each on one node with its rows split over the "
+                          "node's ranks, reduced inside the node and exchanged between nodes on each rail (HugeCTR's "
+                          "hierarchical embedding, TorchRec's table-row-wise).")
+    emb_dp_bytes: float | None = Field(
+        None, ge=0, allow_inf_nan=False,
+        description="emb=hybrid: replicate (data-parallel) the whole tables whose elements take fewer bytes than "
+                    "this and keep every row of the others model-parallel (0: none replicated), in place of the "
+                    "per-row hot threshold (HugeCTR's DP_SHARDING_THRESHOLD); bytes.")
+    emb_shard_cost: float | None = Field(
+        None, ge=0, allow_inf_nan=False,
+        description="emb=hybrid with emb_balance=lookup: the planner counts each model-parallel shard as this many "
+                    "more lookups per sample than it serves, so it cuts hot tables into fewer shards (HugeCTR's "
+                    "planner table cost, MEM_COMM_BW_RATIO / mem_comm_work_ratio); default 0.")
     pp_embedding: bool = Field(False, description="Count the embedding as one layer of the pipeline split "
                                "(Megatron's account_for_embedding_in_pipeline_split, default false): the first "
                                "chunk holds one transformer layer fewer (madmax.config.pipeline_layout).")
@@ -290,7 +305,8 @@ _divisors = divisors  # factored, so that listing the divisors of a size of 2**4
 # Strategy keys that only some models or tasks use: given (with a value other than the default) where they do not
 # apply, they are refused rather than silently dropped.
 EXPERT_KEYS = ("etp", "ep_overlap", "dispatch_fp8", "expert_order", "dispatcher")
-EMBEDDING_KEYS = ("emb", "emb_balance", "emb_offload", "emb_hot", "emb_group")
+EMBEDDING_KEYS = ("emb", "emb_balance", "emb_offload", "emb_hot", "emb_group", "emb_cold", "emb_dp_bytes",
+                  "emb_shard_cost")
 SERVING_PREFIXES = ("prefill_", "decode_")
 
 

@@ -15,7 +15,7 @@ from enum import StrEnum
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import yaml
 from pydantic import Field, NonNegativeInt, PositiveInt
@@ -37,8 +37,8 @@ class OpRole(StrEnum):
 
 
 class ExchangeDType(StrEnum):
-    """Format of the pooled embedding vectors the tables' all-to-all carries: the table's elements, or the
-    MLPs' compute dtype (16 bits under mixed precision)."""
+    """Format of the pooled embedding vectors the tables' all-to-all carries and of the replicated tables'
+    gradients all-reduced: the table's elements, or the MLPs' compute dtype (16 bits under mixed precision)."""
 
     TABLE = "table"
     COMPUTE = "compute"
@@ -99,11 +99,20 @@ class TrainingStack(Schema):
         default_factory=list, description="Element-wise ops of these roles run in the epilogue of the GEMM before "
                                           "them (cuBLASLt bias+ReLU): no kernel and no bytes of their own.")
     embedding_exchange: ExchangeDType = Field(
-        ExchangeDType.TABLE, description="Format of the pooled embedding vectors exchanged between ranks: the "
-                                         "table's (table) or the compute dtype (compute).")
+        ExchangeDType.TABLE, description="Format of the pooled embedding vectors exchanged between ranks and of "
+                                         "the replicated tables' gradients: the table's (table) or the compute "
+                                         "dtype (compute).")
+    embedding_ids_ahead: bool = Field(
+        False, description="The next batch's sparse ids travel to their tables' owners during this step, on a stream "
+                           "of their own (inter-iteration overlap): no step waits for its own ids' all-to-all.")
+    embedding_id_bytes: PositiveInt = Field(8, description="Bytes of one sparse id in the ids' all-to-all.")
+    embedding_optimizer: Literal["sgd", "rowwise_adagrad", "adagrad", "adam"] = Field(
+        "rowwise_adagrad", description="Optimizer of the embedding tables: its state per row or element, stored "
+                                       "and read and written for every row looked up (madmax.parallel.embedding).")
     graph_step: bool = Field(
-        False, description="The whole iteration replays as one CUDA graph fed by an asynchronous reader: no "
-                           "host synchronisation, data loading or logging at the step end.")
+        False, description="The whole iteration replays as one CUDA graph fed by an asynchronous reader: the host "
+                           "issues none of its kernels (each runs at least the device's floor) and does no "
+                           "synchronisation, data loading or logging at the step end.")
     sources: dict[str, str] = Field(default_factory=dict, description="Source of each field.")
 
     def gather_sizes(self, params: list[tuple[int, float]]) -> tuple[float, ...] | None:

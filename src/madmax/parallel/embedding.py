@@ -21,10 +21,19 @@ batch of B samples; the group's batch is G*B. Per table (TorchRec sharding types
   with its num_ranks / G replicas (TorchRec 2D parallel, DMPCollection).
 - HYBRID (HugeCTR's hybrid embedding; NVIDIA MLPerf DLRM submissions): the rows that many samples look up
   (hot) are replicated on every rank and trained data-parallel, their gradients all-reduced; the rest
-  (cold) are model-parallel, table-wise, a hot table's cold part cut row-wise into k shards on k ranks
-  (k the least power of two that brings a shard's lookups to the mean rank's; HugeCTR's sharding planner
-  splits the hottest shard in two while it pays). A sample's pooled vector of a piece is exchanged only
-  when one of its lookups falls in that piece, so the all-to-all carries only the cold lookups.
+  (cold) are model-parallel, a hot table's cold part cut row-wise into k shards on k buckets. Cold TW (one
+  node, HugeCTR's CommunicationStrategy::Uniform): a bucket is a rank, and a sample's pooled vector of a
+  piece is exchanged only when one of its lookups falls in that piece, so the all-to-all carries only the
+  cold lookups. Cold TWRW (across nodes, HugeCTR's hier_auto plan and CommunicationStrategy::Hierarchical,
+  embedding/hier_model_parallel_embedding.cpp): a bucket is a node, whose L' ranks hold 1/L' of the shard's
+  rows each and write a partial vector for every sample of the group, summed inside the node (HugeCTR's
+  peer writes and dst_reduction: a reduce-scatter) and sent across nodes on each rail (hier_communicate:
+  an all-to-all among the ranks of one local index), as TWRW. k comes from HugeCTR's planner search (its
+  sharding/planner.py: cut the part whose shard is the most loaded in two, 20 rounds, keep the best), or
+  the least power of two that brings a shard to the mean bucket's lookups, whichever places better; the
+  planner may charge each shard `shard_cost` lookups of every sample it serves (HugeCTR's table cost,
+  MEM_COMM_BW_RATIO / mem_comm_work_ratio). With `dp_max_bytes` the hot rows are the whole tables of fewer
+  bytes (HugeCTR's DP_SHARDING_THRESHOLD), not rows above a threshold.
 
 Per rank, with p the pooling (lookups per sample), c the columns of a piece, e the bytes per table
 element, o the bytes per element of the exchanged pooled vectors, m the group samples a piece serves per
@@ -104,6 +113,9 @@ READ_WRITE = 2
 # Generalized harmonic numbers H(n, s) = sum_{k<=n} k^-s: summed exactly up to this many terms, beyond it
 # the midpoint-rule integral of x^-s (error below 1e-6 of H for the table sizes of recommendation models).
 EXACT_HARMONIC_TERMS = 10_000
+# Rounds of HugeCTR's planner search, each cutting the most loaded cold part into twice as many shards
+# (Planner max_search_iter = 20, sharding/planner.py of the MLPerf DLRM-DCNv2 submissions).
+SPLIT_ROUNDS = 20
 
 
 @dataclass(frozen=True)
@@ -174,8 +186,12 @@ class EmbeddingStrategy:
     """How to shard: ranks, ranks per node, the type (one for all tables or one per table), the 2-D group
     size (default all ranks), CW slices per table, the balance metric, the optimizer, the HBM budget per
     rank for tables and optimizer state (bytes; None: unlimited), the bytes per element of the exchanged
-    pooled vectors (None: the table's) and of one sparse id (int64: 8). HYBRID: the hot threshold q (lookups
-    per sample of a row; None: each table's break-even for `local_batch` samples per rank)."""
+    pooled vectors (None: the table's), of the replicated tables' all-reduced gradients (`grad_bytes`, None: the
+    table's) and of one sparse id (int64: 8). HYBRID: the hot threshold q (lookups
+    per sample of a row; None: each table's break-even for `local_batch` samples per rank), the placement of its
+    model-parallel parts (`cold`: TW on ranks, TWRW on nodes) and, instead of the per-row threshold, the table
+    bytes below which a whole table is replicated (`dp_max_bytes`, HugeCTR's DP_SHARDING_THRESHOLD) and the
+    planner's cost of one model-parallel shard (`shard_cost`, lookups per sample it serves)."""
 
     num_ranks: int
     ranks_per_node: int
@@ -189,6 +205,10 @@ class EmbeddingStrategy:
     index_bytes: float = 8
     hot_threshold: float | None = None
     local_batch: int | None = None
+    cold: ShardingType = ShardingType.TW
+    dp_max_bytes: float | None = None
+    shard_cost: float = 0.0
+    grad_bytes: float | None = None
 
     @property
     def group(self) -> int:
@@ -329,11 +349,27 @@ def _costs(p: Piece, t: Table, s: EmbeddingStrategy) -> tuple[float, float, floa
     return stored, reads + out, update, reads
 
 
+def _load(p: Piece, tables: tuple[Table, ...], s: EmbeddingStrategy, balance: Balance | None = None) -> float:
+    """What placement balances for one piece (`balance`, default the strategy's): its stored bytes (SIZE,
+    COUNT) or lookup bytes per local sample (LOOKUP), the latter plus, for a model-parallel piece of a HYBRID
+    table, `shard_cost` lookups of each of the samples it serves (HugeCTR's planner cost per table shard)."""
+    t = tables[p.table]
+    stored, lookup, _, _ = _costs(p, t, s)
+    if (balance or s.balance) is not Balance.LOOKUP:
+        return stored
+    cold = p.kind is not ShardingType.DP and s.kind(p.table) is ShardingType.HYBRID
+    return lookup + (s.shard_cost * p.serves * p.cols * t.elem_bytes if cold else 0.0)
+
+
 def _hybrid_pieces(i: int, t: Table, s: EmbeddingStrategy) -> tuple[Piece | None, Piece | None]:
     """HYBRID table `i`: its replicated hot piece (None when no row is hot) and its whole cold part, one
-    model-parallel piece serving the group (None when every row is hot)."""
+    model-parallel piece serving the group (None when every row is hot). With `dp_max_bytes` a table is
+    hot whole when its elements take fewer bytes, else cold whole."""
     G = s.group
-    k, h = hot_rows(t, s.threshold(t))
+    if s.dp_max_bytes is not None:
+        k, h = (float(t.rows), 1.0) if t.rows * t.dim * t.elem_bytes < s.dp_max_bytes else (0.0, 0.0)
+    else:
+        k, h = hot_rows(t, s.threshold(t))
     hot = Piece(i, ShardingType.DP, ALL_RANKS, k, t.dim, 1, 1, share=h, exchanged=0.0) if k else None
     if h >= 1:
         return hot, None
@@ -341,18 +377,26 @@ def _hybrid_pieces(i: int, t: Table, s: EmbeddingStrategy) -> tuple[Piece | None
     return hot, Piece(i, ShardingType.HYBRID, 0, t.rows - k, t.dim, G, G * x, share=1 - h, exchanged=x)
 
 
-def _split(cold: Piece, t: Table, k: int) -> list[Piece]:
-    """A cold part cut row-wise into `k` shards (for k distinct ranks), each taking 1/k of its lookups."""
+def _split(cold: Piece, t: Table, k: int, s: EmbeddingStrategy) -> list[list[Piece]]:
+    """A cold part cut row-wise into `k` shards for k distinct ranks (cold TW: one piece each, taking 1/k of
+    its lookups, exchanged for the samples that touch it) or nodes (cold TWRW: the node's L' ranks hold 1/L'
+    of the shard's rows each, look up the ids of all G samples that fall in them, G/L' per local sample, and
+    write a partial pooled vector for every sample of the group, reduced in the node before it leaves)."""
     share = cold.share / k
+    if s.cold is ShardingType.TWRW:
+        G, L = s.group, s.local
+        return [[Piece(cold.table, ShardingType.TWRW, r, cold.rows / (k * L), cold.cols, G / L, G, share=share)
+                 for r in range(L)] for _ in range(k)]
     x = touched(share, t.pooling)
-    return [Piece(cold.table, cold.kind, 0, cold.rows / k, cold.cols, cold.serves, cold.serves * x,
-                  share=share, exchanged=x) for _ in range(k)]
+    return [[Piece(cold.table, cold.kind, 0, cold.rows / k, cold.cols, cold.serves, cold.serves * x,
+                   share=share, exchanged=x)] for _ in range(k)]
 
 
-def _units(tables: tuple[Table, ...], s: EmbeddingStrategy) -> tuple[list[Piece], list[tuple[int, int, list[Piece]]]]:
-    """Evenly spread pieces (RW, DP, HYBRID's hot rows) and the placeable units (table, slice, pieces) of TW,
-    CW (a column slice each), TWRW (a table's pieces on one node) and HYBRID's cold parts (a row shard each,
-    a part cut into the least power of two k <= G of shards whose lookups reach the mean rank's)."""
+def _units(tables: tuple[Table, ...], s: EmbeddingStrategy
+           ) -> tuple[list[Piece], list[tuple[int, int, list[Piece]]], list[tuple[int, Piece]]]:
+    """Evenly spread pieces (RW, DP, HYBRID's hot rows), the placeable units (table, slice, pieces) of TW,
+    CW (a column slice each) and TWRW (a table's pieces on one node), and HYBRID's cold parts, which
+    `_place` cuts into shards."""
     G, L = s.group, s.local
     spread: list[Piece] = []
     units: list[tuple[int, int, list[Piece]]] = []
@@ -374,15 +418,7 @@ def _units(tables: tuple[Table, ...], s: EmbeddingStrategy) -> tuple[list[Piece]
             colds += [(i, cold)] if cold else []
         else:
             units.append((i, 0, [Piece(i, kind, 0, t.rows, t.dim, G, G)]))
-    if colds:
-        lookups = {i: _costs(c, tables[i], s)[1] for i, c in colds}
-        placed = sum(_costs(p, tables[p.table], s)[1] for _, _, pieces in units for p in pieces)
-        mean = (sum(lookups.values()) + placed + sum(_costs(p, tables[p.table], s)[1] for p in spread) * G) / G
-        for i, cold in colds:
-            ratio = lookups[i] / mean if mean else 1.0
-            k = min(G, 2 ** int(np.ceil(np.log2(ratio)))) if ratio > 1 else 1
-            units += [(i, c, [piece]) for c, piece in enumerate(_split(cold, tables[i], k))]
-    return spread, units
+    return spread, units, colds
 
 
 def _slice_cols(dim: int, shards: int, c: int) -> int:
@@ -396,35 +432,139 @@ def _snake(j: int, G: int) -> int:
 
 
 def _place(tables: tuple[Table, ...], s: EmbeddingStrategy) -> list[Piece]:
+    """Every piece on its rank: the units by `_place_units`, HYBRID's cold parts cut into shards (at most one
+    per bucket: a rank for cold TW, a node for cold TWRW) by the best of two searches over their lookup loads
+    (`_load` under LOOKUP). HugeCTR's planner (sharding/planner.py of the MLPerf DLRM-DCNv2 submissions,
+    Planner.plan): every cold part whole, then SPLIT_ROUNDS times cut the part whose shard is the most loaded
+    into twice as many shards; and the even cut: each part into the least power of two of shards that brings
+    one to the mean bucket's load. Each cut is placed (by the strategy's balance); the placement whose most
+    loaded rank has the fewest lookup bytes wins (the first of equals)."""
+    spread, units, colds = _units(tables, s)
+    if not colds:
+        return _place_units(tables, s, spread, units)[0]
+    buckets = s.group // s.local if s.cold is ShardingType.TWRW else s.group
+    cut: dict[tuple[int, int], tuple[list[list[Piece]], list[list[float]]]] = {}  # (table, k) -> shards, loads
+
+    def cut_of(i: int, cold: Piece, k: int) -> tuple[list[list[Piece]], list[list[float]]]:
+        if (i, k) not in cut:
+            shards = _split(cold, tables[i], k, s)
+            cut[(i, k)] = shards, [[_load(p, tables, s) for p in pieces] for pieces in shards]
+        return cut[(i, k)]
+
+    def lookups(pieces: list[Piece]) -> float:
+        return sum(_load(p, tables, s, Balance.LOOKUP) for p in pieces)
+
+    def worst(placed: list[Piece]) -> float:
+        per_rank = np.zeros(s.group)
+        for p in placed:
+            per_rank[_at(p.rank)] += _load(p, tables, s, Balance.LOOKUP)
+        return float(per_rank.max())
+
+    # the even cut by lookup bytes alone (a shard's planner cost does not shrink when it is cut)
+    bytes_only = lambda pieces: sum(_costs(p, tables[p.table], s)[1] for p in pieces)  # noqa: E731
+    total = sum(bytes_only(pieces) for _, _, pieces in units) + bytes_only(spread) * s.group
+    whole = {i: bytes_only(_split(cold, tables[i], 1, s)[0]) for i, cold in colds}
+    mean = (total + sum(whole.values())) / buckets
+    even = {i: min(buckets, 2 ** int(np.ceil(np.log2(whole[i] / mean)))) if mean and whole[i] > mean else 1
+            for i, _ in colds}
+    candidates = [even]
+    shards = {i: 1 for i, _ in colds}
+    shard_lookups: dict[tuple[int, int], float] = {}
+    for _ in range(SPLIT_ROUNDS):
+        candidates.append(dict(shards))
+        splittable = []
+        for i, cold in colds:
+            if 2 * shards[i] <= buckets:
+                key = (i, shards[i])
+                if key not in shard_lookups:
+                    shard_lookups[key] = lookups(cut_of(i, cold, shards[i])[0][0])
+                splittable.append((shard_lookups[key], -i, i))
+        if not splittable:
+            break
+        shards[max(splittable)[2]] *= 2
+    fixed = [[_load(p, tables, s) for p in pieces] for _, _, pieces in units]
+    best: tuple[float, tuple[list, list]] | None = None
+    tried: list[dict[int, int]] = []
+    for c in candidates:
+        if c in tried:
+            continue
+        tried.append(c)
+        trial, weights = list(units), list(fixed)
+        for i, cold in colds:
+            pieces_k, loads_k = cut_of(i, cold, c[i])
+            trial += [(i, k, pieces) for k, pieces in enumerate(pieces_k)]
+            weights += loads_k
+        if s.balance is Balance.LOOKUP:
+            load = float(_assign(tables, s, spread, trial, weights)[1].max())
+            if best is None or load < best[0]:
+                best = (load, (trial, weights))
+            continue
+        placed, _ = _place_units(tables, s, spread, trial, weights)
+        load = worst(placed)
+        if best is None or load < best[0]:
+            best = (load, (trial, weights))
+    assert best is not None
+    return _place_units(tables, s, spread, *best[1])[0]
+
+
+def _place_units(tables: tuple[Table, ...], s: EmbeddingStrategy, spread: list[Piece],
+                 units: list[tuple[int, int, list[Piece]]],
+                 weighed: list[list[float]] | None = None) -> tuple[list[Piece], np.ndarray]:
     """Greedy (longest first) placement of TW/CW slices and HYBRID shards on ranks (a table's shards on
-    distinct ranks), or dealt in snake order (COUNT), and of TWRW tables on nodes."""
+    distinct ranks), or dealt in snake order (COUNT), and of TWRW units on nodes (a HYBRID table's on distinct
+    nodes); the placed pieces and each rank's load by the balance metric (`weighed`: each unit's pieces'
+    `_load`, when known)."""
+    homes, loads = _assign(tables, s, spread, units, weighed)
+    placed = list(spread)
+    for (_, _, pieces), home in zip(units, homes, strict=True):
+        twrw = pieces[0].kind is ShardingType.TWRW  # a node's pieces: rank = node's first + local rank
+        placed += [dataclasses.replace(p, rank=home + p.rank if twrw else home) for p in pieces]
+    return placed, loads
+
+
+def _assign(tables: tuple[Table, ...], s: EmbeddingStrategy, spread: list[Piece],
+            units: list[tuple[int, int, list[Piece]]],
+            weighed: list[list[float]] | None) -> tuple[list[int], np.ndarray]:
+    """`_place_units`' choice: each unit's rank (a TWRW unit's node's first rank) and the ranks' loads."""
     G, L = s.group, s.local
-    spread, units = _units(tables, s)
-    metric = 1 if s.balance is Balance.LOOKUP else 0
     loads = np.zeros(G)
     for p in spread:
-        loads[_at(p.rank)] += _costs(p, tables[p.table], s)[metric]
-    trial = [(sum(_costs(p, tables[i], s)[metric] for p in pieces), i, c, pieces) for i, c, pieces in units]
-    placed = list(spread)
-    holding: dict[int, set[int]] = {}  # HYBRID table -> ranks holding one of its shards
+        loads[_at(p.rank)] += _load(p, tables, s)
+    if weighed is None:
+        weighed = [[_load(p, tables, s) for p in pieces] for _, _, pieces in units]
+    order = sorted(range(len(units)), key=lambda u: (-sum(weighed[u]), units[u][0], units[u][1]))
+    homes = [0] * len(units)
+    holding: dict[int, set[int]] = {}  # HYBRID table -> ranks (cold TW) or nodes (cold TWRW) holding a shard of it
+    kinds = [s.kind(i) for i in range(len(tables))]
     dealt = 0  # COUNT: slices dealt so far
-    for _, i, _, pieces in sorted(trial, key=lambda u: (-u[0], u[1], u[2])):
+    for u in order:
+        i, _, pieces = units[u]
+        taken = holding.setdefault(i, set()) if kinds[i] is ShardingType.HYBRID else set()
         if pieces[0].kind is ShardingType.TWRW:
-            node = int(np.argmin(loads.reshape(G // L, L).max(axis=1)))
-            moved = [dataclasses.replace(p, rank=node * L + p.rank) for p in pieces]
+            node = _least(loads.reshape(G // L, L).max(axis=1), taken)
+            taken.add(node)
+            homes[u] = node * L
+            for p, load in zip(pieces, weighed[u], strict=True):
+                loads[node * L + p.rank] += load
+            continue
+        if s.balance is Balance.COUNT:
+            rank = next(r for r in (_snake(dealt + d, G) for d in range(2 * G)) if r not in taken)
+            dealt += 1
         else:
-            taken = holding.setdefault(i, set()) if pieces[0].kind is ShardingType.HYBRID else set()
-            if s.balance is Balance.COUNT:
-                rank = next(r for r in (_snake(dealt + d, G) for d in range(2 * G)) if r not in taken)
-                dealt += 1
-            else:
-                rank = min((r for r in range(G) if r not in taken), key=lambda r: (loads[r], r))
-            taken.add(rank)
-            moved = [dataclasses.replace(p, rank=rank) for p in pieces]
-        for p in moved:
-            loads[_at(p.rank)] += _costs(p, tables[p.table], s)[metric]
-        placed += moved
-    return placed
+            rank = _least(loads, taken)
+        taken.add(rank)
+        homes[u] = rank
+        loads[rank] += sum(weighed[u])
+    return homes, loads
+
+
+def _least(loads: np.ndarray, taken: set[int]) -> int:
+    """The least loaded position not in `taken` (the first of equals)."""
+    if not taken:
+        return int(np.argmin(loads))
+    free = loads.copy()
+    free[list(taken)] = np.inf
+    return int(np.argmin(free))
 
 
 def _offload(pieces: list[Piece], tables: tuple[Table, ...], s: EmbeddingStrategy,
@@ -526,7 +666,7 @@ def comm(plan: EmbeddingPlan, local_batch: int) -> tuple[EmbeddingComm, ...]:
             ids += B * t.pooling * s.index_bytes / G
             rw_width += p.cols * o
         elif p.kind is ShardingType.TWRW:
-            ids[p.rank] += B * t.pooling * s.index_bytes / L
+            ids[p.rank] += B * t.pooling * p.share * s.index_bytes / L
             twrw_node[node[p.rank]] += B * p.cols * o / L
     group_span = Span(intra=L, inter=nodes)
 
@@ -561,7 +701,7 @@ def comm(plan: EmbeddingPlan, local_batch: int) -> tuple[EmbeddingComm, ...]:
             recv = np.stack([np.zeros(G), twrw_node.sum() - per_rank], axis=1)
             for phase, a, b in (("forward", send, recv), ("backward", recv, send)):
                 out.append(_a2a("emb.twrw_a2a", phase, Span(1, nodes), a, b))
-    dp_bytes = sum(p.rows * p.cols * tables[p.table].elem_bytes for p in plan.pieces
+    dp_bytes = sum(p.rows * p.cols * (s.grad_bytes or tables[p.table].elem_bytes) for p in plan.pieces
                    if p.kind is ShardingType.DP)
     if n > 1 and dp_bytes:
         intra = min(s.ranks_per_node, n)

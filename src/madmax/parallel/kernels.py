@@ -36,9 +36,15 @@ class Where(StrEnum):
     AFTER: after the pass's kernels, before the next unit starts (Megatron's TP f/g collectives).
     BESIDE_ATTENTION: during the attention kernels, which wait for it (the context-parallel K/V ring).
     BEFORE: before the forward (ids sent to the owners of embedding rows).
+    AHEAD: for the next iteration, beside the whole of this one (the next batch's ids sent to the owners of
+    embedding rows, HugeCTR's inter-iteration overlap): nothing in this iteration waits for it, and the
+    iteration ends no earlier than it does.
     TO_CONSUMER: forward: the unit's output travels to the unit that consumes it, whose forward waits;
     backward: the gradient travels back after the consumer's backward, and this unit's backward waits.
     UPDATE: once per iteration, after the last micro-batch's backward (with the gradient reduction).
+    ON_GRADIENT: once per iteration, as soon as the last micro-batch's output gradient is back from the
+    consumer (its backward ends), beside the unit's own exchanges and kernels: a gradient that needs only
+    that (the replicated embedding tables'); the optimizer step waits for it.
     OVERLAPPED: after the pass's kernels, beside the compute that follows (another micro-batch's, in a
     two-micro-batch overlap of the expert all-to-all); the pass ends when it has.
     WITH_GEMMS: pipelined in chunks with the unit's GEMMs (Transformer Engine comm-GEMM overlap of the
@@ -49,8 +55,10 @@ class Where(StrEnum):
     AFTER = "after"
     BESIDE_ATTENTION = "beside_attention"
     BEFORE = "before"
+    AHEAD = "ahead"
     TO_CONSUMER = "to_consumer"
     UPDATE = "update"
+    ON_GRADIENT = "on_gradient"
     OVERLAPPED = "overlapped"
     WITH_GEMMS = "with_gemms"
 

@@ -45,6 +45,7 @@ from madmax.workload.ops import EXPERT_SPLITS, Block, Op, OpKind, Placement, TPS
 CROSS_ENTROPY_ALL_REDUCES = 3
 # The process group (stream) of the embedding tables' exchanges: ids, pooled vectors and their gradients.
 EMBEDDING_GROUP = "emb"
+PREFETCH_GROUP = "prefetch"  # the next iteration's embedding ids, on a stream of their own (Where.AHEAD)
 TP_GROUP = Axis.TP.value
 # The process groups (streams) that reduce gradients: the dense parameters' (dp x cp) and the routed
 # experts' (expert data parallel).
@@ -133,7 +134,8 @@ class UnitPlan:
     @property
     def has_exchanges(self) -> bool:
         """Whether the unit exchanges data with other units (before, to a consumer, at the update)."""
-        return any(op.where in (Where.BEFORE, Where.TO_CONSUMER, Where.UPDATE) for op in self.comm)
+        return any(op.where in (Where.BEFORE, Where.AHEAD, Where.TO_CONSUMER, Where.UPDATE, Where.ON_GRADIENT)
+                   for op in self.comm)
 
 
 @dataclass(frozen=True)
@@ -323,12 +325,18 @@ def table_unit(key: str, block: Block, tables: tuple, s: Strategy, shape: Shape,
         raise StrategyError(f"strategy.tp={s.tp} does not divide the micro-batch of {shape.batch} samples whose "
                             f"embeddings its ranks look up; allowed: a tp dividing {shape.batch}")
     local = shape.batch // s.tp
+    shardings = _table_shardings(tables, s.emb)
+    _check_hybrid_keys(s, shardings)
+    exchanged = shape.act_bytes if stack.embedding_exchange is ExchangeDType.COMPUTE else None
     strategy = emb.EmbeddingStrategy(num_ranks=ranks, ranks_per_node=min(domain_size, ranks),
-                                     sharding=_table_shardings(tables, s.emb), group_size=s.emb_group,
+                                     sharding=shardings, group_size=s.emb_group,
                                      balance=emb.Balance(s.emb_balance),
                                      hbm_budget_bytes=budget_bytes,
-                                     output_bytes=shape.act_bytes if stack.embedding_exchange is ExchangeDType.COMPUTE
-                                     else None, hot_threshold=s.emb_hot, local_batch=local)
+                                     output_bytes=exchanged, hot_threshold=s.emb_hot, local_batch=local,
+                                     cold=emb.ShardingType(s.emb_cold), dp_max_bytes=s.emb_dp_bytes,
+                                     shard_cost=s.emb_shard_cost or 0.0, grad_bytes=exchanged,
+                                     index_bytes=stack.embedding_id_bytes,
+                                     optimizer=emb.EmbeddingOptimizer(stack.embedding_optimizer))
     plan = _shard(tuple(emb.Table(t.rows, t.dim, t.pooling, t.elem_bytes, t.name, t.zipf) for t in tables), strategy)
     trains = any(op.trainable for op in block.ops)
     worst = max(range(len(plan.lookup_bytes_per_sample)), key=lambda r: plan.lookup_bytes_per_sample[r])
@@ -343,13 +351,19 @@ def table_unit(key: str, block: Block, tables: tuple, s: Strategy, shape: Shape,
     if not trains:  # inference: lookups only, no optimizer state
         bwd = []
     # The ids and pooled vectors travel on the embedding exchange's own stream ("emb"), beside the bottom
-    # MLP; the sparse optimizer's traffic joins the gradient reduction ("dp").
+    # MLP (the next batch's ids on one more, "prefetch", where the stack sends them a step ahead); the sparse
+    # optimizer's traffic joins the gradient reduction ("dp"), the replicated tables' as soon as the pooled
+    # gradient is back (it needs nothing of the model-parallel exchange).
     comm: list[CommOp] = []
     for c in emb.comm(plan, local):
         if not trains and c.phase != "forward":
             continue
-        if c.label == "emb.ids_a2a":
+        if c.label == "emb.ids_a2a" and stack.embedding_ids_ahead:
+            comm.append(CommOp(PREFETCH_GROUP, c.kind, c.size_bytes, c.span, c.label, Phase.FORWARD, Where.AHEAD))
+        elif c.label == "emb.ids_a2a":
             comm.append(CommOp(EMBEDDING_GROUP, c.kind, c.size_bytes, c.span, c.label, Phase.FORWARD, Where.BEFORE))
+        elif c.label == "emb.dp_all_reduce":  # the replicated rows' gradient needs only the pooled gradient
+            comm.append(CommOp("dp", c.kind, c.size_bytes, c.span, c.label, Phase.BACKWARD, Where.ON_GRADIENT))
         elif c.phase == "update":
             comm.append(CommOp("dp", c.kind, c.size_bytes, c.span, c.label, Phase.BACKWARD, Where.UPDATE))
         else:
@@ -359,6 +373,8 @@ def table_unit(key: str, block: Block, tables: tuple, s: Strategy, shape: Shape,
         pooled = shape.batch * sum(t.dim * t.elem_bytes for t in tables)
         comm.append(CommOp(EMBEDDING_GROUP, Collective.ALL_GATHER, pooled, tp_span, "emb.tp_all_gather",
                            Phase.FORWARD, Where.TO_CONSUMER))
+    if not any(op.where is Where.TO_CONSUMER for op in comm):  # every table replicated: no gradient comes back
+        comm = [dataclasses.replace(op, where=Where.UPDATE) if op.where is Where.ON_GRADIENT else op for op in comm]
     state = max(plan.table_bytes[r] + (plan.optimizer_bytes[r] if trains else 0) - plan.offloaded_bytes[r]
                 for r in range(len(plan.table_bytes)))
     return UnitPlan(name=key, fwd=tuple(fwd), bwd=tuple(bwd), recompute=(), comm=tuple(comm), params=0.0,
@@ -376,6 +392,26 @@ def _table_shardings(tables: tuple, default: str):
     if not any(t.sharding for t in tables):
         return emb.ShardingType(default)
     return tuple(emb.ShardingType(t.sharding or default) for t in tables)
+
+
+def _check_hybrid_keys(s: Strategy, shardings) -> None:
+    """StrategyError for a hybrid-only key given where no table is sharded hybrid, or for both ways of choosing
+    the replicated rows at once."""
+    from madmax.parallel import embedding as emb
+
+    hybrid = emb.ShardingType.HYBRID in (shardings if isinstance(shardings, tuple) else (shardings,))
+    given = {"emb_hot": s.emb_hot is not None, "emb_dp_bytes": s.emb_dp_bytes is not None,
+             "emb_cold": s.emb_cold != "tw", "emb_shard_cost": s.emb_shard_cost is not None}
+    for key, set_ in given.items():
+        if set_ and not hybrid:
+            raise StrategyError(f"strategy.{key}={getattr(s, key)} applies to hybrid sharding; emb={s.emb} shards "
+                                "no table hybrid; allowed: emb=hybrid, or omit it")
+    if given["emb_shard_cost"] and s.emb_balance != "lookup":
+        raise StrategyError(f"strategy.emb_shard_cost={s.emb_shard_cost:g} weighs the lookup balance; "
+                            f"emb_balance={s.emb_balance}; allowed: emb_balance=lookup, or omit it")
+    if given["emb_hot"] and given["emb_dp_bytes"]:
+        raise StrategyError(f"strategy.emb_hot={s.emb_hot:g} and emb_dp_bytes={s.emb_dp_bytes:g} both choose the "
+                            "replicated rows; allowed: one of them")
 
 
 @functools.lru_cache(maxsize=256)

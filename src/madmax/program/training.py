@@ -270,7 +270,7 @@ class _Builder:
                 last_compute = seg
                 done.append(seg)
                 if self.exchanges:
-                    self._edges_out(streams, step, key, seg)
+                    grad_segments += self._edges_out(streams, step, key, seg, step.microbatch == m - 1)
                 if step.phase is Phase.BACKWARD and unit.trainable_params:
                     for group, d, params, trainable in self._state_groups(unit):
                         synced = self._grad_sync(streams[group], group, d, trainable, seg, step.microbatch == m - 1,
@@ -394,10 +394,12 @@ class _Builder:
     def _edges_in(self, streams: _Streams, step, key: str) -> list[int]:
         """Collectives this unit's pass must wait for: those before its forward (ids to their owners), the
         exchanged outputs of earlier units before their consumer's forward, returned gradients before a
-        backward."""
+        backward. Those for the next iteration (Where.AHEAD) start with the forward and nothing waits for them."""
         unit = self.plan.units[key]
         deps: list[int] = []
         if step.phase is Phase.FORWARD:
+            for op in unit.collectives(Phase.FORWARD, Where.AHEAD):  # the next iteration's: nothing waits
+                self.comm_op(streams[op.group], op)
             seg = None
             for op in unit.collectives(Phase.FORWARD, Where.BEFORE):
                 seg = self.comm_op(streams[op.group], op, (seg,) if seg is not None else ())
@@ -406,9 +408,12 @@ class _Builder:
         deps += self.pending.pop((step.phase, step.microbatch, key), [])
         return deps
 
-    def _edges_out(self, streams: _Streams, step, key: str, after: int) -> None:
-        """Start the exchanges this unit's pass produces, beside the next units' compute."""
+    def _edges_out(self, streams: _Streams, step, key: str, after: int, last_microbatch: bool) -> list[int]:
+        """Start the exchanges this unit's pass produces, beside the next units' compute; after the last
+        micro-batch's backward, the producers' reductions that need only their output gradient
+        (Where.ON_GRADIENT), returned for the optimizer step to wait for."""
         units = self.plan.units
+        early: list[int] = []
         out = units[key].collectives(Phase.FORWARD, Where.TO_CONSUMER)
         if step.phase is Phase.FORWARD and out:
             seg = after
@@ -417,6 +422,9 @@ class _Builder:
             self.pending.setdefault((Phase.FORWARD, step.microbatch, units[key].edge_to), []).append(seg)
         if step.phase is Phase.BACKWARD:
             for producer in self.consumers.get(key, ()):
+                if last_microbatch:
+                    early += [self.comm_op(streams[op.group], op, (after,))
+                              for op in units[producer].collectives(Phase.BACKWARD, Where.ON_GRADIENT)]
                 back = units[producer].collectives(Phase.BACKWARD, Where.TO_CONSUMER)
                 if not back:
                     continue
@@ -424,6 +432,7 @@ class _Builder:
                 for op in back:
                     seg = self.comm_op(streams[op.group], op, (seg,))
                 self.pending.setdefault((Phase.BACKWARD, step.microbatch, producer), []).append(seg)
+        return early
 
     def _compute_beside(self, streams: _Streams, total_s: float, attention_s: float, beside: GroupTimes,
                         deps: list[int], label: str, loads: dict[str, float] | None = None) -> tuple[int, int]:

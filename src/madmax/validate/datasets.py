@@ -27,6 +27,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from madmax.config.base import DType
 from madmax.config.loaders import find_in_catalog
 from madmax.config.strategy import RECOMPUTE_AUTO
 from madmax.errors import MadmaxError
@@ -571,16 +572,50 @@ def load_nvidia_dlrm(rows: Rows | None = None) -> Dataset:
 MLPERF_DLRM_SOURCE = "MLCommons MLPerf Training results"
 MLPERF_DLRM_MODEL = "dlrm-dcnv2"  # the catalog's MLPerf DLRM v2 (26 multi-hot tables, DCNv2 3 x rank 512)
 MLPERF_DLRM_STACK = "hugectr"
-# HugeCTR's SHARDING_PLAN=auto: small tables data-parallel (DP_SHARDING_THRESHOLD), the rest model-parallel with
-# the hottest split over several GPUs, placed by lookups (hotness): madmax's hybrid sharding balanced by lookup
-# cost, its hot threshold the break-even (mlcommons/training_results_v4.0 NVIDIA dlrm_dcnv2 merlin_hugectr).
+# What each submission's launch configuration sets for HugeCTR's embedding planner (sharding/generate_plan.py):
+# on one node SHARDING_PLAN=auto (GPUs as the planner's buckets, CommunicationStrategy::Uniform: one all-to-all);
+# on more (train.py: Hierarchical when num_nodes > 1) hier_auto (nodes as buckets, each node's tables row-wise
+# over its 8 GPUs, reduced in the node, exchanged between nodes on each rail): madmax's emb_cold=twrw.
+# DP_SHARDING_THRESHOLD (GB of table + Adagrad accumulator, 8 B per element: ev_size x byte_per_elem x 1e-9 per
+# row) replicates the smaller tables; absent (v3.0) it is 0: none. MEM_COMM_BW_RATIO over train.py's
+# mem_comm_work_ratio (8/2) is the planner's cost of one table shard, in lookups per sample.
+# Sources: mlcommons/training_results_v3.0, v3.1 NVIDIA/benchmarks/dlrm_dcnv2/implementations/hugectr and
+# v4.0 .../merlin_hugectr: config_DGXH100_1x8x6912.sh, config_DGXH100_8x8x2112.sh, config_DGXH100_16x8x1056.sh
+# (one node: MEM_COMM_BW_RATIO=7, DP_SHARDING_THRESHOLD=0.008 from v3.1; more: 67 and 0.0125), train.py.
+MLPERF_DLRM_PLANNER = {  # version -> (one node, more nodes): (DP_SHARDING_THRESHOLD GB, MEM_COMM_BW_RATIO)
+    "v3.0": ((0.0, 7.0), (0.0, 67.0)),
+    "v3.1": ((0.008, 7.0), (0.0125, 67.0)),
+    "v4.0": ((0.008, 7.0), (0.0125, 67.0)),
+}
+MLPERF_DLRM_WORK_RATIO = 4.0  # train.py --mem_comm_work_ratio default 8 / 2
+MLPERF_DLRM_ADAGRAD_BYTES = 8  # generate_plan.py byte_per_elem for adagrad: the fp32 element and its accumulator
 MLPERF_DLRM_NOTES = (
-    "strategy: HugeCTR's auto sharding plan as emb=hybrid,emb_balance=lookup (small tables replicated, the rest "
-    "model-parallel, hot tables split), dense MLPs data-parallel with a plain all-reduce (zero=0); one micro-batch",
-    "dtype: HugeCTR mixed precision (fp16 MLPs, fp32 tables and Adagrad state); madmax's embedding update assumes "
-    "row-wise Adagrad (4 B per row) where HugeCTR keeps one fp32 accumulator per element",
-    "kernels: madmax's GEMM and element-wise costs (H200 eager-PyTorch profile) stand in for HugeCTR's cuBLASLt layers",
+    "strategy: HugeCTR's embedding planner as emb=hybrid,emb_balance=lookup with the submission's "
+    "DP_SHARDING_THRESHOLD (emb_dp_bytes: the replicated tables' elements) and MEM_COMM_BW_RATIO / 4 "
+    "(emb_shard_cost); across nodes hier_auto as emb_cold=twrw; dense MLPs data-parallel with a plain "
+    "all-reduce (zero=0); one micro-batch",
+    "dtype: HugeCTR mixed precision (fp16 MLPs, pooled vectors and gradients; fp32 tables and per-element Adagrad "
+    "state)",
+    "kernels: madmax's GEMM and element-wise costs (H200 eager-PyTorch profile) stand in for HugeCTR's cuBLASLt "
+    "layers; its embedding backward as one fused kernel where HugeCTR runs a local reduce and an update",
 )
+
+
+def mlperf_dlrm_planner(version: str, num_nodes: int) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """The strategy keys of HugeCTR's planner for a submission (MLPERF_DLRM_PLANNER) and what they assume: a
+    version without its configuration takes the latest one's."""
+    notes: tuple[str, ...] = ()
+    if version not in MLPERF_DLRM_PLANNER:
+        latest = max(MLPERF_DLRM_PLANNER)
+        notes = (f"planner: no configuration of {version or 'this submission'} read; {latest}'s taken",)
+        version = latest
+    threshold_gb, ratio = MLPERF_DLRM_PLANNER[version][num_nodes > 1]
+    table_bytes = DType.FP32.num_bytes  # the tables' elements, without the accumulator
+    keys: dict[str, Any] = {"emb_dp_bytes": f"{threshold_gb * 1e9 * table_bytes / MLPERF_DLRM_ADAGRAD_BYTES:g}",
+                            "emb_shard_cost": f"{ratio / MLPERF_DLRM_WORK_RATIO:g}"}
+    if num_nodes > 1:
+        keys["emb_cold"] = "twrw"
+    return keys, notes
 
 
 def _mlperf_dlrm_case(row_id: str, row: dict[str, str]) -> Case:
@@ -592,15 +627,16 @@ def _mlperf_dlrm_case(row_id: str, row: dict[str, str]) -> Case:
     model = {**find_in_catalog("models", MLPERF_DLRM_MODEL), "source": f"madmax validation row {row_id}"}
     intra = float(row["intra_bw_GBps"]) if row.get("intra_bw_GBps") else None
     inter = float(row["inter_bw_GBps"]) if row.get("inter_bw_GBps") else None
+    version = row["source_detail"].split()[0] if row.get("source_detail") else ""
+    planner, notes = mlperf_dlrm_planner(version, -(-num_gpus // per_node))
     s = {"tp": 1, "pp": 1, "dp": num_gpus, "mbs": gb // num_gpus, "zero": 0, "emb": "hybrid",
-         "emb_balance": "lookup"}
+         "emb_balance": "lookup", **planner}
     case = _case("mlperf_dlrm", row_id, model, system=system_for(row["gpu"], per_node, intra, inter),
                  gpu=row["gpu"], num_gpus=num_gpus, task="pretrain", gb=gb, seq=1, dtype="fp16", s=s,
                  metric=row["metric"], measured=float(row["value"]), unit=row["unit"],
-                 assumptions=MLPERF_DLRM_NOTES)
-    version = row["source_detail"].split()[0] if row.get("source_detail") else ""
-    return with_stack(replace(case, label=" ".join(p for p in (case.label, version, "emb=hybrid") if p)),
-                      MLPERF_DLRM_STACK)
+                 assumptions=(*MLPERF_DLRM_NOTES, *notes))
+    cold = "emb=hybrid" + (",emb_cold=twrw" if "emb_cold" in planner else "")
+    return with_stack(replace(case, label=" ".join(p for p in (case.label, version, cold) if p)), MLPERF_DLRM_STACK)
 
 
 def load_mlperf_dlrm(rows: Rows | None = None) -> Dataset:
