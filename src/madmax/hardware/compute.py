@@ -365,7 +365,8 @@ class ComputeModel:
 
         t = max(t_launch, F / (P e_max kv/(kv+kv0)), t_lat + bytes / (H e_read)), F from
         `attention_flops` at the kernel's padded head width `flash_head_dim(head_dim)` (x 5/2 backward),
-        bytes from `attention_bytes` at the real width (x 2 backward). `heads` are
+        bytes from `attention_bytes` at the real width (x 2 backward); e_max and kv0 those of the stack's
+        kernel for this pass and mask (`attention_kernel`), else the profile's. `heads` are
         query heads, `kv_heads` key/value heads (grouped-query attention); lengths in tokens (kv_len may
         be a mean over a batch of sequences: decode reads the sum of their caches). `window`: a sliding
         window of keys (`attention_pairs`; kv is then the keys read, `attended_keys`); `kv_width`: bytes
