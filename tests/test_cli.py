@@ -148,6 +148,10 @@ CASES = [
     Case("inference-unknown-stack", inf("--stack", "tgi"), ["stack 'tgi'", "allowed: trtllm", "vllm", "sglang"]),
     Case("stack-on-training", sim("--stack", "vllm"),
          ["stack='vllm'", "inference", "allowed for training: megatron-core"]),
+    # a stack file naming an attention kernel the catalog does not have (catalog/calibration/attention_kernels.yaml)
+    Case("stack-unknown-attention-kernel",
+         sim("--stack", File("stack.yaml", "name: mine\nattention_kernels: {hopper: fa9}\n")),
+         ["stack.attention_kernels.hopper='fa9'", "unknown attention kernel", "allowed: cudnn, fa2, fa3"]),
     Case("inference-arrivals-missing", [*SIM, "--task", "inference", "--mode", "rate", "--arrivals", "no-such.csv"],
          ["task.arrivals", "no-such.csv", "does not exist"]),
     # nothing asked for is dropped: options the run would not use are refused (issue 28)

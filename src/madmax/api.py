@@ -105,9 +105,11 @@ def _simulate_training(run: TrainingRequest, keep_schedule: bool) -> Result:
 
     request = run.request
     reserved = runtime_reserve()
+    stack = run.stack or load_training_stack(None)
     # A step replayed as one CUDA graph: the host issues no kernel of it, each runs at least the device's floor.
-    graph = run.stack is not None and run.stack.graph_step
-    compute = compute_model(request.system.gpu, request.calibration, floor_s=device_floor_s() if graph else None)
+    compute = compute_model(request.system.gpu, request.calibration,
+                            floor_s=device_floor_s() if stack.graph_step else None,
+                            attention_kernel=stack.attention_kernel(request.system.gpu.architecture))
     network = network_model(request.system, compute.profile.network if request.calibration else ())
     choice = None
     if run.strategy.recompute is None:
@@ -132,10 +134,18 @@ def _simulate_training(run: TrainingRequest, keep_schedule: bool) -> Result:
                        dtype=request.task.dtype, strategy=strat, strategy_text=text,
                        global_batch=run.global_batch, seq_len=request.seq_len, hbm_bytes=sysm.gpu.usable_memory_bytes,
                        peak_flops_per_s=sysm.gpu.flops_per_s[request.task.dtype], has_tables=tables,
-                       assumptions=run.assumptions + notes + tuple(built.assumptions),
+                       assumptions=(run.assumptions + notes + tuple(built.assumptions)
+                                    + (compute.attention_notes if strat.flash and _has_attention(plan) else ())),
                        recompute_choice=None if choice is None else choice.reason,
                        forward_flops_per_token=request.workload.forward_flops_per_token(request.seq_len))
     return training_result(info, plan, built, timeline, memories, band, keep_schedule)
+
+
+def _has_attention(plan) -> bool:
+    """Whether the plan runs an attention kernel (a transformer; not a recommendation model)."""
+    from madmax.parallel.kernels import KernelKind
+
+    return any(k.kind is KernelKind.ATTENTION for unit in plan.units.values() for k in unit.fwd)
 
 
 def _choose_recompute(run: TrainingRequest, reserved: Reserve, compute, network):

@@ -182,7 +182,7 @@ def resolve(text: str, num_layers: int = 126, num_gpus: int = 2048) -> Strategy:
 
 def test_resolve_counts_the_embedding_and_loss_slots():
     assert resolve("tp=8,pp=16,vp=8,pp_embedding=1,pp_loss=1").vp == 8
-    # 126 layers + embedding + loss = 128 chunks: the only split Megatron runs with them, taken when neither flag is given
+    # 126 layers + embedding + loss = 128 chunks: the only split Megatron runs, taken when neither flag is given
     implied = resolve("tp=8,pp=16,vp=8")
     assert implied.pp_embedding and implied.pp_loss
     with pytest.raises(StrategyError, match=r"exceeds the 126 layers .*, or pp_embedding=1,pp_loss=1 \(Megatron"):

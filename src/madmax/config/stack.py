@@ -21,6 +21,8 @@ import yaml
 from pydantic import Field, PositiveInt, model_validator
 
 from madmax.config.base import Schema
+from madmax.config.hardware import Architecture
+from madmax.config.kernels import AttentionKernels
 from madmax.config.units import Seconds
 from madmax.errors import ConfigError
 
@@ -141,7 +143,15 @@ class ServingStack(Schema):
                                 "request's way from the client to the engine's queue and the first token's way "
                                 "back (in TTFT and in a closed-loop client's round trip), at most 60 s (a clock "
                                 "of many such round trips stays exact to the microsecond).")
+    attention_kernels: AttentionKernels = Field(
+        default_factory=dict, description="The fused-attention kernel the engine runs for prefill and decode, by GPU "
+        "architecture (catalog calibration/attention_kernels.yaml); an architecture not listed keeps the compute "
+        "profile's attention curve.")
     sources: dict[str, str] = Field(default_factory=dict, description="Source of each field.")
+
+    def attention_kernel(self, architecture: Architecture | None) -> str | None:
+        """The attention kernel the engine runs on `architecture` (None: the compute profile's curve)."""
+        return self.attention_kernels.get(architecture) if architecture else None
 
     @property
     def label(self) -> str:

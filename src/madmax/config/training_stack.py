@@ -21,6 +21,8 @@ import yaml
 from pydantic import Field, NonNegativeInt, PositiveInt
 
 from madmax.config.base import Schema
+from madmax.config.hardware import Architecture
+from madmax.config.kernels import AttentionKernels
 from madmax.errors import ConfigError
 
 Factor = Annotated[float, Field(ge=1, allow_inf_nan=False)]
@@ -113,6 +115,10 @@ class TrainingStack(Schema):
         False, description="The whole iteration replays as one CUDA graph fed by an asynchronous reader: the host "
                            "issues none of its kernels (each runs at least the device's floor) and does no "
                            "synchronisation, data loading or logging at the step end.")
+    attention_kernels: AttentionKernels = Field(
+        default_factory=dict, description="The fused-attention kernel the framework runs, by GPU architecture "
+        "(catalog calibration/attention_kernels.yaml: fa2, fa3, cudnn, ...); an architecture not listed keeps the "
+        "compute profile's attention curve.")
     sources: dict[str, str] = Field(default_factory=dict, description="Source of each field.")
 
     def gather_sizes(self, params: list[tuple[int, float]]) -> tuple[float, ...] | None:
@@ -122,6 +128,10 @@ class TrainingStack(Schema):
         if self.zero3_gather is GatherIssue.BLOCK:
             return None
         return tuple(rank for whole, rank in params if rank and whole >= self.persistence_threshold)
+
+    def attention_kernel(self, architecture: Architecture | None) -> str | None:
+        """The attention kernel the stack runs on `architecture` (None: the compute profile's curve)."""
+        return self.attention_kernels.get(architecture) if architecture else None
 
     def calibration_for(self, inference: bool) -> str | None:
         """The compute profile of a training (`inference` False) or forward-only step under this stack."""

@@ -22,6 +22,12 @@ architecture), rescaled by its measured large-GEMM ceiling per dtype against the
 `dtype_fallbacks`);
 attention, measured in bf16, has the same fractions of peak in every dtype.
 
+Flash attention runs at the profile's curve, one per pass, unless the software stack names the kernel it runs
+(`attention_kernel`: FlashAttention-2, FlashAttention-3, cuDNN, ...): its curves on the GPU's architecture, one
+per pass and mask, fitted to published kernel timings (`madmax.hardware.attention_kernels`), replace the
+profile's; a kernel without timings on that architecture keeps the profile's curve and says so
+(`attention_notes`). Unfused attention (`scores_saved`) keeps the profile's curve.
+
 Flash attention computes a head of a width it has no kernel for in the kernel of the next larger width
 (`flash_head_dim`: 80 -> 96, zero-padded in shared memory): its FLOPs are counted at the padded width,
 its HBM bytes at the real one.
@@ -39,6 +45,7 @@ import yaml
 from madmax.config.base import DType
 from madmax.config.hardware import GPU
 from madmax.errors import ConfigError
+from madmax.hardware.attention_kernels import KernelCurves, kernel_curves
 from madmax.hardware.profile import (
     ComputeProfile,
     catalog_path,
@@ -118,6 +125,12 @@ def attention_compute_s(flops: float, kv_len: float, rate: float, kv0: float) ->
     return flops * (kv_len + kv0) / (kv_len * rate)
 
 
+def _rates(curves: KernelCurves, causal: bool, backward: bool, peak: float) -> tuple[float, float]:
+    """(P e_max, kv0) of a kernel's pass and mask at dense peak `peak`."""
+    c = curves.curve(causal, backward)
+    return peak * c.peak_fraction, c.kv0
+
+
 # Registry of coefficient tuples, so the per-shape caches below are keyed by small ints and shapes.
 _COEFFS: list[tuple[float, ...]] = []
 _COEFF_IDS: dict[tuple[float, ...], int] = {}
@@ -163,6 +176,13 @@ def _grouped_gemm_s(cid: int, groups: int, m: int, k: int, n: int, weight_width:
     return max(launch, t_compute, t_memory)
 
 
+def _curve(curves: list[float], causal: bool, backward: bool) -> tuple[float, float]:
+    """(P e_max, kv0) of one pass and mask from an attention coefficient tuple, laid out as
+    forward causal, forward full, backward causal, backward full (rate, kv0 each)."""
+    i = 4 * backward + 2 * (not causal)
+    return curves[i], curves[i + 1]
+
+
 @lru_cache(maxsize=1 << 18)
 def _attention_s(cid: int, batch: int, heads: int, kv_heads: int, q_len: int, kv_len: float, head_dim: int,
                  causal: bool, backward: bool, window: int | None = None, kv_width: float | None = None,
@@ -175,17 +195,15 @@ def _attention_s(cid: int, batch: int, heads: int, kv_heads: int, q_len: int, kv
         raise ConfigError(f"causal attention needs q_len <= kv_len, got q_len={q_len}, kv_len={kv_len}")
     if not all(shape.values()):
         return 0.0
-    rate_f, kv0_f, rate_b, kv0_b, width, bw, lat, launch = _COEFFS[cid]
+    *curves, width, bw, lat, launch = _COEFFS[cid]
+    rate, kv0 = _curve(curves, causal, backward)
     keys = attended_keys(q_len, kv_len, window)
     flops = attention_flops(batch, heads, q_len, kv_len, flash_head_dim(head_dim), causal, window)
     num_bytes = attention_bytes(batch, heads, kv_heads, q_len, keys, head_dim, width, kv_width)
     if backward:  # 5/2 the products (4/2 with the scores saved); reads Q, K, V, O, dO, writes dQ, dK, dV: 2x bytes
         products = BACKWARD_MATMULS - (1 if scores_saved else 0)
         flops, num_bytes = flops * products / FORWARD_MATMULS, 2 * num_bytes
-        t_compute = attention_compute_s(flops, keys, rate_b, kv0_b)
-    else:
-        t_compute = attention_compute_s(flops, keys, rate_f, kv0_f)
-    return max(launch, t_compute, stream_s(num_bytes, bw, lat))
+    return max(launch, attention_compute_s(flops, keys, rate, kv0), stream_s(num_bytes, bw, lat))
 
 
 @lru_cache(maxsize=1 << 16)
@@ -197,7 +215,8 @@ def _attention_varlen_s(cid: int, segments: tuple[tuple[int, float], ...], heads
             raise ConfigError(f"causal attention needs q_len <= kv_len, got q_len={q_len}, kv_len={kv_len}")
     if not segments or not (heads and kv_heads and head_dim):
         return 0.0
-    rate_f, kv0_f, _, _, width, bw, lat, launch = _COEFFS[cid]
+    *curves, width, bw, lat, launch = _COEFFS[cid]
+    rate_f, kv0_f = _curve(curves, causal, backward=False)
     t_compute = num_bytes = 0.0
     for q_len, kv_len in segments:
         keys = attended_keys(q_len, kv_len, window)
@@ -230,9 +249,15 @@ class ComputeModel:
     # (measured eagerly, one host launch per kernel); a CUDA-graph replay's floor is far lower, and bounds
     # a streaming kernel's fixed time too (measured eagerly as well).
     floor_s: float | None = None
+    # The fused-attention kernel the stack runs (catalog/calibration/attention_kernels.yaml): its curves on the
+    # GPU's architecture replace the profile's for flash attention; None (or no curves there) keeps the profile's.
+    attention_kernel: str | None = None
     assumptions: tuple[str, ...] = field(init=False, default=())
+    # What the flash-attention curves are, for a result's assumptions (empty when no kernel is named).
+    attention_notes: tuple[str, ...] = field(init=False, default=())
     _gemm: dict[str, int] = field(init=False, repr=False, default_factory=dict)
     _attention: dict[str, int] = field(init=False, repr=False, default_factory=dict)
+    _flash: dict[str, int] = field(init=False, repr=False, default_factory=dict)
     _memory: int = field(init=False, repr=False, default=0)
     _wgrad: dict[str, float] = field(init=False, repr=False, default_factory=dict)
 
@@ -248,7 +273,8 @@ class ComputeModel:
         fitted_of = {d: d if d in p.gemm.peak_fraction else fallbacks.get(d) for d in gpu.flops_per_s}
         fitted_of = {d: f for d, f in fitted_of.items() if f in p.gemm.peak_fraction}
         gemm_ceiling, attention_ceiling, ceiling_notes = _ceilings(gpu, p.device, fitted_of)
-        gemm, attention = {}, {}
+        gemm, attention, flash = {}, {}, {}
+        curves = self._kernel_curves()
         launch = p.launch_s if self.floor_s is None else self.floor_s
         attention_launch = p.attention.launch_s if self.floor_s is None else self.floor_s
         # A streaming kernel's fixed time was measured eagerly too: in a graph replay the floor bounds it.
@@ -263,20 +289,47 @@ class ComputeModel:
             gemm[str(dtype)] = _register((
                 datasheet_peak * gemm_ceiling[dtype], g.peak_fraction[fitted], g.k0 * scale, g.n0 * scale, width,
                 hbm * g.read_fraction, latency, launch, g.min_k, g.min_n))
-            # Attention was measured in bf16 only: its fractions of peak are used for every dtype.
+            # Attention was measured in bf16 only: its fractions of peak are used for every dtype. The profile has
+            # one curve per pass, for both masks, carried to this GPU by its bf16 GEMM ceiling; a kernel's curves are
+            # fractions of the datasheet peak of its architecture, where they were measured (no ceiling to carry
+            # them across).
             a, peak = p.attention, datasheet_peak * attention_ceiling
-            attention[str(dtype)] = _register((
-                peak * a.forward.peak_fraction, a.forward.kv0, peak * a.backward.peak_fraction,
-                a.backward.kv0, width, hbm * a.read_fraction, latency, attention_launch))
+            roofs = (width, hbm * a.read_fraction, latency, attention_launch)
+            fwd = (peak * a.forward.peak_fraction, a.forward.kv0)
+            bwd = (peak * a.backward.peak_fraction, a.backward.kv0)
+            attention[str(dtype)] = _register((*fwd, *fwd, *bwd, *bwd, *roofs))
+            flash[str(dtype)] = attention[str(dtype)] if curves is None else _register((
+                *(value for backward in (False, True) for causal in (True, False)
+                  for value in _rates(curves, causal, backward, datasheet_peak)), *roofs))
         notes += ceiling_notes
         notes.append("attention efficiency measured in bf16 (flash attention) is used for every dtype")
         memory = _register((hbm * p.memory.copy_fraction, latency, launch))
         object.__setattr__(self, "_gemm", gemm)
         object.__setattr__(self, "_attention", attention)
+        object.__setattr__(self, "_flash", flash)
         object.__setattr__(self, "_memory", memory)
         wgrad = catalog_wgrad_fractions() if p.wgrad_fraction is None else p.wgrad_fraction
         object.__setattr__(self, "_wgrad", {str(d): f for d, f in wgrad.items()})
         object.__setattr__(self, "assumptions", tuple(notes))
+
+    def _kernel_curves(self) -> KernelCurves | None:
+        """The named kernel's curves on this GPU's architecture, setting `attention_notes` to say which curves
+        flash attention runs at (or that the profile's stand in, where the kernel has none on it)."""
+        name, arch = self.attention_kernel, self.gpu.architecture
+        if name is None:
+            return None
+        curves = kernel_curves(name, arch)
+        if curves is None:
+            where = f"the {arch} architecture" if arch else f"gpu {self.gpu.name}, which names no architecture,"
+            note = (f"attention kernel {name} has no published timings on {where}: flash attention costed with the "
+                    f"compute profile's curve ({self.profile.device}, {self.profile.software.split(',')[0]}) as "
+                    "fractions of this GPU's peak")
+        else:
+            note = (f"flash attention costed as kernel {name} on {arch} ({curves.software}; curves fitted to "
+                    f"{curves.device}, head_dim {curves.head_dim}; catalog "
+                    "calibration/attention_kernels.yaml)")
+        object.__setattr__(self, "attention_notes", (note,))
+        return curves
 
     def _no_dtype(self, dtype: DType | str) -> ConfigError:
         allowed = ", ".join(str(d) for d in self.gpu.flops_per_s if str(d) in self._gemm)
@@ -313,7 +366,8 @@ class ComputeModel:
 
         t = max(t_launch, F / (P e_max kv/(kv+kv0)), t_lat + bytes / (H e_read)), F from
         `attention_flops` at the kernel's padded head width `flash_head_dim(head_dim)` (x 5/2 backward),
-        bytes from `attention_bytes` at the real width (x 2 backward). `heads` are
+        bytes from `attention_bytes` at the real width (x 2 backward); e_max and kv0 those of the stack's
+        kernel for this pass and mask (`attention_kernel`), else the profile's. `heads` are
         query heads, `kv_heads` key/value heads (grouped-query attention); lengths in tokens (kv_len may
         be a mean over a batch of sequences: decode reads the sum of their caches). `window`: a sliding
         window of keys (`attention_pairs`; kv is then the keys read, `attended_keys`); `kv_width`: bytes
@@ -321,7 +375,7 @@ class ComputeModel:
         backward reads the probabilities the forward kept (an unfused attention) instead of recomputing the
         scores, 4/2 the forward's products instead of 5/2.
         """
-        cid = self._attention.get(dtype)
+        cid = (self._attention if scores_saved else self._flash).get(dtype)
         if cid is None:
             raise self._no_dtype(dtype)
         return _attention_s(cid, batch, heads, kv_heads, q_len, kv_len, head_dim, causal, backward, window,
@@ -334,7 +388,7 @@ class ComputeModel:
         t = max(t_launch, sum_i F_i / (P e_max kv_i/(kv_i+kv0)), t_lat + sum_i bytes_i / (H e_read)),
         the terms of `attention_s` summed over the sequences of one launch (a serving step's prefill
         chunks, each attending to its cached keys and its own)."""
-        cid = self._attention.get(dtype)
+        cid = self._flash.get(dtype)
         if cid is None:
             raise self._no_dtype(dtype)
         return _attention_varlen_s(cid, segments, heads, kv_heads, head_dim, causal, window, kv_width)
@@ -389,22 +443,24 @@ def grouped_row_tile() -> int:
 
 
 def _gpu_key(gpu: GPU) -> tuple:
-    return (gpu.name, tuple(sorted((str(d), v) for d, v in gpu.flops_per_s.items())), gpu.hbm_bytes_per_s)
+    return (gpu.name, tuple(sorted((str(d), v) for d, v in gpu.flops_per_s.items())), gpu.hbm_bytes_per_s,
+            gpu.architecture)
 
 
 _MODELS: dict[tuple, ComputeModel] = {}
 
 
 def compute_model(gpu: GPU, profile: str | Path | ComputeProfile | None = None,
-                  floor_s: float | None = None) -> ComputeModel:
+                  floor_s: float | None = None, attention_kernel: str | None = None) -> ComputeModel:
     """The (cached) compute model of `gpu` under `profile` (None: the shipped default profile).
 
     floor_s: the shortest kernel of the runtime (a CUDA-graph replay), replacing the profile's eager
-    launch floors; None keeps them.
+    launch floors; None keeps them. attention_kernel: the fused-attention kernel the software stack runs
+    (`madmax.hardware.attention_kernels`); None keeps the profile's attention curve.
     """
     loaded = load_profile(profile)
-    key = (_gpu_key(gpu), id(loaded), floor_s)
+    key = (_gpu_key(gpu), id(loaded), floor_s, attention_kernel)
     model = _MODELS.get(key)
     if model is None or model.profile is not loaded:
-        model = _MODELS[key] = ComputeModel(gpu, loaded, floor_s)
+        model = _MODELS[key] = ComputeModel(gpu, loaded, floor_s, attention_kernel)
     return model

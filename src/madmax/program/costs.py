@@ -109,7 +109,8 @@ def pass_cost(kernels: tuple[Kernel, ...], compute: ComputeModel, network: Netwo
         for k in kernels:
             by[k.category] += network.host_s(k.num_bytes) if k.kind is KernelKind.HOST else kernel_s(compute, k, dtype)
         return sum(by.values()), dict(by), flops
-    device = compute_model(compute.gpu, compute.profile, floor_s=device_floor_s())
+    device = compute_model(compute.gpu, compute.profile, floor_s=device_floor_s(),
+                           attention_kernel=compute.attention_kernel)
     p = compute.profile
     host: list[float] = []
     gpu: list[float] = []

@@ -93,10 +93,11 @@ class Runtime:
 
 def make_runtime(stack: ServingStack, system: System, network: NetworkModel, profile=None) -> Runtime:
     """The runtime of `stack` on `system` (`profile`: a compute profile, default the shipped one)."""
-    eager = compute_model(system.gpu, profile, stack.eager_floor_s)
-    return Runtime(stack=stack, graph=compute_model(system.gpu, profile, stack.graph_floor_s), eager=eager,
-                   network=network, nvlink=system.scale_up.kind is FabricKind.NVLINK,
-                   scale_up_bytes_per_s=system.scale_up.bytes_per_s)
+    kernel = stack.attention_kernel(system.gpu.architecture)
+    eager = compute_model(system.gpu, profile, stack.eager_floor_s, attention_kernel=kernel)
+    graph = compute_model(system.gpu, profile, stack.graph_floor_s, attention_kernel=kernel)
+    return Runtime(stack=stack, graph=graph, eager=eager, network=network,
+                   nvlink=system.scale_up.kind is FabricKind.NVLINK, scale_up_bytes_per_s=system.scale_up.bytes_per_s)
 
 
 @dataclass(frozen=True)

@@ -89,6 +89,7 @@ def prepare(model: Any, system: Any, num_gpus: int | None = None, task: Any = "p
     task_fields: finetune, lora_rank, frozen_layers, lora_targets (fine-tuning).
     Raises `MadmaxError` with one sentence on bad input.
     """
+    from madmax.config.training_stack import load_training_stack
     from madmax.hardware.collectives import network_model
     from madmax.hardware.compute import compute_model
     from madmax.parallel.memory import runtime_reserve
@@ -104,7 +105,9 @@ def prepare(model: Any, system: Any, num_gpus: int | None = None, task: Any = "p
                           "e.g. --global-batch 1024; allowed: a positive integer")
     kwargs = {"model": request.spec, "system": sysm, "num_gpus": sysm.cluster_gpus, "task": t,
               "calibration": calibration}
-    compute = compute_model(sysm.gpu, calibration)
+    # the default stack's attention kernel, as `simulate` costs each candidate (the search runs no other stack)
+    kernel = load_training_stack(None).attention_kernel(sysm.gpu.architecture)
+    compute = compute_model(sysm.gpu, calibration, attention_kernel=kernel)
     return Context(spec=request.spec, system=sysm, task=t, seq_len=request.seq_len, global_batch=t.global_batch,
                    workload=request.workload, compute=compute,
                    network=network_model(sysm, compute.profile.network if calibration else ()),

@@ -234,7 +234,8 @@ def _result(request: Request, dep: modes.Deployment, fmt: Formats, stack: Servin
         tokens_per_s=tokens_per_s, mfu=(tokens_per_s * body + outcome.output_tokens_per_s * head) / peak,
         kv_cache_bytes_per_token=kv_per_token / (prompt + output), weights_bytes_per_gpu=rep.weights_bytes,
         peak_memory_bytes=memory["total"], fits=fits, fits_reason=reason, breakdown=breakdown, memory=memory,
-        assumptions=[*request.assumptions, *notes, *_assumed(request, stack)], limits=held, latency=latency,
+        assumptions=[*request.assumptions, *notes, *_assumed(request, stack), *dep.runtime.graph.attention_notes],
+        limits=held, latency=latency,
         goodput=goodput,
         schedule=_trace(dep, pre_prog.step, dec_prog.step) if keep_schedule else None)
 
