@@ -83,7 +83,8 @@ def test_causal_and_unmasked_curves_differ_and_unfused_attention_keeps_the_profi
 
 
 def test_each_stack_names_its_kernel():
-    assert load_training_stack("megatron-core").attention_kernel(Architecture.HOPPER) == "cudnn"
+    # Transformer Engine's cuDNN attention on Hopper is the profile's own kernel (newer cuDNN than the 9.1 curves)
+    assert load_training_stack("megatron-core").attention_kernel(Architecture.HOPPER) is None
     assert load_training_stack("megatron-core").attention_kernel(Architecture.AMPERE) == "fa2"
     assert load_training_stack("fsdp2").attention_kernel(Architecture.HOPPER) == "fa2"
     assert load_training_stack("fsdp2").attention_kernel(Architecture.BLACKWELL) == "cudnn"
