@@ -36,6 +36,7 @@ import yaml
 
 from madmax.config.base import DType
 from madmax.config.hardware import GPU
+from madmax.config.units import parse_quantity
 from madmax.errors import ConfigError
 from madmax.hardware.profile import (
     ComputeProfile,
@@ -147,15 +148,17 @@ def _gemm_s(cid: int, m: int, k: int, n: int, weight_width: float | None) -> flo
 
 
 @lru_cache(maxsize=1 << 18)
-def _grouped_gemm_s(cid: int, groups: int, m: int, k: int, n: int, weight_width: float | None, row_tile: int) -> float:
+def _grouped_gemm_s(cid: int, groups: int, m: int, k: int, n: int, weight_width: float | None, row_tile: int,
+                    group_s: float) -> float:
     for name, value in (("groups", groups), ("m", m), ("k", k), ("n", n)):
         _check(name, value)
     if not (groups and m and k and n):
         return 0.0
     peak, e_d, k0, n0, width, bw, lat, launch, min_k, min_n = _COEFFS[cid]
     padded = -(-m // row_tile) * row_tile
-    efficiency = gemm_efficiency(max(k, min_k), max(n, min_n), e_d, k0, n0)
-    t_compute = groups * gemm_flops(padded, k, n) / (peak * efficiency)
+    # The groups run concurrently: the output columns that fill the SMs are all groups' (g n).
+    efficiency = gemm_efficiency(max(k, min_k), max(groups * n, min_n), e_d, k0, n0)
+    t_compute = groups * (gemm_flops(padded, k, n) / (peak * efficiency) + group_s)
     t_memory = stream_s(groups * gemm_bytes(m, k, n, width, weight_width), bw, lat)
     return max(launch, t_compute, t_memory)
 
@@ -296,15 +299,18 @@ class ComputeModel:
 
     def grouped_gemm_s(self, groups: int, m: int, k: int, n: int, dtype: DType,
                        weight_width: float | None = None) -> float:
-        """Seconds of a grouped GEMM (routed experts): `groups` GEMMs (m x k) @ (k x n), each with its own
-        weights, in one launch: max(t_launch, groups * 2 m' k n / (P e(k,n)), t_lat + groups * bytes /
-        (H e_read)). Each group's rows are padded to the tensor-core tile's row count (m' = m rounded up
-        to `row_tile`, efficiency.yaml `grouped_gemm`), which is what makes few tokens per expert slow;
-        every group reads its own weights, which is what bounds a decode step's experts."""
+        """Seconds of a grouped GEMM (routed experts): g = `groups` GEMMs (m x k) @ (k x n), each with its own
+        weights, run concurrently: max(t_launch, g (2 m' k n / (P e(k, g n)) + t_g), t_lat + g bytes / (H e_read)).
+        Each group's rows are padded to the tensor-core tile's row count (m' = m rounded up to `row_tile`),
+        which is what makes few tokens per expert slow; the groups' g n output columns fill the SMs together
+        (the n factor of `gemm_efficiency`), and each group adds t_g (`group_s`: its launch and last partial
+        wave; efficiency.yaml `grouped_gemm`, fitted to Transformer Engine's grouped GEMM on H100); every group
+        reads its own weights, which is what bounds a decode step's experts."""
         cid = self._gemm.get(dtype)
         if cid is None:
             raise self._no_dtype(dtype)
-        return _grouped_gemm_s(cid, groups, m, k, n, weight_width, grouped_row_tile())
+        row_tile, group_s = grouped_gemm_terms()
+        return _grouped_gemm_s(cid, groups, m, k, n, weight_width, row_tile, group_s)
 
     def attention_s(self, batch: int, heads: int, kv_heads: int, q_len: int, kv_len: float, head_dim: int,
                     causal: bool, dtype: DType, backward: bool = False, window: int | None = None,
@@ -359,9 +365,11 @@ class ComputeModel:
 
 
 @cache
-def grouped_row_tile() -> int:
-    """Rows of the tensor-core tile a grouped GEMM pads each group to (efficiency.yaml `grouped_gemm`)."""
-    return int(efficiency_table()["compute"]["grouped_gemm"]["row_tile"])
+def grouped_gemm_terms() -> tuple[int, float]:
+    """(rows of the tensor-core tile a grouped GEMM pads each group to, seconds each group adds)
+    (efficiency.yaml `grouped_gemm`)."""
+    table = efficiency_table()["compute"]["grouped_gemm"]
+    return int(table["row_tile"]), parse_quantity(table["group_s"], "s")
 
 
 def _gpu_key(gpu: GPU) -> tuple:
