@@ -60,6 +60,22 @@ class Unfused(Schema):
                                              "and read back, fp32 upcasts).")
 
 
+class EagerPass(Schema):
+    """Eager kernels of one pass over a tensor of E elements: `kernels` launched once and `kernels_per_expert` per
+    local expert (a Python loop over the rank's experts), together moving `moved` x E elements (read plus write)."""
+
+    kernels: NonNegativeInt = Field(0, description="Kernels launched once per pass.")
+    kernels_per_expert: NonNegativeInt = Field(0, description="Kernels launched per local expert per pass.")
+    moved: float = Field(ge=0, allow_inf_nan=False, description="Elements read and written, over the tensor's E.")
+
+
+class EagerOps(Schema):
+    """Work a stack runs as eager kernels beside a fused op, in the forward and in the backward pass."""
+
+    forward: EagerPass = Field(description="The forward pass (a recomputed forward repeats it).")
+    backward: EagerPass = Field(description="The backward pass.")
+
+
 class TrainingStack(Schema):
     """A training framework's kernel fusion, per-step extra traffic and collective issue, each with its source."""
 
@@ -101,6 +117,12 @@ class TrainingStack(Schema):
     embedding_exchange: ExchangeDType = Field(
         ExchangeDType.TABLE, description="Format of the pooled embedding vectors exchanged between ranks: the "
                                          "table's (table) or the compute dtype (compute).")
+    expert_bias: EagerOps | None = Field(
+        None, description="Routed experts with biases: the down projection's bias, weighted by the router "
+                          "probability, added expert by expert on the R x h output; None: in the GEMM's epilogue.")
+    glu_clamp: EagerOps | None = Field(
+        None, description="Clamped GLU experts (MoE glu_limit): the clamp of the R x 2f activation input run as eager "
+                          "kernels before the fused activation; None: inside the activation's kernel.")
     graph_step: bool = Field(
         False, description="The whole iteration replays as one CUDA graph fed by an asynchronous reader: no "
                            "host synchronisation, data loading or logging at the step end.")

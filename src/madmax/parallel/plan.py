@@ -463,9 +463,11 @@ def _unit(key: str, block: Block, shape: Shape, s: Strategy, tp_span: Span, cp_s
     per_rank = list(zip(block.ops, rank_params, strict=True))
     sites = cast_sites(block.ops, shape.cast)  # where each low-precision GEMM's operands are cast
     fwd = [k for op, (site, _) in zip(block.ops, sites, strict=True)
-           for k in kernels_of(stack, op, forward_kernels(op, shape, flash=flash, cast=site))]
+           for k in (*kernels_of(stack, op, forward_kernels(op, shape, flash=flash, cast=site)),
+                     *experts.layer_kernels(block, op, shape, s, stack, backward=False))]
     bwd = ([k for op, (_, site) in zip(block.ops, sites, strict=True)
-            for k in kernels_of(stack, op, backward_kernels(op, shape, flash=flash, cast=site))]
+            for k in (*kernels_of(stack, op, backward_kernels(op, shape, flash=flash, cast=site)),
+                      *experts.layer_kernels(block, op, shape, s, stack, backward=True))]
            if needs_backward else [])
     if shape.act_bytes < DType.FP32.num_bytes:
         fwd += cast_kernels(stack, [n for op, n in per_rank if op.kind is OpKind.GEMM])
@@ -481,6 +483,7 @@ def _unit(key: str, block: Block, shape: Shape, s: Strategy, tp_span: Span, cp_s
                 for op, kept in zip(block.ops, kept_by_producer, strict=True)) if needs_backward else 0.0
     tp_fwd, tp_bwd = tp_comm(block, shape, tp_span, gemm_where=Where.WITH_GEMMS if s.tp_overlap else Where.AFTER)
     moe_fwd, moe_bwd = experts.token_exchange(block, shape, s, moe_spans)
+    moe_fwd = experts.dispatch_counts(block, s, moe_spans) + moe_fwd
     working = 0.0
     redone: list[Kernel] = []
     if block.is_layer and needs_backward and recompute is Recompute.SELECTIVE:

@@ -31,6 +31,7 @@ from madmax.validate.datasets import (
     read_rows,
     row_int,
     row_ints,
+    with_stack,
 )
 from madmax.validate.inputs import NotMappable, peak_flops_per_s, system_for
 
@@ -38,6 +39,7 @@ from madmax.validate.inputs import NotMappable, peak_flops_per_s, system_for
 CATALOG = {"Qwen3-30B-A3B": "qwen3-30b-a3b", "Qwen3-235B-A22B": "qwen3-235b-a22b", "GPT-OSS-120B": "gpt-oss-120b",
            "GPT-OSS-20B": "gpt-oss-20b", "DeepSeek-V3": "deepseek-v3", "Mixtral-8x7B": "mixtral-8x7b"}
 _DTYPES = {"fp8": "fp8", "fp8-cs": "fp8", "bf16": "bf16"}
+AUTOMODEL_STACK = "automodel"  # catalog/training_stacks.yaml: AutoModel's expert kernels, megatron-core's others
 ASSUMED = ("all-to-all overlap not stated; not overlapped (ep_overlap=0)",
            "token dispatch precision not stated; 16 bits assumed")
 # Megatron-MoE-ModelZoo, the Megatron-Core MoE team's best-practice scripts (read in the copy
@@ -135,11 +137,14 @@ def load_automodel_moe(rows: Rows | None = None) -> Dataset:
 
     def mapper(row_id: str, row: dict[str, str]) -> Case:
         notes = ["FSDP2 over the 8 GPUs: zero=3", "PyTorch-native stack simulated with the Megatron-Core kernel "
-                 "profile (stack profiles are issue 11)"]
+                 "profile but AutoModel's own expert kernels (stack automodel; stack profiles are issue 11)",
+                 "DeepEP dispatcher (the benchmark configs' backend.dispatcher: deepep, examples/llm_benchmark @ "
+                 "36044ad3d)"]
         if not row["ep"]:
             row = dict(row, ep=str(row_int(row, "num_gpus")))
             notes.append("ep not stated; DeepEP over all the node's GPUs (ep=8) assumed")
-        return moe_case("automodel_moe", row_id, row, zero=3, notes=notes)
+        return with_stack(moe_case("automodel_moe", row_id, row, zero=3, notes=notes, dispatcher="deepep"),
+                          AUTOMODEL_STACK)
 
     return build_dataset("automodel_moe", "NVIDIA NeMo AutoModel MoE pre-training, DGX H100, bf16",
                          _rows("NVIDIA-NeMo/Automodel", rows), mapper)
