@@ -154,10 +154,10 @@ def _grouped_gemm_s(cid: int, groups: int, m: int, k: int, n: int, weight_width:
         _check(name, value)
     if not (groups and m and k and n):
         return 0.0
-    peak, e_d, k0, n0, width, bw, lat, launch, min_k, min_n = _COEFFS[cid]
+    peak, e_d, k0, _, width, bw, lat, launch, min_k, _ = _COEFFS[cid]
     padded = -(-m // row_tile) * row_tile
-    # The groups run concurrently: the output columns that fill the SMs are all groups' (g n).
-    efficiency = gemm_efficiency(max(k, min_k), max(groups * n, min_n), e_d, k0, n0)
+    # Grouped kernels show no column (n) penalty (efficiency.yaml `grouped_gemm`): the k factor alone.
+    efficiency = e_d * (1 - math.e ** (-max(k, min_k) / k0))
     t_compute = groups * (gemm_flops(padded, k, n) / (peak * efficiency) + group_s)
     t_memory = stream_s(groups * gemm_bytes(m, k, n, width, weight_width), bw, lat)
     return max(launch, t_compute, t_memory)
@@ -300,12 +300,13 @@ class ComputeModel:
     def grouped_gemm_s(self, groups: int, m: int, k: int, n: int, dtype: DType,
                        weight_width: float | None = None) -> float:
         """Seconds of a grouped GEMM (routed experts): g = `groups` GEMMs (m x k) @ (k x n), each with its own
-        weights, run concurrently: max(t_launch, g (2 m' k n / (P e(k, g n)) + t_g), t_lat + g bytes / (H e_read)).
-        Each group's rows are padded to the tensor-core tile's row count (m' = m rounded up to `row_tile`),
-        which is what makes few tokens per expert slow; the groups' g n output columns fill the SMs together
-        (the n factor of `gemm_efficiency`), and each group adds t_g (`group_s`: its launch and last partial
-        wave; efficiency.yaml `grouped_gemm`, fitted to Transformer Engine's grouped GEMM on H100); every group
-        reads its own weights, which is what bounds a decode step's experts."""
+        weights: max(t_launch, g (2 m' k n / (P e_k) + t_g), t_lat + g bytes / (H e_read)), with
+        e_k = e_d (1 - exp(-k/k0)) the k factor of `gemm_efficiency` alone: the grouped kernels measured show
+        no column penalty (efficiency.yaml `grouped_gemm`). Each group's rows are padded to the tensor-core
+        tile's row count (m' = m rounded up to `row_tile`) and each group adds t_g (`group_s`: its own launch
+        and last partial wave, fitted to Transformer Engine's grouped GEMM on H100), which is what makes few
+        tokens per expert slow; every group reads its own weights, which is what bounds a decode step's
+        experts. The time never falls when the same rows are split over more groups."""
         cid = self._gemm.get(dtype)
         if cid is None:
             raise self._no_dtype(dtype)

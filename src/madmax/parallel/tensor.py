@@ -157,8 +157,9 @@ def _main_forward(op: Op, shape: Shape, *, flash: bool, cast: CastSite = CastSit
     if op.kind is OpKind.GEMM:
         g, m, k, n = _gemm_shape(op, shape)
         flops = 2.0 * _model_rows(op, shape, g, m) * k * n
+        routed = op.tp in EXPERT_SPLITS  # a grouped GEMM however many local experts receive rows
         return [*_operand_cast(op, shape, g * m * k, cast, backward=False),
-                Kernel(KernelKind.GEMM, cat, flops=flops, m=m, k=k, n=n, batch=g, grouped=g > 1,
+                Kernel(KernelKind.GEMM, cat, flops=flops, m=m, k=k, n=n, batch=g, grouped=routed,
                        dtype=_gemm_dtype(op, shape), weight_width=shape.weight_width)]
     if op.kind is OpKind.ATTENTION and shape.calls:
         return _serving_attention(op, shape)
@@ -175,10 +176,11 @@ def _main_backward(op: Op, shape: Shape, *, flash: bool, cast: CastSite = CastSi
         g, m, k, n = _gemm_shape(op, shape)
         flops = 2.0 * _model_rows(op, shape, g, m) * k * n
         dtype = _gemm_dtype(op, shape)
+        routed = op.tp in EXPERT_SPLITS
         kernels = [*_operand_cast(op, shape, g * m * n, cast, backward=True),
-                   Kernel(KernelKind.GEMM, cat, flops=flops, m=m, k=n, n=k, batch=g, grouped=g > 1, dtype=dtype)]
+                   Kernel(KernelKind.GEMM, cat, flops=flops, m=m, k=n, n=k, batch=g, grouped=routed, dtype=dtype)]
         if op.trainable:
-            kernels.append(Kernel(KernelKind.GEMM, cat, flops=flops, m=k, k=m, n=n, batch=g, grouped=g > 1,
+            kernels.append(Kernel(KernelKind.GEMM, cat, flops=flops, m=k, k=m, n=n, batch=g, grouped=routed,
                                   dtype=dtype, wgrad=True))
         return kernels
     if op.kind is OpKind.ATTENTION:
