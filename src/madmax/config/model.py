@@ -222,6 +222,9 @@ class DecoderModel(Schema):
         if self.moe is not None and not any(self.is_moe_layer(i) for i in range(self.num_layers)):
             raise ValueError(f"moe.first_dense_layers={self.moe.first_dense_layers} and moe.layer_freq="
                              f"{self.moe.layer_freq} leave no MoE layer among the {self.num_layers} layers")
+        if self.moe is not None and self.moe.glu_limit is not None and not self.is_gated_ffn:
+            raise ValueError(f"moe.glu_limit={self.moe.glu_limit} clamps a gated activation's inputs; allowed: "
+                             "is_gated_ffn=true, or no glu_limit")
         if self.mla is not None and (self.parallel_attention or self.qk_norm):
             raise ValueError("mla is modelled with sequential layers and no qk_norm (DeepSeek's layout); "
                              "allowed: parallel_attention=false and qk_norm=false with mla")
