@@ -52,6 +52,14 @@ MODELZOO = {
                                   "pipeline layout Et|(tt|)*30mL, bf16 optimizer states",
     ("Qwen3-235B-A22B", 2, 8, 4, 32): "all-to-all overlap, selective recompute of moe_act and layernorm",
 }
+# Megatron-Bridge's own H100 performance configs (scripts/performance/configs, read at v0.3.0 and v0.4.0-v0.5.0):
+# what they set that the tables do not say and the rows do not simulate.
+BRIDGE = {
+    ("GPT-OSS-120B", 1, 4, 1, 8): "all-to-all dispatcher with permute and router fusion, selective recompute of "
+                                  "layernorm and moe_act, no CUDA graphs (v0.3.0)",
+    ("Qwen3-30B-A3B", 1, 2, 12, 8): "flex dispatcher with DeepEP and the all-to-all overlap (v0.3.0)",
+    ("Qwen3-30B-A3B", 1, 1, 1, 16): "flex dispatcher with HybridEP on 32 SMs, no overlap (v0.4.0, v0.5.0)",
+}
 
 
 def _model(row: dict[str, str]) -> dict[str, Any]:
@@ -122,7 +130,11 @@ def load_megatron_bridge_moe(rows: Rows | None = None) -> Dataset:
             # Megatron-Core's DeepSeek-V3 H100 recipe uses the flex dispatcher with DeepEP.
             dispatcher = "deepep"
             notes.append("dispatcher not stated; DeepEP assumed (the DeepSeek-V3 recipe's flex dispatcher)")
-        recipe = MODELZOO.get((row["model"], *row_ints(row, "tp", "pp"), row_int(row, "vp") or 1, row_int(row, "ep")))
+        layout = (row["model"], *row_ints(row, "tp", "pp"), row_int(row, "vp") or 1, row_int(row, "ep"))
+        if layout in BRIDGE:
+            notes.append(f"Megatron-Bridge's H100 performance config of this layout sets: {BRIDGE[layout]}; simulated "
+                         "with the all-to-all dispatcher and no overlap")
+        recipe = MODELZOO.get(layout)
         if recipe:
             notes.append(f"Megatron-MoE-ModelZoo's H100 recipe of this layout sets: {recipe}; the overlap and the "
                          "module recompute are not simulated (madmax's overlap is free, it has no module recompute)")
