@@ -131,11 +131,25 @@ def test_glu_limit_needs_a_gated_ffn():
     {"expert_bias": {"forward": {"kernels": 1, "moved": -1}, "backward": {"moved": 1}}},
     {"glu_clamp": {"forward": {"kernels": 1, "moved": 1, "launches": 2}, "backward": {"moved": 1}}},
     {"expert_bias": {"forward": {"kernels": 1}, "backward": {"moved": 1}}},
+    {"expert_gemm": "cutlass"},
 ])
 def test_bad_eager_ops_fields_are_one_sentence(field):
     with pytest.raises(MadmaxError) as info:
         load_training_stack({"name": "mine", **field})
     assert "\n" not in str(info.value) and next(iter(field)) in str(info.value)
+
+
+def test_megatron_launches_one_gemm_per_expert_serving_engines_one_kernel():
+    # Transformer Engine's GroupedLinear (megatron-core): multi-stream, even with one local expert (ep = E);
+    # a stack that does not say so (pytorch) keeps one grouped kernel.
+    workload = build_workload(DecoderModel(**qwen3_30b_like()), Task(kind="pretrain"))
+    for ep, stack, multi in ((8, MEGATRON, True), (128, MEGATRON, True), (8, load_training_stack("pytorch"), False)):
+        s = parse_strategy(f"ep={ep},recompute=none").model_copy(update={"dp": ep})
+        plan = build_plan(workload, s, domain_size=8, seq_len=T, global_batch=ep, dtype=DType.BF16, stack=stack)
+        unit = next(u for u in plan.units.values() if u.is_layer)
+        routed = [k for k in unit.fwd if k.kind is KernelKind.GEMM and k.batch == 128 // ep and k.n in (768, 2048)
+                  and k.k in (768, 2048) and k.m != T]
+        assert routed and all(k.multi_stream is multi and k.grouped is (multi or ep < 128) for k in routed)
 
 
 H100_NODE = load_system("dgx-h100")

@@ -60,6 +60,14 @@ class Unfused(Schema):
                                              "and read back, fp32 upcasts).")
 
 
+class ExpertGemm(StrEnum):
+    """How the routed experts' GEMMs are launched: one grouped kernel over every local expert, or one GEMM per
+    local expert spread over several CUDA streams (Transformer Engine's GroupedLinear on Hopper)."""
+
+    GROUPED = "grouped"
+    MULTI_STREAM = "multi_stream"
+
+
 class EagerPass(Schema):
     """Eager kernels of one pass over a tensor of E elements: `kernels` launched once and `kernels_per_expert` per
     local expert (a Python loop over the rank's experts), together moving `moved` x E elements (read plus write)."""
@@ -117,6 +125,9 @@ class TrainingStack(Schema):
     embedding_exchange: ExchangeDType = Field(
         ExchangeDType.TABLE, description="Format of the pooled embedding vectors exchanged between ranks: the "
                                          "table's (table) or the compute dtype (compute).")
+    expert_gemm: ExpertGemm = Field(
+        ExpertGemm.GROUPED, description="Routed-expert GEMMs: one grouped kernel (grouped) or one GEMM launch per "
+                                        "local expert over several streams (multi_stream).")
     expert_bias: EagerOps | None = Field(
         None, description="Routed experts with biases: the down projection's bias, weighted by the router "
                           "probability, added expert by expert on the R x h output; None: in the GEMM's epilogue.")

@@ -156,13 +156,15 @@ COUNT_BYTES = DType.FP32.num_bytes * 2  # tokens per expert, int64
 def dispatch_counts(block: Block, s: Strategy, sp: ExpertSpans) -> list[CommOp]:
     """The all-to-all dispatcher's all-gather of every rank's tokens per expert over the EP group before the
     exchange (Megatron-Core MoEAlltoAllTokenDispatcher.preprocess: E int64 from each rank, gathered over the
-    tp x ep ranks; nccl-tests size: the gathered output, ep E 8 bytes), forward only; none without expert
-    parallelism or with DeepEP, which exchanges its counts inside its own kernels."""
+    tp x ep ranks; nccl-tests size: the gathered output, ep E 8 bytes), forward only, placed as the exchange it
+    precedes (beside the next compute under `ep_overlap`); none without expert parallelism or with DeepEP, which
+    exchanges its counts inside its own kernels."""
     op = routed_op(block)
     if op is None or s.ep == 1 or s.dispatcher != "alltoall":
         return []
+    where = Where.OVERLAPPED if s.ep_overlap else Where.AFTER
     return [CommOp(EP_GROUP, Collective.ALL_GATHER, s.ep * op.experts * COUNT_BYTES, sp.ep, "ep.counts",
-                   Phase.FORWARD, Where.AFTER)]
+                   Phase.FORWARD, where)]
 
 
 def layer_kernels(block: Block, op: Op, shape: Shape, s: Strategy, stack: TrainingStack, *,

@@ -19,7 +19,7 @@ from madmax.config import pipeline_layout as layout
 from madmax.config.base import DType
 from madmax.config.strategy import Axis, Recompute, Strategy
 from madmax.config.task import ExpertLoad
-from madmax.config.training_stack import ExchangeDType, OpRole, TrainingStack, load_training_stack
+from madmax.config.training_stack import ExchangeDType, ExpertGemm, OpRole, TrainingStack, load_training_stack
 from madmax.errors import StrategyError
 from madmax.parallel import experts
 from madmax.parallel.context import ring_kv
@@ -192,7 +192,7 @@ def build_plan(workload: Workload, strategy: Strategy, *, domain_size: int, seq_
                             "with it: zero=0, 1 or 2")
     shape = Shape(batch=s.mbs, seq_len=seq_len, tp=s.tp, cp=s.cp, sp=s.sequence_parallel, act_bytes=act_bytes,
                   cast=fmt, weight_casts=casts, primary_cast=s.fp8_params, ep=s.ep, etp=s.etp,
-                  expert_load=expert_load)
+                  expert_load=expert_load, expert_multi_stream=stack.expert_gemm is ExpertGemm.MULTI_STREAM)
     # Outside the transformer layers (the LM head) and in the layers the recipe keeps: bf16 GEMMs, no casts.
     high = dataclasses.replace(shape, cast=None, gemm_dtype=high_precision()) if fmt else shape
     tp_span = span(s, (Axis.TP,), domain_size)
