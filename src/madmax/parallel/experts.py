@@ -150,15 +150,15 @@ def touched_experts(num_experts: int, top_k: int, tokens: float) -> float:
     return num_experts * (1 - (1 - top_k / num_experts) ** tokens)
 
 
-COUNT_BYTES = DType.FP32.num_bytes * 2  # tokens per expert, int64
+COUNT_BYTES = 8  # one int64 count of tokens per expert
 
 
 def dispatch_counts(block: Block, s: Strategy, sp: ExpertSpans) -> list[CommOp]:
     """The all-to-all dispatcher's all-gather of every rank's tokens per expert over the EP group before the
-    exchange (Megatron-Core MoEAlltoAllTokenDispatcher.preprocess: E int64 from each rank, gathered over the
-    tp x ep ranks; nccl-tests size: the gathered output, ep E 8 bytes), forward only, placed as the exchange it
-    precedes (beside the next compute under `ep_overlap`); none without expert parallelism or with DeepEP, which
-    exchanges its counts inside its own kernels."""
+    exchange (Megatron-Core MoEAlltoAllTokenDispatcher.preprocess: E int64 from each rank; nccl-tests size: the
+    gathered output, ep E 8 bytes; Megatron gathers over tp x ep ranks, the tp copies' few bytes more left out),
+    forward only, placed as the exchange it precedes (beside the next compute under `ep_overlap`); none without
+    expert parallelism or with DeepEP, which exchanges its counts inside its own kernels."""
     op = routed_op(block)
     if op is None or s.ep == 1 or s.dispatcher != "alltoall":
         return []
