@@ -127,7 +127,8 @@ StackOpt = Annotated[str | None, typer.Option(help="Software stack. Inference: t
                                                    "vllm, vllm-0.14, sglang, trtllm-0.9; training: the training "
                                                    "framework, "
                                                    "megatron-core (default), megatron-lm-2021, pytorch, fsdp2, "
-                                                   "deepspeed, megatron-deepspeed, and for recommendation "
+                                                   "deepspeed, megatron-deepspeed, automodel, and for "
+                                                   "recommendation "
                                                    "models hugectr, torchrec, tf2; or a YAML file.")]
 LaunchOpt = Annotated[str | None, typer.Option(help="Inference: how the engine is launched: sized (default: its "
                                                      "defaults, raised where they cannot serve the load), engine (its "

@@ -119,6 +119,10 @@ def test_gpt_oss_20b() -> None:
     assert model.moe is not None
     assert (model.has_bias, model.attention_sinks, model.moe.expert_bias, model.moe.router_bias) == (
         True, True, True, True)
+    assert model.moe.glu_limit == 7.0  # config swiglu_limit; GptOssConfig's default when absent
+    cfg = hf_config("gpt-oss-20b")
+    del cfg["swiglu_limit"]
+    assert load_model(cfg).moe.glu_limit == 7.0
     # layer_types alternate sliding, full: layer 0 local, layer 1 global (our pattern 2).
     assert (model.sliding_window, model.sliding_window_pattern) == (128, 2)
     assert [model.layer_window(i) for i in range(3)] == [128, None, 128]
@@ -241,6 +245,8 @@ def test_moe_layers_we_cannot_represent_are_refused() -> None:
      "layers 4, 6, 8"),
     ("gpt-oss-20b", {"layer_types": ["full_attention", "sliding_attention"] * 12},
      "field 'layer_types' does not make every k-th layer full attention"),
+    ("gpt-oss-20b", {"swiglu_limit": -7}, "field 'swiglu_limit'=-7 must be a positive number"),
+    ("gpt-oss-20b", {"swiglu_limit": "7"}, "field 'swiglu_limit'='7' must be a positive number"),
 ])
 def test_inconsistent_configs_are_one_sentence(name: str, fields: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=message):

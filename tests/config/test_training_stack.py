@@ -25,8 +25,8 @@ from madmax.parallel.stack_kernels import cast_kernels, kernels_of, op_role
 from madmax.validate.stack import VTRAIN_STACK, VTRAIN_STACK_PROFILE
 from madmax.workload.ops import Op, OpKind, TPSplit
 
-CATALOG = ["megatron-core", "megatron-lm-2021", "pytorch", "fsdp2", "deepspeed", "megatron-deepspeed", "hugectr",
-           "torchrec", "tf2"]
+CATALOG = ["megatron-core", "megatron-lm-2021", "pytorch", "fsdp2", "deepspeed", "megatron-deepspeed", "automodel",
+           "hugectr", "torchrec", "tf2"]
 
 
 def test_catalog_lists_every_stack_default_megatron_core():
@@ -41,9 +41,10 @@ def test_every_catalog_stack_loads_with_sources(name):
     assert stack.name == name and stack.description and stack.sources
 
 
-def test_default_stack_changes_nothing():
+def test_default_stack_changes_nothing_but_its_moe_eager_ops():
     stack = load_training_stack("megatron-core")
     assert not stack.unfused and stack.weight_cast_bytes_per_param == 0
+    assert stack.expert_bias is not None and stack.glu_clamp is not None  # TEGroupedMLP's eager bias and clamp
     assert stack.zero3_gather is GatherIssue.BLOCK and stack.prefetch_units is None and stack.calibration is None
 
 

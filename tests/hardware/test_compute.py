@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from madmax.config.base import DType
 from madmax.config.hardware import GPU
 from madmax.errors import ConfigError
-from madmax.hardware.compute import ComputeModel, compute_model
+from madmax.hardware.compute import ComputeModel, compute_model, grouped_gemm_terms
 from madmax.hardware.profile import ComputeProfile, load_profile
 
 GiB = 2**30
@@ -190,3 +190,48 @@ def test_gemm_efficiency_formula():
 
     # k = k0, n -> infinity: e_d * (1 - 1/e)
     assert gemm_efficiency(1000, 1e12, 0.5, 1000, 1000) == pytest.approx(0.5 * (1 - 1 / math.e))
+
+
+# Grouped GEMMs of routed experts (`ComputeModel.grouped_gemm_s`, efficiency.yaml `grouped_gemm`): the rule by
+# hand, the Transformer Engine measurement it is calibrated on, and that splitting rows never speeds it up.
+
+
+def test_grouped_gemm_terms_from_the_catalog():
+    assert grouped_gemm_terms() == (64, pytest.approx(1.8e-6))
+
+
+def test_grouped_gemm_by_hand():
+    # Paper profile (e_d 0.5, k0 1000, P 1e15, HBM 1e12 read at 0.9): 16 groups of 2000 rows, k 2000, n 1000.
+    # Rows padded to the 64-row tile: 2048. e_k = 0.5 (1 - exp(-2)) = 0.4323324 (no n factor).
+    # Per group 2 * 2048 * 2000 * 1000 / (1e15 * 0.4323324) = 1.894839e-5 s, plus t_g 1.8e-6: 2.074839e-5 s;
+    # 16 groups: 3.319742e-4 s. Memory: 16 * 2 B * (2000*2000 + 2000*1000 + 2000*1000) = 2.56e8 B,
+    # 2e-6 + 2.56e8 / 0.9e12 = 2.864e-4 s, below it.
+    per_group = 2 * 2048 * 2000 * 1000 / (1e15 * 0.5 * (1 - math.exp(-2))) + 1.8e-6
+    assert per_group == pytest.approx(2.074839e-5, rel=1e-6)
+    assert paper().grouped_gemm_s(16, 2000, 2000, 1000, BF16, multi_stream=True) == pytest.approx(3.319742e-4,
+                                                                                                   rel=1e-6)
+    # One grouped kernel (serving's fused MoE): the dense e(k, n) = 0.4323324 (1 - exp(-1)) = 0.2732861, no t_g:
+    # 16 * 2 * 2048 * 2000 * 1000 / (1e15 * 0.2732861) = 4.796147e-4 s.
+    assert paper().grouped_gemm_s(16, 2000, 2000, 1000, BF16) == pytest.approx(4.796147e-4, rel=1e-6)
+
+
+@pytest.mark.parametrize(("groups", "rows", "measured_tflops"), [(8, 4096, 627.903), (16, 2048, 553.945)])
+def test_transformer_engine_grouped_gemm_on_h100(groups, rows, measured_tflops):
+    # NVIDIA/TransformerEngine PR #2045: general_grouped_gemm (multi-stream cuBLAS, TE 2.7, CUDA 12.9) on H100,
+    # Qwen3-30B's expert up-projection (n 768, k 2048): the calibration points of group_s, within 3%.
+    model = compute_model(H100, None)
+    flops = 2 * groups * rows * 768 * 2048
+    predicted = flops / model.grouped_gemm_s(groups, rows, 2048, 768, BF16, multi_stream=True) / 1e12
+    assert predicted == pytest.approx(measured_tflops, rel=0.03)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(6, 16), st.integers(0, 6), st.integers(1, 3), st.sampled_from([256, 768, 2048, 7168]),
+       st.sampled_from([256, 768, 2048, 7168]), st.booleans())
+def test_the_same_rows_over_more_groups_never_run_faster(log_rows, log_groups, more, k, n, multi_stream):
+    rows, groups = 2**log_rows, 2**log_groups
+    model = compute_model(H100, None)
+    fewer = model.grouped_gemm_s(groups, math.ceil(rows / groups), k, n, BF16, multi_stream=multi_stream)
+    split = model.grouped_gemm_s(groups * 2**more, math.ceil(rows / (groups * 2**more)), k, n, BF16,
+                                 multi_stream=multi_stream)
+    assert split >= fewer

@@ -74,6 +74,17 @@ class HFConfig:
             raise ConfigError(f"{self.where(key)}={value!r} must be a positive integer")
         return value
 
+    def positive_number(self, key: str, default: float | None) -> float | None:
+        """A positive number, or `default` when the config leaves the key out; None when it is null."""
+        if key not in self.cfg:
+            return default
+        value = self.cfg[key]
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+            raise ConfigError(f"{self.where(key)}={value!r} must be a positive number")
+        return float(value)
+
     def flag(self, key: str, default: bool) -> bool:
         value = self.cfg.get(key, default)
         if not isinstance(value, bool):

@@ -21,7 +21,8 @@ named here:
   Their checkpoints also keep a copy of the embedding and LM head inside the MTP layer
   (`model.layers.61.embed_tokens`, `shared_head`): not counted, as the modules share the main model's
   (DeepSeek-V3 report, Sec. 2.2). `attention_bias` with MLA is refused (no published checkpoint has it).
-- GPT-OSS: the clamped SwiGLU (`swiglu_limit`, `swiglu_alpha`) is costed as SwiGLU; the checkpoint's
+- GPT-OSS: the clamp of the SwiGLU's inputs (`swiglu_limit`, GptOssConfig default 7.0) is kept as
+  `moe.glu_limit` (a stack may run it as eager kernels); `swiglu_alpha` costs as SwiGLU; the checkpoint's
   MXFP4 expert weights are a storage format our schema does not record (serve with --weight-dtype fp4).
 - Llama 4: chunked local attention (`attention_chunk_size` tokens, each chunk attended from its start)
   is taken as a sliding window of that many tokens on the RoPE layers, the NoPE layers (`no_rope_layers`
@@ -101,11 +102,13 @@ def gpt_oss(c: HFConfig) -> dict[str, Any]:
     """GPT-OSS: grouped-query attention with biased Q, K, V, O (`attention_bias`, default true) and a
     learned sink logit per head; layers alternating sliding (`sliding_window` 128) and full attention,
     starting sliding (`layer_types`); every layer's FFN is `num_local_experts` experts of
-    `intermediate_size` with biases, top `num_experts_per_tok`, behind a biased router; untied head.
-    Absent `head_dim` and `sliding_window` take `GptOssConfig`'s 64 and 128."""
+    `intermediate_size` with biases and clamped GLU inputs (`swiglu_limit`), top `num_experts_per_tok`,
+    behind a biased router; untied head. Absent `head_dim`, `sliding_window` and `swiglu_limit` take
+    `GptOssConfig`'s 64, 128 and 7.0."""
     fields = _base(c)
     layers = fields["num_layers"]
-    moe = mixtral_experts(c) | {"expert_bias": True, "router_bias": True}
+    moe = mixtral_experts(c) | {"expert_bias": True, "router_bias": True,
+                                "glu_limit": c.positive_number("swiglu_limit", 7.0)}
     return fields | {"head_dim": c.size_or("head_dim", 64), "ffn_hidden_size": c.size("intermediate_size"),
                      "has_bias": c.flag("attention_bias", True), "attention_sinks": True, "moe": moe,
                      } | c.windows(c.size_or("sliding_window", 128), 2, layers)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import Field, PositiveInt, model_validator
+from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
 from madmax.config.base import Schema
 from madmax.config.checks import MAX_LAYERS
@@ -64,6 +64,9 @@ class MoE(Schema):
     router_bias: bool = Field(
         False, description="The router carries a bias of num_experts elements (GPT-OSS; DeepSeek-V3's "
         "e_score_correction_bias).")
+    glu_limit: PositiveFloat | None = Field(
+        None, description="Clamp of a gated expert's activation inputs (GPT-OSS swiglu_limit 7.0): the gate at "
+        "most L, the linear input within [-L, L]; None: no clamp.")
     route_groups: PositiveInt = Field(
         1, description="Group-limited routing (DeepSeek-V3 n_group): the experts form this many "
         "equal groups, consecutive in expert order; 1: no groups.")
@@ -219,6 +222,9 @@ class DecoderModel(Schema):
         if self.moe is not None and not any(self.is_moe_layer(i) for i in range(self.num_layers)):
             raise ValueError(f"moe.first_dense_layers={self.moe.first_dense_layers} and moe.layer_freq="
                              f"{self.moe.layer_freq} leave no MoE layer among the {self.num_layers} layers")
+        if self.moe is not None and self.moe.glu_limit is not None and not self.is_gated_ffn:
+            raise ValueError(f"moe.glu_limit={self.moe.glu_limit} clamps a gated activation's inputs; allowed: "
+                             "is_gated_ffn=true, or no glu_limit")
         if self.mla is not None and (self.parallel_attention or self.qk_norm):
             raise ValueError("mla is modelled with sequential layers and no qk_norm (DeepSeek's layout); "
                              "allowed: parallel_attention=false and qk_norm=false with mla")

@@ -62,6 +62,30 @@ class Unfused(Schema):
                                              "and read back, fp32 upcasts).")
 
 
+class ExpertGemm(StrEnum):
+    """How the routed experts' GEMMs are launched: one grouped kernel over every local expert, or one GEMM per
+    local expert spread over several CUDA streams (Transformer Engine's GroupedLinear on Hopper)."""
+
+    GROUPED = "grouped"
+    MULTI_STREAM = "multi_stream"
+
+
+class EagerPass(Schema):
+    """Eager kernels of one pass over a tensor of E elements: `kernels` launched once and `kernels_per_expert` per
+    local expert (a Python loop over the rank's experts), together moving `moved` x E elements (read plus write)."""
+
+    kernels: NonNegativeInt = Field(0, description="Kernels launched once per pass.")
+    kernels_per_expert: NonNegativeInt = Field(0, description="Kernels launched per local expert per pass.")
+    moved: float = Field(ge=0, allow_inf_nan=False, description="Elements read and written, over the tensor's E.")
+
+
+class EagerOps(Schema):
+    """Work a stack runs as eager kernels beside a fused op, in the forward and in the backward pass."""
+
+    forward: EagerPass = Field(description="The forward pass (a recomputed forward repeats it).")
+    backward: EagerPass = Field(description="The backward pass.")
+
+
 class TrainingStack(Schema):
     """A training framework's kernel fusion, per-step extra traffic and collective issue, each with its source."""
 
@@ -111,6 +135,15 @@ class TrainingStack(Schema):
     embedding_optimizer: Literal["sgd", "rowwise_adagrad", "adagrad", "adam"] = Field(
         "rowwise_adagrad", description="Optimizer of the embedding tables: its state per row or element, stored "
                                        "and read and written for every row looked up (madmax.parallel.embedding).")
+    expert_gemm: ExpertGemm = Field(
+        ExpertGemm.GROUPED, description="Routed-expert GEMMs: one grouped kernel (grouped) or one GEMM launch per "
+                                        "local expert over several streams (multi_stream).")
+    expert_bias: EagerOps | None = Field(
+        None, description="Routed experts with biases: the down projection's bias, weighted by the router "
+                          "probability, added expert by expert on the R x h output; None: in the GEMM's epilogue.")
+    glu_clamp: EagerOps | None = Field(
+        None, description="Clamped GLU experts (MoE glu_limit): the clamp of the R x 2f activation input run as eager "
+                          "kernels before the fused activation; None: inside the activation's kernel.")
     graph_step: bool = Field(
         False, description="The whole iteration replays as one CUDA graph fed by an asynchronous reader: the host "
                            "issues none of its kernels (each runs at least the device's floor) and does no "

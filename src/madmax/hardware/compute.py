@@ -44,6 +44,7 @@ import yaml
 
 from madmax.config.base import DType
 from madmax.config.hardware import GPU
+from madmax.config.units import parse_quantity
 from madmax.errors import ConfigError
 from madmax.hardware.attention_kernels import KernelCurves, kernel_curves
 from madmax.hardware.profile import (
@@ -163,15 +164,19 @@ def _gemm_s(cid: int, m: int, k: int, n: int, weight_width: float | None) -> flo
 
 
 @lru_cache(maxsize=1 << 18)
-def _grouped_gemm_s(cid: int, groups: int, m: int, k: int, n: int, weight_width: float | None, row_tile: int) -> float:
+def _grouped_gemm_s(cid: int, groups: int, m: int, k: int, n: int, weight_width: float | None, row_tile: int,
+                    group_s: float, multi_stream: bool) -> float:
     for name, value in (("groups", groups), ("m", m), ("k", k), ("n", n)):
         _check(name, value)
     if not (groups and m and k and n):
         return 0.0
     peak, e_d, k0, n0, width, bw, lat, launch, min_k, min_n = _COEFFS[cid]
     padded = -(-m // row_tile) * row_tile
-    efficiency = gemm_efficiency(max(k, min_k), max(n, min_n), e_d, k0, n0)
-    t_compute = groups * gemm_flops(padded, k, n) / (peak * efficiency)
+    if multi_stream:  # one GEMM per group over several streams: no column (n) penalty, t_g per group
+        efficiency, per_group = e_d * (1 - math.e ** (-max(k, min_k) / k0)), group_s
+    else:
+        efficiency, per_group = gemm_efficiency(max(k, min_k), max(n, min_n), e_d, k0, n0), 0.0
+    t_compute = groups * (gemm_flops(padded, k, n) / (peak * efficiency) + per_group)
     t_memory = stream_s(groups * gemm_bytes(m, k, n, width, weight_width), bw, lat)
     return max(launch, t_compute, t_memory)
 
@@ -348,16 +353,23 @@ class ComputeModel:
         return _gemm_s(cid, m, k, n, weight_width)
 
     def grouped_gemm_s(self, groups: int, m: int, k: int, n: int, dtype: DType,
-                       weight_width: float | None = None) -> float:
-        """Seconds of a grouped GEMM (routed experts): `groups` GEMMs (m x k) @ (k x n), each with its own
-        weights, in one launch: max(t_launch, groups * 2 m' k n / (P e(k,n)), t_lat + groups * bytes /
-        (H e_read)). Each group's rows are padded to the tensor-core tile's row count (m' = m rounded up
-        to `row_tile`, efficiency.yaml `grouped_gemm`), which is what makes few tokens per expert slow;
-        every group reads its own weights, which is what bounds a decode step's experts."""
+                       weight_width: float | None = None, multi_stream: bool = False) -> float:
+        """Seconds of a grouped GEMM (routed experts): g = `groups` GEMMs (m x k) @ (k x n), each with its own
+        weights, max(t_launch, t_compute, t_lat + g bytes / (H e_read)). Each group's rows are padded to the
+        tensor-core tile's row count (m' = m rounded up to `row_tile`), which is what makes few tokens per
+        expert slow; every group reads its own weights, which is what bounds a decode step's experts.
+
+        One grouped kernel (serving engines' fused MoE): t_compute = g 2 m' k n / (P e(k, n)).
+        `multi_stream`, one GEMM launch per group over several streams (Transformer Engine's GroupedLinear on
+        Hopper): t_compute = g (2 m' k n / (P e_k) + t_g), e_k = e_d (1 - exp(-k/k0)) the k factor alone (the
+        measured kernel shows no column penalty) and t_g (`group_s`) each GEMM's own launch and last partial
+        wave, fitted to Transformer Engine's grouped GEMM on H100 (efficiency.yaml `grouped_gemm`). Either way
+        the time never falls when the same rows are split over more groups."""
         cid = self._gemm.get(dtype)
         if cid is None:
             raise self._no_dtype(dtype)
-        return _grouped_gemm_s(cid, groups, m, k, n, weight_width, grouped_row_tile())
+        row_tile, group_s = grouped_gemm_terms()
+        return _grouped_gemm_s(cid, groups, m, k, n, weight_width, row_tile, group_s, multi_stream)
 
     def attention_s(self, batch: int, heads: int, kv_heads: int, q_len: int, kv_len: float, head_dim: int,
                     causal: bool, dtype: DType, backward: bool = False, window: int | None = None,
@@ -437,9 +449,11 @@ def _ceilings(gpu: GPU, device: str, fitted_of: dict[DType, DType]) -> tuple[dic
 
 
 @cache
-def grouped_row_tile() -> int:
-    """Rows of the tensor-core tile a grouped GEMM pads each group to (efficiency.yaml `grouped_gemm`)."""
-    return int(efficiency_table()["compute"]["grouped_gemm"]["row_tile"])
+def grouped_gemm_terms() -> tuple[int, float]:
+    """(rows of the tensor-core tile a grouped GEMM pads each group to, seconds each group adds)
+    (efficiency.yaml `grouped_gemm`)."""
+    table = efficiency_table()["compute"]["grouped_gemm"]
+    return int(table["row_tile"]), parse_quantity(table["group_s"], "s")
 
 
 def _gpu_key(gpu: GPU) -> tuple:

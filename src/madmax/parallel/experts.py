@@ -24,6 +24,18 @@ over-counts by the smaller, the scale-up part).
 
 Load: how unevenly routing fills the ranks is the task's `expert_load` (`madmax.config.task.ExpertLoad`):
 the busiest rank's rows over the mean, which scales its expert work and its exchange.
+
+What a training framework runs around the experts beyond the workload's ops (`layer_kernels`,
+`dispatch_counts`), each from Megatron-Core's source (megatron/core/transformer/moe/, core_v0.15-0.19):
+- the all-to-all dispatcher (`dispatcher=alltoall`, MoEAlltoAllTokenDispatcher) receives rows grouped by
+  source rank and sorts them by local expert when a rank holds more than one (`sort_chunks_by_idxs`,
+  dispatch_postprocess), and sorts them back before the combine (combine_preprocess): each a read and a
+  write of the R x h rows, forward and backward; and before the exchange it all-gathers every rank's
+  tokens per expert over the EP group (E int64 per rank, `preprocess`). DeepEP's dispatch returns the
+  rows per expert itself and exchanges the counts inside its own kernels: neither applies.
+- the stack's per-expert loops and eager ops (`madmax.config.training_stack`): the routed experts' output
+  bias added expert by expert (`expert_bias`), the clamp of a clamped GLU before its fused activation
+  (`glu_clamp`).
 """
 
 from __future__ import annotations
@@ -34,10 +46,11 @@ from dataclasses import dataclass
 from madmax.collective import Collective, Span
 from madmax.config.base import DType
 from madmax.config.strategy import Strategy
-from madmax.parallel.kernels import CommOp, Phase, Where
+from madmax.config.training_stack import EagerOps, TrainingStack
+from madmax.parallel.kernels import CommOp, Kernel, KernelKind, Phase, Where
 from madmax.parallel.placement import expert_span
 from madmax.parallel.tensor import Shape
-from madmax.workload.ops import EXPERT_SPLITS, Block, Op
+from madmax.workload.ops import EXPERT_SPLITS, Block, Op, OpKind
 
 EP_GROUP, ETP_GROUP = "ep", "etp"
 
@@ -135,3 +148,59 @@ def touched_experts(num_experts: int, top_k: int, tokens: float) -> float:
     """Expected experts that receive at least one of `tokens` tokens, each routed to top_k of num_experts
     uniformly: E (1 - (1 - k/E)^T) (one token touches k; many touch all E)."""
     return num_experts * (1 - (1 - top_k / num_experts) ** tokens)
+
+
+COUNT_BYTES = 8  # one int64 count of tokens per expert
+
+
+def dispatch_counts(block: Block, s: Strategy, sp: ExpertSpans) -> list[CommOp]:
+    """The all-to-all dispatcher's all-gather of every rank's tokens per expert over the EP group before the
+    exchange (Megatron-Core MoEAlltoAllTokenDispatcher.preprocess: E int64 from each rank; nccl-tests size: the
+    gathered output, ep E 8 bytes; Megatron gathers over tp x ep ranks, the tp copies' few bytes more left out),
+    forward only, placed as the exchange it precedes (beside the next compute under `ep_overlap`); none without
+    expert parallelism or with DeepEP, which exchanges its counts inside its own kernels."""
+    op = routed_op(block)
+    if op is None or s.ep == 1 or s.dispatcher != "alltoall":
+        return []
+    where = Where.OVERLAPPED if s.ep_overlap else Where.AFTER
+    return [CommOp(EP_GROUP, Collective.ALL_GATHER, s.ep * op.experts * COUNT_BYTES, sp.ep, "ep.counts",
+                   Phase.FORWARD, where)]
+
+
+def layer_kernels(block: Block, op: Op, shape: Shape, s: Strategy, stack: TrainingStack, *,
+                  backward: bool) -> list[Kernel]:
+    """Kernels an MoE layer runs beside `op` in one pass beyond the op's own, on the busiest rank's R rows
+    (see the module docstring): with the all-to-all dispatcher and more than one local expert, the sort by
+    local expert after the permute and its mirror after the down projection (each reads and writes R x h);
+    the stack's eager expert-bias loop after the down projection (on R x h) and its eager clamp of a
+    clamped GLU beside the activation (on the R x 2f/etp gate and linear inputs)."""
+    routed = routed_op(block)
+    part = op.name.rsplit(".", 1)[-1]
+    if routed is None or part not in ("permute", "expert_act", "expert_down"):
+        return []
+    rows = shape.expert_tokens * routed.top_k
+    hidden = hidden_of(block)
+    local = max(1, routed.experts // shape.ep)
+    out: list[Kernel] = []
+    if part in ("permute", "expert_down") and s.dispatcher == "alltoall" and local > 1:
+        out.append(Kernel(KernelKind.MEMORY, OpKind.ELEMENTWISE.value, num_bytes=2 * rows * hidden * shape.act_bytes))
+    if part == "expert_down" and _has_bias(op) and stack.expert_bias is not None:
+        out += _eager(stack.expert_bias, rows * hidden, local, shape, backward)
+    if part == "expert_act" and op.glu_clamp and stack.glu_clamp is not None:
+        out += _eager(stack.glu_clamp, rows * 2 * routed.n / shape.etp, local, shape, backward)
+    return out
+
+
+def _has_bias(op: Op) -> bool:
+    """Whether a routed-expert GEMM carries biases: its parameters exceed its E weight matrices (k x n)."""
+    return op.params > op.experts * op.k * op.n
+
+
+def _eager(ops: EagerOps, elements: float, local: int, shape: Shape, backward: bool) -> list[Kernel]:
+    """One pass of eager ops over a tensor of `elements` activation elements: its kernels (`kernels` once and
+    `kernels_per_expert` per local expert), together moving `moved` x elements elements (read plus write)."""
+    p = ops.backward if backward else ops.forward
+    n = p.kernels + p.kernels_per_expert * local
+    if not n:
+        return []
+    return [Kernel(KernelKind.MEMORY, OpKind.ELEMENTWISE.value, num_bytes=p.moved * elements * shape.act_bytes / n)] * n

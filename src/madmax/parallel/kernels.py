@@ -97,6 +97,7 @@ class Kernel:
     weight_width: float | None = None  # GEMM: bytes per weight element when stored narrower (int4)
     segments: tuple[tuple[int, float], ...] = ()  # varlen attention: (queries, keys) of each sequence
     grouped: bool = False  # GEMM: `batch` different weight matrices (routed experts), one grouped launch
+    multi_stream: bool = False  # grouped GEMM: one GEMM launch per group over several streams instead
     wgrad: bool = False  # GEMM: a weight gradient dW = X^T dY (its rate: `ComputeModel.wgrad_fraction`)
     scores_saved: bool = False  # attention backward: reads the kept probabilities (unfused), no score recompute
 

@@ -19,7 +19,7 @@ from madmax.config import pipeline_layout as layout
 from madmax.config.base import DType
 from madmax.config.strategy import Axis, Recompute, Strategy
 from madmax.config.task import ExpertLoad
-from madmax.config.training_stack import ExchangeDType, OpRole, TrainingStack, load_training_stack
+from madmax.config.training_stack import ExchangeDType, ExpertGemm, OpRole, TrainingStack, load_training_stack
 from madmax.errors import StrategyError
 from madmax.parallel import experts
 from madmax.parallel.context import ring_kv
@@ -194,7 +194,7 @@ def build_plan(workload: Workload, strategy: Strategy, *, domain_size: int, seq_
                             "with it: zero=0, 1 or 2")
     shape = Shape(batch=s.mbs, seq_len=seq_len, tp=s.tp, cp=s.cp, sp=s.sequence_parallel, act_bytes=act_bytes,
                   cast=fmt, weight_casts=casts, primary_cast=s.fp8_params, ep=s.ep, etp=s.etp,
-                  expert_load=expert_load)
+                  expert_load=expert_load, expert_multi_stream=stack.expert_gemm is ExpertGemm.MULTI_STREAM)
     # Outside the transformer layers (the LM head) and in the layers the recipe keeps: bf16 GEMMs, no casts.
     high = dataclasses.replace(shape, cast=None, gemm_dtype=high_precision()) if fmt else shape
     tp_span = span(s, (Axis.TP,), domain_size)
@@ -499,9 +499,11 @@ def _unit(key: str, block: Block, shape: Shape, s: Strategy, tp_span: Span, cp_s
     per_rank = list(zip(block.ops, rank_params, strict=True))
     sites = cast_sites(block.ops, shape.cast)  # where each low-precision GEMM's operands are cast
     fwd = [k for op, (site, _) in zip(block.ops, sites, strict=True)
-           for k in kernels_of(stack, op, forward_kernels(op, shape, flash=flash, cast=site))]
+           for k in (*kernels_of(stack, op, forward_kernels(op, shape, flash=flash, cast=site)),
+                     *experts.layer_kernels(block, op, shape, s, stack, backward=False))]
     bwd = ([k for op, (_, site) in zip(block.ops, sites, strict=True)
-            for k in kernels_of(stack, op, backward_kernels(op, shape, flash=flash, cast=site))]
+            for k in (*kernels_of(stack, op, backward_kernels(op, shape, flash=flash, cast=site)),
+                      *experts.layer_kernels(block, op, shape, s, stack, backward=True))]
            if needs_backward else [])
     if shape.act_bytes < DType.FP32.num_bytes:
         fwd += cast_kernels(stack, [n for op, n in per_rank if op.kind is OpKind.GEMM])
@@ -517,6 +519,7 @@ def _unit(key: str, block: Block, shape: Shape, s: Strategy, tp_span: Span, cp_s
                 for op, kept in zip(block.ops, kept_by_producer, strict=True)) if needs_backward else 0.0
     tp_fwd, tp_bwd = tp_comm(block, shape, tp_span, gemm_where=Where.WITH_GEMMS if s.tp_overlap else Where.AFTER)
     moe_fwd, moe_bwd = experts.token_exchange(block, shape, s, moe_spans)
+    moe_fwd = experts.dispatch_counts(block, s, moe_spans) + moe_fwd
     working = 0.0
     redone: list[Kernel] = []
     if block.is_layer and needs_backward and recompute is Recompute.SELECTIVE:

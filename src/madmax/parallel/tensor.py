@@ -79,6 +79,9 @@ class Shape:
     etp: int = 1
     expert_load: float = 1.0
     active_experts: float | None = None  # None: every local expert
+    # The routed experts' GEMMs run as one GEMM launch per local expert over several streams (a training stack's
+    # `expert_gemm: multi_stream`), not one grouped kernel.
+    expert_multi_stream: bool = False
 
     @property
     def expert_tokens(self) -> float:
@@ -157,9 +160,10 @@ def _main_forward(op: Op, shape: Shape, *, flash: bool, cast: CastSite = CastSit
     if op.kind is OpKind.GEMM:
         g, m, k, n = _gemm_shape(op, shape)
         flops = 2.0 * _model_rows(op, shape, g, m) * k * n
+        multi = op.tp in EXPERT_SPLITS and shape.expert_multi_stream  # one GEMM per expert, however many
         return [*_operand_cast(op, shape, g * m * k, cast, backward=False),
-                Kernel(KernelKind.GEMM, cat, flops=flops, m=m, k=k, n=n, batch=g, grouped=g > 1,
-                       dtype=_gemm_dtype(op, shape), weight_width=shape.weight_width)]
+                Kernel(KernelKind.GEMM, cat, flops=flops, m=m, k=k, n=n, batch=g, grouped=g > 1 or multi,
+                       multi_stream=multi, dtype=_gemm_dtype(op, shape), weight_width=shape.weight_width)]
     if op.kind is OpKind.ATTENTION and shape.calls:
         return _serving_attention(op, shape)
     if op.kind is OpKind.ATTENTION:
@@ -175,11 +179,13 @@ def _main_backward(op: Op, shape: Shape, *, flash: bool, cast: CastSite = CastSi
         g, m, k, n = _gemm_shape(op, shape)
         flops = 2.0 * _model_rows(op, shape, g, m) * k * n
         dtype = _gemm_dtype(op, shape)
+        multi = op.tp in EXPERT_SPLITS and shape.expert_multi_stream
         kernels = [*_operand_cast(op, shape, g * m * n, cast, backward=True),
-                   Kernel(KernelKind.GEMM, cat, flops=flops, m=m, k=n, n=k, batch=g, grouped=g > 1, dtype=dtype)]
+                   Kernel(KernelKind.GEMM, cat, flops=flops, m=m, k=n, n=k, batch=g, grouped=g > 1 or multi,
+                          multi_stream=multi, dtype=dtype)]
         if op.trainable:
-            kernels.append(Kernel(KernelKind.GEMM, cat, flops=flops, m=k, k=m, n=n, batch=g, grouped=g > 1,
-                                  dtype=dtype, wgrad=True))
+            kernels.append(Kernel(KernelKind.GEMM, cat, flops=flops, m=k, k=m, n=n, batch=g, grouped=g > 1 or multi,
+                                  multi_stream=multi, dtype=dtype, wgrad=True))
         return kernels
     if op.kind is OpKind.ATTENTION:
         return _attention(op, shape, flash=flash, backward=True)

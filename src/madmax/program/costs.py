@@ -63,7 +63,7 @@ def kernel_s(compute: ComputeModel, k: Kernel, dtype) -> float:
     which has its FLOPs and bytes to within the small per-matrix operand."""
     dtype = k.dtype or dtype
     if k.kind is KernelKind.GEMM:
-        t = (compute.grouped_gemm_s(k.batch, k.m, k.k, k.n, dtype, k.weight_width) if k.grouped
+        t = (compute.grouped_gemm_s(k.batch, k.m, k.k, k.n, dtype, k.weight_width, k.multi_stream) if k.grouped
              else compute.gemm_s(k.batch * k.m, k.k, k.n, dtype, k.weight_width))
         return t / compute.wgrad_fraction(dtype) if k.wgrad else t
     if k.kind is KernelKind.ATTENTION and k.segments:

@@ -31,6 +31,7 @@ from madmax.validate.datasets import (
     read_rows,
     row_int,
     row_ints,
+    with_stack,
 )
 from madmax.validate.inputs import NotMappable, peak_flops_per_s, system_for
 
@@ -38,6 +39,7 @@ from madmax.validate.inputs import NotMappable, peak_flops_per_s, system_for
 CATALOG = {"Qwen3-30B-A3B": "qwen3-30b-a3b", "Qwen3-235B-A22B": "qwen3-235b-a22b", "GPT-OSS-120B": "gpt-oss-120b",
            "GPT-OSS-20B": "gpt-oss-20b", "DeepSeek-V3": "deepseek-v3", "Mixtral-8x7B": "mixtral-8x7b"}
 _DTYPES = {"fp8": "fp8", "fp8-cs": "fp8", "bf16": "bf16"}
+AUTOMODEL_STACK = "automodel"  # catalog/training_stacks.yaml: AutoModel's expert kernels, megatron-core's others
 ASSUMED = ("all-to-all overlap not stated; not overlapped (ep_overlap=0)",
            "token dispatch precision not stated; 16 bits assumed")
 # Megatron-MoE-ModelZoo, the Megatron-Core MoE team's best-practice scripts (read in the copy
@@ -49,6 +51,14 @@ MODELZOO = {
     ("DeepSeek-V3", 2, 8, 4, 64): "DeepEP dispatcher, all-to-all overlap, selective recompute of mla_up_proj and mlp, "
                                   "pipeline layout Et|(tt|)*30mL, bf16 optimizer states",
     ("Qwen3-235B-A22B", 2, 8, 4, 32): "all-to-all overlap, selective recompute of moe_act and layernorm",
+}
+# Megatron-Bridge's own H100 performance configs (scripts/performance/configs, read at v0.3.0 and v0.4.0-v0.5.0):
+# what they set that the tables do not say and the rows do not simulate.
+BRIDGE = {
+    ("GPT-OSS-120B", 1, 4, 1, 8): "all-to-all dispatcher with permute and router fusion, selective recompute of "
+                                  "layernorm and moe_act, no CUDA graphs (v0.3.0)",
+    ("Qwen3-30B-A3B", 1, 2, 12, 8): "flex dispatcher with DeepEP and the all-to-all overlap (v0.3.0)",
+    ("Qwen3-30B-A3B", 1, 1, 1, 16): "flex dispatcher with HybridEP on 32 SMs, no overlap (v0.4.0, v0.5.0)",
 }
 
 
@@ -120,7 +130,11 @@ def load_megatron_bridge_moe(rows: Rows | None = None) -> Dataset:
             # Megatron-Core's DeepSeek-V3 H100 recipe uses the flex dispatcher with DeepEP.
             dispatcher = "deepep"
             notes.append("dispatcher not stated; DeepEP assumed (the DeepSeek-V3 recipe's flex dispatcher)")
-        recipe = MODELZOO.get((row["model"], *row_ints(row, "tp", "pp"), row_int(row, "vp") or 1, row_int(row, "ep")))
+        layout = (row["model"], *row_ints(row, "tp", "pp"), row_int(row, "vp") or 1, row_int(row, "ep"))
+        if layout in BRIDGE:
+            notes.append(f"Megatron-Bridge's H100 performance config of this layout sets: {BRIDGE[layout]}; simulated "
+                         "with the all-to-all dispatcher and no overlap")
+        recipe = MODELZOO.get(layout)
         if recipe:
             notes.append(f"Megatron-MoE-ModelZoo's H100 recipe of this layout sets: {recipe}; the overlap and the "
                          "module recompute are not simulated (madmax's overlap is free, it has no module recompute)")
@@ -135,11 +149,14 @@ def load_automodel_moe(rows: Rows | None = None) -> Dataset:
 
     def mapper(row_id: str, row: dict[str, str]) -> Case:
         notes = ["FSDP2 over the 8 GPUs: zero=3", "PyTorch-native stack simulated with the Megatron-Core kernel "
-                 "profile (stack profiles are issue 11)"]
+                 "profile but AutoModel's own expert kernels (stack automodel; stack profiles are issue 11)",
+                 "DeepEP dispatcher (the benchmark configs' backend.dispatcher: deepep, examples/llm_benchmark @ "
+                 "36044ad3d)"]
         if not row["ep"]:
             row = dict(row, ep=str(row_int(row, "num_gpus")))
             notes.append("ep not stated; DeepEP over all the node's GPUs (ep=8) assumed")
-        return moe_case("automodel_moe", row_id, row, zero=3, notes=notes)
+        return with_stack(moe_case("automodel_moe", row_id, row, zero=3, notes=notes, dispatcher="deepep"),
+                          AUTOMODEL_STACK)
 
     return build_dataset("automodel_moe", "NVIDIA NeMo AutoModel MoE pre-training, DGX H100, bf16",
                          _rows("NVIDIA-NeMo/Automodel", rows), mapper)

@@ -204,7 +204,7 @@ def _latent_norm(name: str, width: int, params_per_feature: int) -> Op:
 
 def moe_ops(layer: str, hidden: int, *, num_experts: int, top_k: int, expert_ffn: int, gated: bool,
             expert_bias: bool, router_bias: bool, shared_ffn: int, shared_gate: bool, shared_bias: bool,
-            route_groups: int = 1, route_group_topk: int = 0) -> list[Op]:
+            route_groups: int = 1, route_group_topk: int = 0, glu_limit: float | None = None) -> list[Op]:
     """A mixture-of-experts FFN (Shazeer et al. 2017; Fedus et al. 2021; Megatron-Core MoE layer).
 
     router: (h x E) logits on the rank's tokens (outside the TP region; fp32 logits kept, E per token);
@@ -213,8 +213,10 @@ def moe_ops(layer: str, hidden: int, *, num_experts: int, top_k: int, expert_ffn
     over the rank's local experts, `experts` matrices of which each row uses one); unpermute: the k
     expert outputs of each token weighted by its router probabilities and summed (reads k*h, writes h).
     Shared experts (always on; DeepSeek, Qwen2-MoE) are a tensor-parallel FFN of `shared_ffn` beside
-    them, optionally scaled by a sigmoid gate (h x 1). The token exchange between expert-parallel ranks
-    (dispatch, combine) is the plan's, not an op.
+    them, optionally scaled by a sigmoid gate (h x 1). A gated expert with `glu_limit` L clamps its gate
+    input to at most L and its linear input to [-L, L] before the activation (GPT-OSS; the op's
+    `glu_clamp`, which a training stack may run as eager kernels). The token exchange between
+    expert-parallel ranks (dispatch, combine) is the plan's, not an op.
     """
     act_in = (2 if gated else 1) * expert_ffn
     ops = [Op(name=f"{layer}.router", kind=OpKind.GEMM, tp=TPSplit.SEQUENCE, k=hidden, n=num_experts,
@@ -240,7 +242,7 @@ def moe_ops(layer: str, hidden: int, *, num_experts: int, top_k: int, expert_ffn
                       experts=num_experts, top_k=top_k))
     ops += [Op(name=f"{layer}.expert_act", kind=OpKind.ELEMENTWISE, tp=TPSplit.EXPERT_REGION,
                moved_elems_per_token=top_k * (act_in + expert_ffn), flops_per_token=8 * top_k * expert_ffn,
-               saved_elems_per_token=top_k * act_in, top_k=top_k),
+               saved_elems_per_token=top_k * act_in, top_k=top_k, glu_clamp=gated and glu_limit is not None),
             Op(name=f"{layer}.expert_down", kind=OpKind.GEMM, tp=TPSplit.EXPERT_ROW, k=expert_ffn, n=hidden,
                params=num_experts * (expert_ffn * hidden + (hidden if bias else 0)), experts=num_experts,
                top_k=top_k, saved_elems_per_token=top_k * expert_ffn),

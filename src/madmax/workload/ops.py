@@ -109,6 +109,8 @@ class Op:
     # route_groups groups (0: no limit).
     route_groups: int = 1
     route_group_topk: int = 0
+    # A GLU activation whose gate and linear inputs are clamped first (GPT-OSS swiglu_limit).
+    glu_clamp: bool = False
 
     @property
     def value_dim(self) -> int:

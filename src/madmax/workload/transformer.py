@@ -69,7 +69,7 @@ def layer_ops(model: DecoderModel, *, flash: bool = True, window: int | None = N
                       gated=model.is_gated_ffn, expert_bias=e.expert_bias, router_bias=e.router_bias,
                       shared_ffn=e.shared_width, shared_gate=e.shared_expert_gate,
                       shared_bias=model.has_bias or model.ffn_bias, route_groups=e.route_groups,
-                      route_group_topk=e.route_group_topk or 0)
+                      route_group_topk=e.route_group_topk or 0, glu_limit=e.glu_limit)
     else:
         ffn = ffn_ops("layer", h, model.ffn_hidden_size, gated=model.is_gated_ffn,
                       bias=model.has_bias or model.ffn_bias)
