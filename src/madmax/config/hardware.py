@@ -79,6 +79,7 @@ class GPU(Schema):
 
 class FabricKind(StrEnum):
     NVLINK = "nvlink"
+    NVLINK_C2C = "nvlink-c2c"  # Grace-Hopper/Blackwell chip-to-chip link between the GPU and its CPU (host_link)
     PCIE = "pcie"
     XGMI = "xgmi"
     INFINIBAND = "infiniband"
@@ -94,10 +95,40 @@ class Fabric(Schema):
     latency_s: Seconds = Field(ge=0, description="Latency of one point-to-point message, seconds.")
 
 
+class ScaleUpTopology(StrEnum):
+    """How the GPUs of a scale-up domain are wired.
+
+    switch: every GPU reaches the switch (NVSwitch, a PCIe switch or root complex) at `bytes_per_s`, whichever
+    peers it talks to. full_mesh: every GPU has one direct link to each of the other domain_size - 1 GPUs (AMD
+    Instinct platforms: 7 Infinity Fabric (xGMI) links per GPU on an 8-GPU board), so a group of n GPUs inside
+    the domain reaches only n - 1 of its links: bytes_per_s (n - 1) / (domain_size - 1)."""
+
+    SWITCH = "switch"
+    FULL_MESH = "full_mesh"
+
+
 class ScaleUp(Fabric):
-    """The scale-up domain (NVLink/NVSwitch, xGMI or PCIe) joining `domain_size` GPUs at full bandwidth."""
+    """The scale-up domain (NVLink/NVSwitch, xGMI or PCIe) joining `domain_size` GPUs."""
 
     domain_size: PositiveInt = Field(description="GPUs in one scale-up domain, e.g. 8 (DGX) or 72 (NVL72).")
+    topology: ScaleUpTopology = Field(
+        ScaleUpTopology.SWITCH, description="switch (default): every group gets bytes_per_s per GPU per direction; "
+        "full_mesh: one link per peer, bytes_per_s is the sum over a GPU's domain_size - 1 links, and a group of n "
+        "GPUs in the domain gets (n - 1) / (domain_size - 1) of it (AMD xGMI).")
+
+    @model_validator(mode="after")
+    def _mesh_has_peers(self) -> ScaleUp:
+        if self.topology is ScaleUpTopology.FULL_MESH and self.domain_size < 2:
+            raise ValueError(f"topology=full_mesh needs domain_size >= 2, got {self.domain_size}; allowed: a mesh of "
+                             "2 or more GPUs, or topology=switch")
+        return self
+
+    def group_bytes_per_s(self, n: int) -> float:
+        """Peak bandwidth per GPU per direction a group of n GPUs inside the domain can use (bytes/s):
+        bytes_per_s on a switch; bytes_per_s (n - 1) / (D - 1) on a full mesh of D GPUs (n - 1 of its links)."""
+        if self.topology is ScaleUpTopology.SWITCH or n < 2:
+            return self.bytes_per_s
+        return self.bytes_per_s * (min(n, self.domain_size) - 1) / (self.domain_size - 1)
 
 
 class ScaleOut(Fabric):
