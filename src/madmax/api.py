@@ -120,7 +120,9 @@ def _simulate_training(run: TrainingRequest, keep_schedule: bool) -> Result:
     sysm, n = request.system, request.num_gpus
     # The bands are residuals of the shipped profile (a user profile has its own accuracy), and only
     # a family with validation rows has one.
-    band = None if request.calibration else error_band(request.spec.name, n, strat, sysm.gpu.name)
+    band = None if request.calibration else error_band(
+        request.spec.name, n, strat, sysm.gpu.name, architecture=sysm.gpu.architecture,
+        kernels_from=_kernels_from(compute))
     if band is not None and "family" not in band["matched"]:
         band = None
     tables = bool(request.workload.tables)
@@ -133,6 +135,17 @@ def _simulate_training(run: TrainingRequest, keep_schedule: bool) -> Result:
                        recompute_choice=None if choice is None else choice.reason,
                        forward_flops_per_token=request.workload.forward_flops_per_token(request.seq_len))
     return training_result(info, plan, built, timeline, memories, band, keep_schedule)
+
+
+def _kernels_from(compute) -> str:
+    """Where a GPU's kernel efficiencies come from, for the error band's note: the profile's device, and whether
+    its large-GEMM level is rescaled by the GPU's own measured ceiling (efficiency.yaml gemm_ceiling)."""
+    from madmax.hardware.profile import gemm_ceiling_scale
+
+    gpu, device = compute.gpu, compute.profile.device
+    if gemm_ceiling_scale((gpu.name, *gpu.aliases), device, DType.BF16, DType.BF16) is None:
+        return f"{device}, used as measured"
+    return f"{device}, rescaled by {gpu.name}'s measured large-GEMM ceiling"
 
 
 def _choose_recompute(run: TrainingRequest, reserved: Reserve, compute, network):

@@ -43,6 +43,8 @@ BF16, FP8, FP4, MXFP8, TF32 = DType.BF16, DType.FP8, DType.FP4, DType.MXFP8, DTy
         # MI355X: Bekman's 1565.0 of 2516.6 TFLOPS bf16 (0.622); fp8 and fp4 assumed (0.560, 0.427)
         ("mi355x", BF16, BF16, 0.622 / 0.803, "bf16"),
         ("mi355x", FP4, FP8, 0.427 / 0.734, "fp4"),
+        ("gh200-144gb", BF16, BF16, 0.838 / 0.803, "bf16"),
+        ("gh200-96gb", FP8, FP8, 0.776 / 0.734, "fp8"),
     ],
 )
 def test_each_ceiling_is_looked_up_for_the_gpu_it_names(gpu, dtype, fitted, expected, read):

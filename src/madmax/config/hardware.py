@@ -24,6 +24,7 @@ class Architecture(StrEnum):
     HOPPER = "hopper"  # sm90
     BLACKWELL = "blackwell"  # sm100 (B200, GB200)
     BLACKWELL_ULTRA = "blackwell-ultra"  # sm103 (B300, GB300)
+    BLACKWELL_RTX = "blackwell-rtx"  # sm120 (GeForce RTX 50, RTX PRO Blackwell): no tcgen05 tensor cores
     CDNA3 = "cdna3"  # gfx942 (MI300X, MI325X)
     CDNA4 = "cdna4"  # gfx950 (MI350X, MI355X)
 

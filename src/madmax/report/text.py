@@ -57,6 +57,8 @@ def print_result(result: Result, console: Console | None = None) -> None:
     for key, value in rows:
         head.add_row(key, value)
     console.print(head)
+    if band and band.get("note"):
+        console.print(f"[yellow]expected error: {band['note']}[/yellow]")
     b = result.breakdown
     table = Table(title=f"Breakdown of stage {b['stage']} (critical path)", title_justify="left",
                   caption=EXPOSED_CAPTION if b["communication_s"] else None, caption_justify="left")
