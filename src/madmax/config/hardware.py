@@ -185,3 +185,24 @@ class System(Schema):
     def with_gpus(self, num_gpus: int) -> System:
         """The same system sized to `num_gpus` GPUs."""
         return System.model_validate({**self.model_dump(), "num_gpus": num_gpus})
+
+    def with_costs(self, price_per_gpu_hour_usd: float | None = None, power_per_gpu_w: float | None = None) -> System:
+        """The system with its price and power replaced (`--price`, `--power`); None keeps the system's own.
+
+        price_per_gpu_hour_usd: USD per GPU-hour (>= 0). power_per_gpu_w: what the system draws at load per GPU,
+        the rest of the node included (> 0): node_power_w = power_per_gpu_w x gpus_per_node. ConfigError (one
+        sentence naming `price` or `power`) for a negative, zero power, infinite or non-numeric value.
+        """
+        from madmax.config.checks import nonnegative_number, positive_number
+
+        update: dict[str, float] = {}
+        if price_per_gpu_hour_usd is not None:
+            update["price_per_gpu_hour_usd"] = nonnegative_number(price_per_gpu_hour_usd, "price", "USD per GPU-hour")
+        if power_per_gpu_w is not None:
+            watts = positive_number(power_per_gpu_w, "power", "W per GPU")
+            update["node_power_w"] = watts * self.gpus_per_node
+        if not update:
+            return self
+        sources = {k: v for k, v in self.sources.items() if k not in update}
+        given = {"price_per_gpu_hour_usd": "--price", "node_power_w": "--power (W per GPU x gpus_per_node)"}
+        return self.model_copy(update={**update, "sources": {**sources, **{k: f"given: {given[k]}" for k in update}}})
