@@ -331,7 +331,8 @@ def schema(kind: Annotated[SchemaKind, typer.Argument(help="model, system, gpu, 
 def validate(
     datasets: Annotated[list[str] | None, typer.Argument(
         help="narayanan2021, korthikanti2022, nemo, vtrain_single, vtrain_multi, nvidia_dlrm, "
-             "megatron_bridge_moe, automodel_moe, trtllm_static, serving_h100, or CSV files; default all.")] = None,
+             "megatron_bridge_moe, automodel_moe, trtllm_static, serving_h100, mlperf_amd, or CSV files; default "
+             "all.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summaries as JSON.")] = False,
     out: Annotated[Path | None, typer.Option("--out", help="Write every row's result to this CSV.")] = None,
     markdown: Annotated[Path | None, typer.Option(help="Write the report page (docs/validation.md).")] = None,
