@@ -435,7 +435,8 @@ def test_bandwidths_and_latencies_are_plausible(name: str) -> None:
     assert 1e-7 <= up.latency_s <= 1e-5 and 1e-7 <= out.latency_s <= 1e-4
     assert up.domain_size >= system.gpus_per_node and up.domain_size % system.gpus_per_node == 0
     if system.host_link is not None:
-        assert system.host_link.kind is FabricKind.PCIE
+        # PCIe, or NVLink-C2C to the Grace CPU of a Grace-Hopper/Blackwell superchip
+        assert system.host_link.kind in (FabricKind.PCIE, FabricKind.NVLINK_C2C)
         assert system.host_link.bytes_per_s <= up.bytes_per_s
 
 

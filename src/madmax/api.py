@@ -37,7 +37,8 @@ def simulate(model: str | Path | dict | ModelSpec, system: str | Path | dict | S
              lora_rank: int | None = None, frozen_layers: int | None = None,
              lora_targets: list[str] | None = None, expert_load: str | float | None = None,
              capacity_factor: float | None = None, calibration: str | Path | None = None,
-             keep_schedule: bool = False) -> Result | ServingResult:
+             keep_schedule: bool = False, price: float | None = None,
+             power: float | None = None) -> Result | ServingResult:
     """Predict one training iteration, or a serving deployment, of `model` on `system` with `strategy`.
 
     Mirrors `madmax simulate`: names are catalog names or files; `strategy` uses the grammar
@@ -65,6 +66,10 @@ def simulate(model: str | Path | dict | ModelSpec, system: str | Path | dict | S
     Mixture-of-experts models take `ep` (and `etp`, `ep_overlap`, `dispatch_fp8`) in the strategy, and
     `expert_load` ("balanced" default, a measured busiest-rank factor such as 1.3, or "zipf:ALPHA") and
     `capacity_factor` (tokens beyond it dropped; default dropless) for the routing.
+
+    `price` (USD per GPU-hour) and `power` (W per GPU at load, the rest of the node included) replace the
+    system's for the result's `cost` block (USD and joules per million tokens, `madmax.results.cost`), which a
+    result carries when a price is known (catalog or `price`) or `power` is given.
     """
     requested = parse_strategy(strategy)
     request = resolve_request(model, system, num_gpus, task, calibration=calibration, flash=requested.flash,
@@ -76,10 +81,13 @@ def simulate(model: str | Path | dict | ModelSpec, system: str | Path | dict | S
                               lora_rank=lora_rank, frozen_layers=frozen_layers, lora_targets=lora_targets,
                               expert_load=None if expert_load is None else str(expert_load),
                               capacity_factor=capacity_factor)
+    if price is not None or power is not None:
+        request = dataclasses.replace(request, system=request.system.with_costs(price, power))
     if builder_for(request.task.kind, request.workload) is SERVING:
         from madmax.serve import simulate_serving
 
-        return simulate_serving(request, requested, stack, keep_schedule)
+        result = simulate_serving(request, requested, stack, keep_schedule)
+        return _with_cost(result, request.system, power is not None, result.output_tokens_per_s, "output_tokens")
     training_stack = load_training_stack(stack)
     runtime = training_stack.calibration_for(request.task.kind is TaskKind.INFERENCE)
     if runtime and calibration is None:  # the stack's runtime, unless a profile is given
@@ -89,7 +97,17 @@ def simulate(model: str | Path | dict | ModelSpec, system: str | Path | dict | S
         if stack is not None:
             named = f"software stack: {training_stack.name} ({training_stack.description})"
             run = dataclasses.replace(run, assumptions=(*run.assumptions, named))
-        return _simulate_training(run, keep_schedule)
+        result = _simulate_training(run, keep_schedule)
+    return _with_cost(result, request.system, power is not None, result.tokens_per_s, "tokens")
+
+
+def _with_cost(result, system: System, power_given: bool, tokens_per_s: float, kind: str):
+    """The result with its `cost` block (per second of its throughput), when a price is known or power given."""
+    from madmax.results.cost import cost_of
+
+    if system.price_per_gpu_hour_usd is None and not power_given:
+        return result
+    return dataclasses.replace(result, cost=cost_of(system, 1.0, tokens_per_s, kind))
 
 
 def _simulate_training(run: TrainingRequest, keep_schedule: bool) -> Result:
@@ -125,7 +143,9 @@ def _simulate_training(run: TrainingRequest, keep_schedule: bool) -> Result:
     sysm, n = request.system, request.num_gpus
     # The bands are residuals of the shipped profile (a user profile has its own accuracy), and only
     # a family with validation rows has one.
-    band = None if request.calibration else error_band(request.spec.name, n, strat, sysm.gpu.name)
+    band = None if request.calibration else error_band(
+        request.spec.name, n, strat, sysm.gpu.name, architecture=sysm.gpu.architecture,
+        kernels_from=_kernels_from(compute))
     if band is not None and "family" not in band["matched"]:
         band = None
     tables = bool(request.workload.tables)
@@ -146,6 +166,17 @@ def _has_attention(plan) -> bool:
     from madmax.parallel.kernels import KernelKind
 
     return any(k.kind is KernelKind.ATTENTION for unit in plan.units.values() for k in unit.fwd)
+
+
+def _kernels_from(compute) -> str:
+    """Where a GPU's kernel efficiencies come from, for the error band's note: the profile's device, and whether
+    its large-GEMM level is rescaled by the GPU's own measured ceiling (efficiency.yaml gemm_ceiling)."""
+    from madmax.hardware.profile import gemm_ceiling_scale
+
+    gpu, device = compute.gpu, compute.profile.device
+    if gemm_ceiling_scale((gpu.name, *gpu.aliases), device, DType.BF16, DType.BF16) is None:
+        return f"{device}, used as measured"
+    return f"{device}, rescaled by {gpu.name}'s measured large-GEMM ceiling"
 
 
 def _choose_recompute(run: TrainingRequest, reserved: Reserve, compute, network):

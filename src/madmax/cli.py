@@ -69,6 +69,11 @@ class CatalogKind(StrEnum):
     systems = "systems"
 
 
+class TemplateKind(StrEnum):
+    gpu = "gpu"
+    system = "system"
+
+
 class SchemaKind(StrEnum):
     model = "model"
     system = "system"
@@ -144,6 +149,10 @@ ExpertLoadOpt = Annotated[str | None, typer.Option(help="MoE routing load: balan
                                                         "rank's tokens over the mean (e.g. 1.3), or zipf:ALPHA.")]
 CapacityFactorOpt = Annotated[float | None, typer.Option(help="MoE expert capacity over the mean share; tokens "
                                                               "beyond it are dropped (default: dropless).")]
+PriceOpt = Annotated[float | None, typer.Option(help="USD per GPU-hour, overriding the system's price (cost "
+                                                    "objective and the result's cost block).")]
+PowerOpt = Annotated[float | None, typer.Option(help="W per GPU at load, the rest of the node included, overriding "
+                                                    "the system's node power (energy objective and cost block).")]
 
 
 @app.command()
@@ -191,6 +200,8 @@ def simulate(
     expert_load: ExpertLoadOpt = None,
     capacity_factor: CapacityFactorOpt = None,
     calibration: CalibrationOpt = None,
+    price: PriceOpt = None,
+    power: PowerOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
     trace: Annotated[Path | None, typer.Option(help="Write a Chrome/Perfetto trace JSON here.")] = None,
 ) -> None:
@@ -207,7 +218,8 @@ def simulate(
                               frozen_layers=frozen_layers,
                               lora_targets=lora_targets.split(",") if lora_targets else None,
                               expert_load=expert_load, capacity_factor=capacity_factor,
-                              calibration=calibration, keep_schedule=trace is not None)
+                              calibration=calibration, keep_schedule=trace is not None, price=price,
+                              power=power)
         if trace is not None:
             from madmax.report.trace import write_trace
 
@@ -274,6 +286,35 @@ def catalog_show(name: Annotated[str, typer.Argument(help="A GPU, system or mode
     _fail(f"catalog name {name!r} is not a model, system or GPU; see `madmax catalog list models|systems|gpus`")
 
 
+@catalog_app.command("template")
+def catalog_template(
+    kind: Annotated[TemplateKind, typer.Argument(help="gpu or system.")],
+    out: Annotated[Path | None, typer.Option("--out", help="Write it to this file (default: print it).")] = None,
+) -> None:
+    """Write an annotated YAML file of a GPU or a system to fill in from a datasheet (valid as it stands)."""
+    from madmax.config.checks import writable_file
+    from madmax.hardware.profile import catalog_path
+
+    text = catalog_path(f"templates/{kind.value}.yaml").read_text(encoding="utf-8")
+    if out is None:
+        typer.echo(text, nl=False)
+        return
+    try:
+        writable_file(out, "out")
+        if out.exists():
+            raise MadmaxError(f"out={str(out)!r} exists; allowed: a new file name (a template never overwrites)")
+        out.write_text(text, encoding="utf-8")
+    except MadmaxError as exc:
+        _fail(str(exc))
+        return
+    except OSError as exc:
+        _fail(f"out={str(out)!r} cannot be written: {exc.strerror or exc}")
+        return
+    nxt = ("madmax catalog template system (gpu: " + str(out) + ")" if kind is TemplateKind.gpu
+           else f"madmax simulate -m llama-3.1-8b -s {out}")
+    typer.echo(f"wrote {out}: fill in its numbers and sources from the datasheet, then: {nxt}", err=True)
+
+
 @app.command()
 def schema(kind: Annotated[SchemaKind, typer.Argument(help="model, system, gpu, task or strategy.")]) -> None:
     """Print the JSON Schema of an input file kind."""
@@ -293,7 +334,8 @@ def schema(kind: Annotated[SchemaKind, typer.Argument(help="model, system, gpu, 
 def validate(
     datasets: Annotated[list[str] | None, typer.Argument(
         help="narayanan2021, korthikanti2022, nemo, vtrain_single, vtrain_multi, nvidia_dlrm, "
-             "megatron_bridge_moe, automodel_moe, trtllm_static, serving_h100, or CSV files; default all.")] = None,
+             "megatron_bridge_moe, automodel_moe, trtllm_static, serving_h100, mlperf_amd, or CSV files; default "
+             "all.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summaries as JSON.")] = False,
     out: Annotated[Path | None, typer.Option("--out", help="Write every row's result to this CSV.")] = None,
     markdown: Annotated[Path | None, typer.Option(help="Write the report page (docs/validation.md).")] = None,
@@ -461,6 +503,8 @@ def search(
     fp8_params: Annotated[bool, typer.Option(help="With --dtype fp8: keep every candidate's GEMM weights in fp8 "
                                                   "only (strategy key fp8_params; ZeRO 0-2).")] = False,
     calibration: CalibrationOpt = None,
+    price: PriceOpt = None,
+    power: PowerOpt = None,
     prompt_len: PromptLenOpt = None,
     output_len: OutputLenOpt = None,
     mode: Annotated[str, typer.Option(help="Serving mode simulated for the best (inference): static, "
@@ -485,7 +529,8 @@ def search(
                      "max_etp": max_etp, "ep_overlap": ep_overlap, "expert_load": expert_load,
                      "capacity_factor": capacity_factor, "fp8_params": fp8_params or None,
                      "objective": None if objective == "throughput" else objective, "hybrid": None if hybrid else False,
-                     "refine": None if refine == 2000 else refine, "workers": None if workers == 1 else workers}
+                     "refine": None if refine == 2000 else refine, "workers": None if workers == 1 else workers,
+                     "price": price, "power": power}
     serving_only = {"prompt_len": prompt_len, "output_len": output_len, "mode": None if mode == "static" else mode,
                     "dtypes": dtypes, "kv_dtypes": kv_dtypes, "max_ttft": max_ttft,
                     "max_tpot": max_tpot, "max_batch": max_batch}
@@ -529,7 +574,8 @@ def search(
                            lora_targets=lora_targets.split(",") if lora_targets else None,
                            emb=emb.split(",") if emb else None, max_ep=max_ep, max_etp=max_etp,
                            ep_overlap=numbers(ep_overlap, "ep_overlap"), expert_load=expert_load,
-                           capacity_factor=capacity_factor, stack=stack, fp8_params=fp8_params)
+                           capacity_factor=capacity_factor, stack=stack, fp8_params=fp8_params, price=price,
+                           power=power)
         wall = time.perf_counter() - start
         if out is not None:
             try:
@@ -598,23 +644,27 @@ def sweep(
     workers: Annotated[int | None, typer.Option(help="Worker processes (default: CPU count).")] = None,
     price: Annotated[list[str] | None, typer.Option(help="USD per GPU-hour overriding the catalog and the "
                                                          "file: SYSTEM=USD, or USD for all; repeatable.")] = None,
+    power: Annotated[list[str] | None, typer.Option(help="W per GPU at load (the rest of the node included) "
+                                                         "overriding the catalog: SYSTEM=W, or W for all; "
+                                                         "repeatable.")] = None,
     limit: Annotated[int | None, typer.Option(help="Stop after this many new points (resume later); a sweep "
                                                    "of over 1,000,000 points runs in such parts.")] = None,
     progress: Annotated[bool, typer.Option(help="Show a progress bar with rate and ETA.")] = True,
 ) -> None:
     """Evaluate every point of a sweep into Parquet shards; an interrupted sweep resumes where it stopped."""
-    from madmax.sweep.runner import parse_prices, run_sweep
+    from madmax.sweep.runner import parse_powers, parse_prices, run_sweep
     from madmax.sweep.spec import load_sweep
 
     try:
         prices = parse_prices(price or [])
+        powers = parse_powers(power or [])
         if limit is not None and limit < 1:
             raise MadmaxError(f"--limit={limit} must be a positive number of points")
         loaded = load_sweep(spec)
         directory = out or Path(f"{spec.stem}-results")
         with _warnings_as_lines():
-            summary = run_sweep(loaded, directory, workers=workers, dask=dask, prices=prices, progress=progress,
-                                stop_after=limit)
+            summary = run_sweep(loaded, directory, workers=workers, dask=dask, prices=prices, powers=powers,
+                                progress=progress, stop_after=limit)
     except MadmaxError as exc:
         _fail(str(exc))
         return

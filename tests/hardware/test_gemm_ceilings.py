@@ -33,6 +33,18 @@ BF16, FP8, FP4, MXFP8, TF32 = DType.BF16, DType.FP8, DType.FP4, DType.MXFP8, DTy
         ("b300", FP8, FP8, 0.745 / 0.734, "fp8"),
         ("h100-sxm", FP8, FP8, 1.0, "fp8"),            # H100 and H200 share one entry
         ("a100-80gb", BF16, BF16, 0.859 / 0.803, "bf16"),
+        # AMD's MAF table (rocm-blogs, Max-Achievable FLOPs part 2): MI300X bf16 708 / fp16 654 / fp8 1273 TFLOPs of
+        # 1307.4 / 1307.4 / 2614.9 -> 0.542 / 0.500 / 0.487; MI325X 843 / 794 / 1519 -> 0.645 / 0.607 / 0.581.
+        ("mi300x", BF16, BF16, 0.542 / 0.803, "bf16"),
+        ("mi300x", DType.FP16, BF16, 0.500 / 0.803, "fp16"),  # fp16 takes bf16's efficiency, its own ceiling
+        ("mi300x", FP8, FP8, 0.487 / 0.734, "fp8"),
+        ("mi325x", BF16, BF16, 0.645 / 0.803, "bf16"),
+        ("mi325x", FP8, FP8, 0.581 / 0.734, "fp8"),
+        # MI355X: Bekman's 1565.0 of 2516.6 TFLOPS bf16 (0.622); fp8 and fp4 assumed (0.560, 0.427)
+        ("mi355x", BF16, BF16, 0.622 / 0.803, "bf16"),
+        ("mi355x", FP4, FP8, 0.427 / 0.734, "fp4"),
+        ("gh200-144gb", BF16, BF16, 0.838 / 0.803, "bf16"),
+        ("gh200-96gb", FP8, FP8, 0.776 / 0.734, "fp8"),
     ],
 )
 def test_each_ceiling_is_looked_up_for_the_gpu_it_names(gpu, dtype, fitted, expected, read):
@@ -84,8 +96,9 @@ def test_fallbacks_and_assumed_ceilings_are_listed():
     assert any(a.startswith("GEMM ceiling of gpu gb300 for bf16, fp8, fp4 not measured on it: GB200's") for a in gb300)
     gb200 = compute_model(load_gpu("gb200")).assumptions
     assert any(a.startswith("GEMM ceiling of gpu gb200 for fp4 not measured on it") for a in gb200)
-    mi300x = compute_model(load_gpu("mi300x")).assumptions
-    assert "no measured GEMM ceiling for gpu mi300x: NVIDIA H200's efficiencies used as they are" in mi300x
+    custom = load_gpu("mi300x").model_copy(update={"name": "my-accelerator", "aliases": []})
+    assert "no measured GEMM ceiling for gpu my-accelerator: NVIDIA H200's efficiencies used as they are" in \
+        compute_model(custom).assumptions
 
 
 def test_attention_takes_the_bf16_ceiling_in_every_dtype():
@@ -159,3 +172,20 @@ def test_a_busbw_table_without_an_entry_from_one_rank_is_a_config_error(monkeypa
     with pytest.raises(ConfigError, match=r"^efficiency\.yaml nvlink\.all_reduce=\{8: 0\.88\}: need fractions > 0 "
                                           r"and an entry from 1 rank$"):
         network_model(system)
+
+
+def test_amd_assumed_ceilings_are_listed():
+    mi355x = compute_model(load_gpu("mi355x")).assumptions
+    expected = "GEMM ceiling of gpu mi355x for fp8, fp4 not measured on it: fp8 from MI325X's"
+    assert any(a.startswith(expected) for a in mi355x)
+    assert not any("not measured on it" in a for a in compute_model(load_gpu("mi300x")).assumptions)
+
+
+def test_a_bf16_gemm_on_mi300x_by_hand():
+    # The H200 profile's bf16 shape law (same k0, n0) on both; the MI300X's large-GEMM level is rescaled by its
+    # ceiling, 0.542/0.803, on its 1307.4 TFLOPS peak. At 8192^3 both are compute bound, so the time ratio is
+    # (989e12 x 1) / (1307.4e12 x 0.542/0.803) = 1.120738.
+    h200, mi300x = compute_model(load_gpu("h200")), compute_model(load_gpu("mi300x"))
+    ratio = mi300x.gemm_s(8192, 8192, 8192, BF16) / h200.gemm_s(8192, 8192, 8192, BF16)
+    assert ratio == pytest.approx(989 / (1307.4 * 0.542 / 0.803), rel=1e-9)
+    assert ratio == pytest.approx(1.120738, rel=1e-6)

@@ -66,3 +66,94 @@ def test_shipped_table_answers_every_regime():
                  ("mixtral-8x7b", 64, "tp+dp", "h200")]:
         band = error_band(*args)
         assert band["rows"] >= trust.MIN_ROWS and 0 <= band["p50_abs_pct"] <= band["p90_abs_pct"]
+
+
+@pytest.fixture
+def transfer(tmp_path, monkeypatch, table):
+    # A cross-architecture error of 20% typical, 40% p90, measured on ampere rows with hopper kernels.
+    path = tmp_path / "transfer.yaml"
+    trust.write_transfer({"profile_architecture": "hopper", "architectures": ["ampere"], "rows": 12,
+                          "p50_abs_pct": 20.0, "p90_abs_pct": 40.0, "median_signed_pct": -20.0}, path, "test")
+    monkeypatch.setattr(trust, "transfer_path", lambda: path)
+    for cached in (trust.transfer_error, trust.measured_architectures):
+        cached.cache_clear()
+    yield path
+    for cached in (trust.transfer_error, trust.measured_architectures):
+        cached.cache_clear()
+
+
+def test_a_gpu_of_a_measured_architecture_keeps_its_band(transfer):
+    # h200 (hopper) has no rows of its own but h100-sxm (hopper) has: the band as before, no note.
+    band = error_band("mistral-7b", 4, "tp", "h200")
+    assert band["p50_abs_pct"] == 30.0 and "note" not in band
+    assert trust.measured_architectures() == {"ampere", "hopper"}
+
+
+def test_an_unmeasured_architecture_is_widened_and_says_so(transfer):
+    # b200 (blackwell): the gpt/tp/1-8 group, |e| p50 30, p90 46, combined with the transfer error 20 / 40
+    # as independent errors: sqrt(30^2 + 20^2) = 36.06, sqrt(46^2 + 40^2) = 60.96.
+    band = error_band("gpt3-175b", 8, "tp", "b200", kernels_from="NVIDIA H200")
+    assert (band["p50_abs_pct"], band["p90_abs_pct"]) == (36.06, 60.96)
+    assert (band["median_signed_pct"], band["rows"]) == (-30.0, 5)
+    assert band["basis"] == "same family, parallelism, scale"
+    assert band["widened_by"] == {"p50_abs_pct": 20.0, "p90_abs_pct": 40.0}
+    assert band["note"].startswith("no measured runs on this GPU (b200, blackwell): kernel efficiency borrowed from "
+                                   "NVIDIA H200; band widened by the cross-architecture error, ±20% typical, ±40% p90")
+
+
+def test_a_system_files_own_gpu_is_judged_by_its_architecture(transfer):
+    # A GPU that is no catalog entry: its architecture decides (ampere has rows; cdna3 and none have not).
+    assert "note" not in error_band("gpt", 8, "tp", "my-gpu", architecture="ampere")
+    assert error_band("gpt", 8, "tp", "my-gpu", architecture="cdna3")["p50_abs_pct"] == 36.06
+    assert error_band("gpt", 8, "tp", "my-gpu")["note"].startswith("no measured runs on this GPU (my-gpu): ")
+
+
+def test_without_a_transfer_error_the_band_is_kept_but_flagged(table, tmp_path, monkeypatch):
+    monkeypatch.setattr(trust, "transfer_path", lambda: tmp_path / "absent.yaml")
+    trust.transfer_error.cache_clear()
+    trust.measured_architectures.cache_clear()
+    band = error_band("gpt3-175b", 8, "tp", "mi300x")
+    assert band["p50_abs_pct"] == 30.0 and band["widened_by"] is None
+    assert band["note"].endswith("no cross-architecture error to widen the band by")
+    trust.transfer_error.cache_clear()
+    trust.measured_architectures.cache_clear()
+
+
+def test_transfer_summary_by_hand():
+    # Residuals on hopper are the profile's own architecture and left out; the others: |e| = 10, 20, 30, 40:
+    # median 25, p90 = 30 + 0.7 * 10 = 37 (numpy linear); signed -20, -10, 30, 40: median (-10 + 30) / 2 = 10.
+    residuals = [("hopper", 99.0), ("ampere", -10.0), ("ampere", -20.0), ("volta", 30.0), ("ampere", 40.0),
+                 (None, 50.0)]
+    s = trust.transfer_summary(residuals, "hopper")
+    assert s == {"profile_architecture": "hopper", "architectures": ["ampere", "volta"], "rows": 4,
+                 "p50_abs_pct": 25.0, "p90_abs_pct": 37.0, "median_signed_pct": 10.0}
+    assert trust.transfer_summary([("hopper", 1.0)], "hopper")["rows"] == 0
+
+
+def test_the_shipped_transfer_error_widens_amd():
+    for cached in (trust._table, trust.transfer_error, trust.measured_architectures):
+        cached.cache_clear()
+    t = trust.transfer_error()
+    assert t is not None and t["profile_architecture"] == "hopper" and "hopper" not in t["architectures"]
+    band = error_band("llama-3.1-70b", 16, "tp+dp", "mi300x", kernels_from="NVIDIA H200")
+    assert band["widened_by"] == {"p50_abs_pct": t["p50_abs_pct"], "p90_abs_pct": t["p90_abs_pct"]}
+    assert "no measured runs on this GPU (mi300x, cdna3)" in band["note"]
+    assert "note" not in error_band("llama-3.1-70b", 16, "tp+dp", "h100-sxm")
+
+
+def test_write_bands_writes_the_transfer_error_beside(tmp_path):
+    # Two A100 rows (ampere) and one H100 row (hopper, the default profile's device, left out):
+    # |e| 10 and 30 -> median 20, p90 10 + 0.9 * 20 = 28; signed -10, +30 -> median +10.
+    from types import SimpleNamespace
+
+    from madmax.validate.command import write_transfer_of
+
+    rows = [SimpleNamespace(case=SimpleNamespace(gpu=g), signed_error_pct=e)
+            for g, e in (("a100-80gb", -10.0), ("a100-40gb", 30.0), ("h100-sxm", 99.0))]
+    path = write_transfer_of(rows, tmp_path / "transfer_error.yaml")
+    text = path.read_text()
+    assert text.startswith("# GENERATED by `madmax validate --write-bands`")
+    import yaml
+
+    assert yaml.safe_load(text) == {"profile_architecture": "hopper", "architectures": ["ampere"], "rows": 2,
+                                    "p50_abs_pct": 20.0, "p90_abs_pct": 28.0, "median_signed_pct": 10.0}

@@ -144,6 +144,16 @@ def positive_number(value: Any, field: str, unit: str) -> float:
     return float(value)
 
 
+def nonnegative_number(value: Any, field: str, unit: str) -> float:
+    """`value` as a float if it is a finite number of at least 0 and at most MAX_FLOAT; else ConfigError."""
+    allowed = f"allowed: a finite number of {unit}, 0 or more, at most {MAX_FLOAT:g}"
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ConfigError(f"{field}={shown(value)} is not a number; {allowed}")
+    if not 0 <= value <= MAX_FLOAT:  # also false for NaN
+        raise ConfigError(f"{field}={shown(value)} is out of range; {allowed}")
+    return float(value)
+
+
 def name_or_path(value: Any, field: str) -> str | Path:
     """`value` if it is a name or a path (str or Path); else ConfigError naming what was given."""
     if isinstance(value, str | Path):

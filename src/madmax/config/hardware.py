@@ -24,6 +24,7 @@ class Architecture(StrEnum):
     HOPPER = "hopper"  # sm90
     BLACKWELL = "blackwell"  # sm100 (B200, GB200)
     BLACKWELL_ULTRA = "blackwell-ultra"  # sm103 (B300, GB300)
+    BLACKWELL_RTX = "blackwell-rtx"  # sm120 (GeForce RTX 50, RTX PRO Blackwell): no tcgen05 tensor cores
     CDNA3 = "cdna3"  # gfx942 (MI300X, MI325X)
     CDNA4 = "cdna4"  # gfx950 (MI350X, MI355X)
 
@@ -79,6 +80,7 @@ class GPU(Schema):
 
 class FabricKind(StrEnum):
     NVLINK = "nvlink"
+    NVLINK_C2C = "nvlink-c2c"  # Grace-Hopper/Blackwell chip-to-chip link between the GPU and its CPU (host_link)
     PCIE = "pcie"
     XGMI = "xgmi"
     INFINIBAND = "infiniband"
@@ -94,10 +96,40 @@ class Fabric(Schema):
     latency_s: Seconds = Field(ge=0, description="Latency of one point-to-point message, seconds.")
 
 
+class ScaleUpTopology(StrEnum):
+    """How the GPUs of a scale-up domain are wired.
+
+    switch: every GPU reaches the switch (NVSwitch, a PCIe switch or root complex) at `bytes_per_s`, whichever
+    peers it talks to. full_mesh: every GPU has one direct link to each of the other domain_size - 1 GPUs (AMD
+    Instinct platforms: 7 Infinity Fabric (xGMI) links per GPU on an 8-GPU board), so a group of n GPUs inside
+    the domain reaches only n - 1 of its links: bytes_per_s (n - 1) / (domain_size - 1)."""
+
+    SWITCH = "switch"
+    FULL_MESH = "full_mesh"
+
+
 class ScaleUp(Fabric):
-    """The scale-up domain (NVLink/NVSwitch, xGMI or PCIe) joining `domain_size` GPUs at full bandwidth."""
+    """The scale-up domain (NVLink/NVSwitch, xGMI or PCIe) joining `domain_size` GPUs."""
 
     domain_size: PositiveInt = Field(description="GPUs in one scale-up domain, e.g. 8 (DGX) or 72 (NVL72).")
+    topology: ScaleUpTopology = Field(
+        ScaleUpTopology.SWITCH, description="switch (default): every group gets bytes_per_s per GPU per direction; "
+        "full_mesh: one link per peer, bytes_per_s is the sum over a GPU's domain_size - 1 links, and a group of n "
+        "GPUs in the domain gets (n - 1) / (domain_size - 1) of it (AMD xGMI).")
+
+    @model_validator(mode="after")
+    def _mesh_has_peers(self) -> ScaleUp:
+        if self.topology is ScaleUpTopology.FULL_MESH and self.domain_size < 2:
+            raise ValueError(f"topology=full_mesh needs domain_size >= 2, got {self.domain_size}; allowed: a mesh of "
+                             "2 or more GPUs, or topology=switch")
+        return self
+
+    def group_bytes_per_s(self, n: int) -> float:
+        """Peak bandwidth per GPU per direction a group of n GPUs inside the domain can use (bytes/s):
+        bytes_per_s on a switch; bytes_per_s (n - 1) / (D - 1) on a full mesh of D GPUs (n - 1 of its links)."""
+        if self.topology is ScaleUpTopology.SWITCH or n < 2:
+            return self.bytes_per_s
+        return self.bytes_per_s * (min(n, self.domain_size) - 1) / (self.domain_size - 1)
 
 
 class ScaleOut(Fabric):
@@ -153,3 +185,24 @@ class System(Schema):
     def with_gpus(self, num_gpus: int) -> System:
         """The same system sized to `num_gpus` GPUs."""
         return System.model_validate({**self.model_dump(), "num_gpus": num_gpus})
+
+    def with_costs(self, price_per_gpu_hour_usd: float | None = None, power_per_gpu_w: float | None = None) -> System:
+        """The system with its price and power replaced (`--price`, `--power`); None keeps the system's own.
+
+        price_per_gpu_hour_usd: USD per GPU-hour (>= 0). power_per_gpu_w: what the system draws at load per GPU,
+        the rest of the node included (> 0): node_power_w = power_per_gpu_w x gpus_per_node. ConfigError (one
+        sentence naming `price` or `power`) for a negative, zero power, infinite or non-numeric value.
+        """
+        from madmax.config.checks import nonnegative_number, positive_number
+
+        update: dict[str, float] = {}
+        if price_per_gpu_hour_usd is not None:
+            update["price_per_gpu_hour_usd"] = nonnegative_number(price_per_gpu_hour_usd, "price", "USD per GPU-hour")
+        if power_per_gpu_w is not None:
+            watts = positive_number(power_per_gpu_w, "power", "W per GPU")
+            update["node_power_w"] = watts * self.gpus_per_node
+        if not update:
+            return self
+        sources = {k: v for k, v in self.sources.items() if k not in update}
+        given = {"price_per_gpu_hour_usd": "--price", "node_power_w": "--power (W per GPU x gpus_per_node)"}
+        return self.model_copy(update={**update, "sources": {**sources, **{k: f"given: {given[k]}" for k in update}}})

@@ -21,6 +21,12 @@ its own NIC, so B_out is per GPU) + all_gather inside (S); all_gather = all_gath
 scale-up and intra*(inter-1)/n of S over the scale-out fabric at the same time, and lasts as long as
 the slower one; send_recv between domains uses the scale-out fabric.
 
+A full-mesh scale-up domain (`ScaleUp.topology`, AMD Instinct boards: one xGMI link from each GPU to each of
+its D - 1 peers) gives a group of n GPUs inside it n - 1 links: its peak is bytes_per_s (n - 1) / (D - 1), so a
+tensor-parallel pair gets one link's bandwidth and a group of all eight every link. RCCL runs its rings over
+those links (several rings, one per link direction; ROCm/rccl src/graph), so the ring formulas above hold with
+B = that peak x the busbw fraction; send_recv between two GPUs uses their one link.
+
 alpha is the fabric's `latency_s` from the system description. B = fabric peak * busbw fraction, the
 fraction from `catalog/efficiency.yaml` by fabric kind, GPU and collective (nccl-tests measurements).
 A calibration profile's measured collectives (`network`, from `madmax calibrate` on nccl-tests output)
@@ -51,7 +57,7 @@ from functools import lru_cache
 from typing import Any
 
 from madmax.collective import Collective, Span
-from madmax.config.hardware import Fabric, System
+from madmax.config.hardware import Fabric, ScaleUp, ScaleUpTopology, System
 from madmax.errors import ConfigError
 from madmax.hardware.profile import efficiency_table
 
@@ -116,9 +122,17 @@ class _Level:
     latency_s: float
     fractions: dict[str, Steps]
     latencies: dict[str, Steps] = field(default_factory=dict)
+    mesh_peers: int = 0  # D - 1 on a full mesh of D GPUs (one link per peer), 0 on a switch
 
     def busbw(self, kind: str, n: int) -> float:
-        return self.bytes_per_s * _fraction(self.fractions[kind], n)
+        """B of `kind` over a group of n: peak x busbw fraction, on a full mesh of the n - 1 links the group
+        reaches (peak (n - 1) / (D - 1), `ScaleUp.group_bytes_per_s`)."""
+        return self.busbw_peak(n) * _fraction(self.fractions[kind], n)
+
+    def busbw_peak(self, n: int) -> float:
+        """Peak per GPU per direction a group of n reaches: bytes_per_s, or (n - 1) of D - 1 mesh links."""
+        links = (min(n, self.mesh_peers + 1) - 1) / self.mesh_peers if self.mesh_peers and n > 1 else 1.0
+        return self.bytes_per_s * links
 
     def latency(self, kind: str, n: int) -> float:
         """alpha of `kind` over a group of n: the measured one where a fit gives it, else the fabric's."""
@@ -129,7 +143,7 @@ class _Level:
         """The level as seen by traffic that crosses an oversubscribed, farther spine tier."""
         latencies = {k: tuple((n, a + extra_latency_s) for n, a in steps) for k, steps in self.latencies.items()}
         return _Level(self.bytes_per_s / oversubscription, self.latency_s + extra_latency_s, self.fractions,
-                      latencies)
+                      latencies, self.mesh_peers)
 
 
 @dataclass(frozen=True)
@@ -175,7 +189,9 @@ def _level(fabric: Fabric, gpu_names: set[str], label: str) -> tuple[_Level, lis
     if entry.get("assumed"):
         notes.append(f"{label} fabric {kind}: {used} busbw fractions are assumed ({entry['source']})")
     fractions = {str(c): _steps(entry["busbw_fraction"][str(c)], f"{kind}.{c}") for c in Collective}
-    return _Level(fabric.bytes_per_s, fabric.latency_s, fractions), notes
+    mesh = isinstance(fabric, ScaleUp) and fabric.topology is ScaleUpTopology.FULL_MESH
+    peers = fabric.domain_size - 1 if mesh else 0
+    return _Level(fabric.bytes_per_s, fabric.latency_s, fractions, mesh_peers=peers), notes
 
 
 _KINDS = tuple(str(c) for c in Collective)
@@ -313,12 +329,15 @@ def _with_fits(up: _Level, out: _Level, fits: tuple[Any, ...]) -> tuple[_Level, 
         which, size = ("up", fit.num_gpus) if fit.num_nodes == 1 else ("out", fit.num_nodes)
         by_size.setdefault((which, str(fit.collective)), {})[size] = fit
         latency[which] = fit.step_latency_s
-    levels = {which: _Level(level.bytes_per_s, latency[which], dict(level.fractions), dict(level.latencies))
+    levels = {which: _Level(level.bytes_per_s, latency[which], dict(level.fractions), dict(level.latencies),
+                            level.mesh_peers)
               for which, level in (("up", up), ("out", out))}
     for (which, kind), sized in by_size.items():
         level, sizes = levels[which], sorted(sized)
         starts = [1, *sizes[1:]]  # the smallest measured size also stands for smaller groups
-        level.fractions[kind] = tuple((start, sized[n].busbw_bytes_per_s / level.bytes_per_s)
+        # The fit's busbw is measured on its group: as a fraction of what that group's links carry (on a full
+        # mesh, n - 1 of D - 1 links), so that busbw() gives it back for the measured size.
+        level.fractions[kind] = tuple((start, sized[n].busbw_bytes_per_s / level.busbw_peak(n))
                                       for start, n in zip(starts, sizes, strict=True))
         level.latencies[kind] = tuple((start, sized[n].step_latency_s) for start, n in zip(starts, sizes, strict=True))
     return levels["up"], levels["out"]
@@ -327,7 +346,7 @@ def _with_fits(up: _Level, out: _Level, fits: tuple[Any, ...]) -> tuple[_Level, 
 def _system_key(system: System) -> tuple:
     up, out = system.scale_up, system.scale_out
     return (system.name, system.gpu.name, system.gpus_per_node, str(up.kind), up.bytes_per_s, up.latency_s,
-            up.domain_size, str(out.kind), out.bytes_per_s, out.latency_s, out.nodes_per_leaf,
+            up.domain_size, str(up.topology), str(out.kind), out.bytes_per_s, out.latency_s, out.nodes_per_leaf,
             out.spine_oversubscription, out.spine_latency_s, system.sources.get("scale_out.spine_latency_s"))
 
 

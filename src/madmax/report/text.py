@@ -50,6 +50,8 @@ def print_result(result: Result, console: Console | None = None) -> None:
                                 f"{result.memory['capacity'] / GIB:,.0f} GiB"),
         ("fits", "yes" if result.fits else f"[red]NO[/red]: {result.fits_reason}"),
     ]
+    if result.cost:
+        rows.append(("cost", _cost_text(result.cost, "tokens")))
     band = result.error_band
     if band and band.get("p50_abs_pct") is not None:
         rows.append(("expected error", f"±{band['p50_abs_pct']:.0f}% typical, ±{band['p90_abs_pct']:.0f}% p90 "
@@ -57,6 +59,8 @@ def print_result(result: Result, console: Console | None = None) -> None:
     for key, value in rows:
         head.add_row(key, value)
     console.print(head)
+    if band and band.get("note"):
+        console.print(f"[yellow]expected error: {band['note']}[/yellow]")
     b = result.breakdown
     table = Table(title=f"Breakdown of stage {b['stage']} (critical path)", title_justify="left",
                   caption=EXPOSED_CAPTION if b["communication_s"] else None, caption_justify="left")
@@ -115,6 +119,8 @@ def print_serving(result: ServingResult, console: Console | None = None) -> None
     if result.goodput:
         g = result.goodput
         rows.append(("goodput", f"{g['requests_per_s']:,.2f} requests/s ({g['fraction']:.0%} within the limits)"))
+    if result.cost:
+        rows.append(("cost", _cost_text(result.cost, "output_tokens")))
     for key, value in rows:
         head.add_row(key, value)
     console.print(head)
@@ -216,6 +222,19 @@ def print_catalog_list(kind: str, console: Console | None = None) -> None:
             cells = [""] * len(columns)
         table.add_row(entry["name"], *cells, ", ".join(entry.get("aliases", [])))
     console.print(table)
+
+
+def _cost_text(cost: dict, kind: str) -> str:
+    """'$0.32 per million tokens at $12.29/GPU-h; 0.12 J per token at 10.2 kW' (either part when known)."""
+    parts = []
+    if cost.get(f"usd_per_million_{kind}") is not None:
+        parts.append(f"${cost[f'usd_per_million_{kind}']:,.3g} per million {kind.replace('_', ' ')} at "
+                     f"${cost['price_per_gpu_hour_usd']:,.2f}/GPU-h")
+    per = cost.get(f"joules_per_{kind[:-1]}")
+    if per is not None:
+        parts.append(f"{per:,.3g} J per {kind[:-1].replace('_', ' ')} at {cost['power_w'] / 1e3:,.3g} kW "
+                     f"({cost['power_basis']})")
+    return "; ".join(parts)
 
 
 def _gpu_row(name: str) -> list[str]:

@@ -57,6 +57,7 @@ class ServingResult:
     latency: dict[str, dict[str, float | None]] | None = None  # None: no such interval (`percentiles`)
     goodput: dict[str, float] | None = None
     error_band: dict[str, Any] | None = None
+    cost: dict[str, Any] | None = None  # per million output tokens (`madmax.results.cost.cost_of`), as Result's
     schedule: Schedule | None = field(default=None, repr=False, compare=False)
     memory_timeline: dict[int, list[tuple[float, float]]] | None = field(default=None, repr=False, compare=False)
 
@@ -86,6 +87,8 @@ class ServingResult:
             out["latency"] = self.latency
         if self.goodput is not None:
             out["goodput"] = self.goodput
+        if self.cost is not None:
+            out["cost"] = self.cost
         return out
 
 

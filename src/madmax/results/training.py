@@ -52,11 +52,14 @@ class Result:
     recompute_choice: str | None = None
     # The training stack whose profile the prediction used (catalog/training_stacks.yaml).
     stack: str = ""
+    # Price and energy per token (`madmax.results.cost.cost_of`): only where a price is known or --price or
+    # --power is given, so the other results keep their keys.
+    cost: dict[str, Any] | None = None
     schedule: Schedule | None = field(default=None, repr=False, compare=False)
     memory_timeline: dict[int, list[tuple[float, float]]] | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "model": self.model, "system": self.system, "num_gpus": self.num_gpus, "task": self.task,
             "strategy": self.strategy, "dtype": self.dtype, "global_batch": self.global_batch,
             "seq_len": self.seq_len, "iteration_time_s": self.iteration_time_s,
@@ -68,6 +71,9 @@ class Result:
             "memory": self.memory, "assumptions": list(self.assumptions), "error_band": self.error_band,
             "recompute_choice": self.recompute_choice, "stack": self.stack,
         }
+        if self.cost is not None:
+            out["cost"] = self.cost
+        return out
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,8 @@ def find(model: Any, system: Any, num_gpus: int | None = None, task: Any = "pret
          hybrid: bool = True, orders: list[str] | str | None = None, emb: list[str] | None = None,
          max_ep: int | None = None, max_etp: int | None = None, ep_overlap: list[bool] | None = None,
          calibration: str | Path | None = None, workers: int = 1, stack: str | None = None,
-         fp8_params: bool = False, **task_fields: Any) -> Outcome:
+         fp8_params: bool = False, price: float | None = None, power: float | None = None,
+         **task_fields: Any) -> Outcome:
     """Search every valid strategy; see `search` for the arguments. Returns the full `Outcome`."""
     _check_stack(stack)
     ctx = prepare(model, system, num_gpus, task, global_batch, seq_len, dtype, calibration=calibration,
@@ -65,7 +66,7 @@ def find(model: Any, system: Any, num_gpus: int | None = None, task: Any = "pret
     for name, value in (("max_tp", max_tp), ("max_pp", max_pp), ("max_cp", max_cp)):
         if value is not None and value < 1:
             raise ConfigError(f"{name}={value} must be a positive integer")
-    score = scorer(objective, ctx.system, ctx.tokens, tokens)
+    score = scorer(objective, ctx.system.with_costs(price, power), ctx.tokens, tokens)
     experts = {"max_ep": max_ep, "max_etp": max_etp, "ep_overlap": ep_overlap}
     if not ctx.has_experts and (given := [name for name, value in experts.items() if value is not None]):
         raise ConfigError(f"{given[0]} applies to mixture-of-experts models; {ctx.spec.name} has no routed experts; "
@@ -191,7 +192,8 @@ def search(model: Any, system: Any, num_gpus: int | None = None, task: Any = "pr
 
     Same model/system/task arguments as `madmax.simulate` (the global batch is required). Options:
     objective ('throughput' default, 'time', 'cost', 'energy'; see `search.objective` for the power
-    model), tokens (to train; default one iteration), top (strategies reported, default 10), exact
+    model; price, USD per GPU-hour, and power, W per GPU, replace the system's for them), tokens (to train;
+    default one iteration), top (strategies reported, default 10), exact
     (how many of the best by the step replay are simulated, default max(20, 2*top)), refine (how many
     of the best by the closed form are replayed step by step, default 2000), filters max_tp, max_pp,
     max_cp, max_vp, max_mbs, zero=[...], recompute=[...], sp=[...], hybrid (enumerate hybrid sharding

@@ -25,9 +25,9 @@ import numpy as np
 from madmax.config.checks import positive_number
 from madmax.config.hardware import System
 from madmax.errors import ConfigError
+from madmax.results.cost import SECONDS_PER_HOUR, power_w
 
-SECONDS_PER_HOUR = 3600
-
+__all__ = ["SECONDS_PER_HOUR", "UNITS", "Objective", "Scorer", "power_w", "scorer"]
 
 class Objective(StrEnum):
     THROUGHPUT = "throughput"
@@ -75,14 +75,6 @@ class Scorer:
         return v if self.lower_is_better else -v
 
 
-def power_w(system: System) -> float:
-    """Power of the whole cluster at load (W): node power x nodes, else GPU board power x GPUs."""
-    gpus = system.cluster_gpus
-    if system.node_power_w is not None:
-        return system.node_power_w * -(-gpus // system.gpus_per_node)
-    return system.gpu.tdp_w * gpus
-
-
 def scorer(objective: str | Objective, system: System, tokens_per_iteration: int,
            tokens: float | None = None) -> Scorer:
     """The scorer of `objective`; ConfigError for an unknown objective, a cost without a price or
@@ -95,7 +87,8 @@ def scorer(objective: str | Objective, system: System, tokens_per_iteration: int
     tokens = None if tokens is None else positive_number(tokens, "tokens", "tokens to train")
     if obj is Objective.COST and system.price_per_gpu_hour_usd is None:
         raise ConfigError(f"objective=cost needs a price, but system {system.name} has no price_per_gpu_hour_usd; "
-                          "allowed: a system with a price (e.g. p5.48xlarge) or another objective")
+                          "allowed: --price USD per GPU-hour (API price=), a system with a price (e.g. "
+                          "p5.48xlarge) or another objective")
     return Scorer(objective=obj, tokens_per_iteration=tokens_per_iteration,
                   tokens=float(tokens if tokens is not None else tokens_per_iteration),
                   num_gpus=system.cluster_gpus, price_per_gpu_hour_usd=system.price_per_gpu_hour_usd,

@@ -89,8 +89,8 @@ def _evaluate(p: Point) -> dict[str, Any]:
     from madmax.search.objective import power_w
 
     system = apply_whatif(load_system(p.system, p.num_gpus), dict(p.scales))
-    if p.price is not None:
-        system = system.model_copy(update={"price_per_gpu_hour_usd": p.price})
+    if p.price is not None or p.power is not None:
+        system = system.with_costs(p.price, p.power)
     model = load_model(p.model)
     out: dict[str, Any] = {
         "provider": system.provider, "gpu": system.gpu.name, "gpus_per_node": system.gpus_per_node,

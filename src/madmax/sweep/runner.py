@@ -68,13 +68,15 @@ class Summary:
 
 def run_sweep(sweep: Sweep | str | Path | dict, out: str | Path, *, workers: int | None = None,
               dask: Any = None, dask_processes: bool = True, prices: dict[str, float] | None = None,
+              powers: dict[str, float] | None = None,
               progress: bool = False, on_progress: Callable[[int, int], None] | None = None,
               stop_after: int | None = None, chunk_size: int | None = None, flush_rows: int = 1000,
               flush_s: float = 30.0, max_points: int = MAX_POINTS) -> Summary:
     """Evaluate every point of `sweep` not yet stored in `out`; store the rows as Parquet shards there.
 
     workers: processes (default: CPU count; 1 runs here). dask: None, 'local', an address or a Client.
-    prices: USD per GPU-hour by system name ('*': all) over the sweep's. on_progress(done, total) is
+    prices: USD per GPU-hour by system name ('*': all) over the sweep's; powers: W per GPU at load by system
+    name ('*': all) over the catalog's node power. on_progress(done, total) is
     called after each chunk (done counts points stored before this run). stop_after: stop once this many
     points are evaluated (a partial run, resumed by the next). An exception (Ctrl-C) stops the run after
     the rows received so far are written. A sweep of more than `max_points` points needs `stop_after`.
@@ -83,6 +85,8 @@ def run_sweep(sweep: Sweep | str | Path | dict, out: str | Path, *, workers: int
     sweep = sweep if isinstance(sweep, Sweep) else load_sweep(sweep)
     if prices:
         sweep = sweep.with_prices(prices)
+    if powers:
+        sweep = sweep.with_powers(powers)
     workers = (os.cpu_count() or 1) if workers is None else workers
     if workers < 1:
         raise ConfigError(f"workers={workers} must be a positive number of processes")
@@ -279,6 +283,21 @@ def _dask_results(chunks: Iterator[list[Point]], dask: Any, workers: int,
     finally:
         for thing in owned:
             thing.close()
+
+
+def parse_powers(items: list[str]) -> dict[str, float]:
+    """`--power` values as {system: W per GPU}: 'SYSTEM=W' for one system, 'W' for all ('*')."""
+    powers = {}
+    for item in items:
+        name, _, value = item.rpartition("=")
+        try:
+            watts = float(value)
+        except ValueError:
+            watts = -1.0
+        if not 0 < watts < math.inf:
+            raise ConfigError(f"power={item!r} must be SYSTEM=W or W per GPU (> 0), e.g. p4d.24xlarge=800")
+        powers[name.strip() or "*"] = watts
+    return powers
 
 
 def parse_prices(items: list[str]) -> dict[str, float]:

@@ -66,6 +66,7 @@ class Point:
     train_samples: float | None
     price: float | None
     search: tuple[tuple[str, Any], ...]
+    power: float | None = None  # W per GPU at load (`--power`), over the system's node power
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,7 @@ class Sweep:
     base_dir: Path
     groups: tuple[dict[str, Any], ...]
     prices: tuple[tuple[str, float], ...] = ()
+    powers: tuple[tuple[str, float], ...] = ()
 
     @property
     def name(self) -> str:
@@ -99,7 +101,11 @@ class Sweep:
 
     def with_prices(self, prices: dict[str, float]) -> Sweep:
         """The sweep with USD per GPU-hour overrides by system name ('*' for every system) on top."""
-        return Sweep(self.spec, self.base_dir, self.groups, tuple(prices.items()))
+        return Sweep(self.spec, self.base_dir, self.groups, tuple(prices.items()), self.powers)
+
+    def with_powers(self, powers: dict[str, float]) -> Sweep:
+        """The sweep with W-per-GPU power overrides by system name ('*' for every system) on top."""
+        return Sweep(self.spec, self.base_dir, self.groups, self.prices, tuple(powers.items()))
 
 
 def load_sweep(source: str | Path | dict, base_dir: Path | None = None) -> Sweep:
@@ -227,6 +233,11 @@ def _price_of(g: dict[str, Any], system_name: str, overrides: tuple[tuple[str, f
     return price
 
 
+def _power_of(system_name: str, overrides: tuple[tuple[str, float], ...]) -> float | None:
+    by_name = {k.lower(): v for k, v in overrides}
+    return by_name.get(system_name.lower(), by_name.get("*"))
+
+
 def _whatifs(g: dict[str, Any]) -> list[tuple[WhatIf, str, float]]:
     out = []
     for w in g["whatifs"] or ([] if g["codesign"] else [WhatIf()]):
@@ -262,11 +273,14 @@ def _group_points(g: dict[str, Any], sweep: Sweep, start: int) -> Iterator[Point
     axes = itertools.product(*_axes(g))
     for i, (model, system, n, task, gb, seq, dtype, (strategy, canon), (w, resource, factor)) in enumerate(axes):
         price = _price_of(g, system[2], sweep.prices)
+        power = _power_of(system[2], sweep.powers)
         scales = tuple(sorted(w.scales().items()))
         ident = {"mode": mode.value, "model": model[1], "system": system[1], "num_gpus": n, "task": task,
                  "global_batch": gb, "seq_len": seq, "dtype": dtype, "strategy": canon,
                  "candidates": list(candidates), "scales": scales,
                  "train": train.model_dump() if train else None, "price": price, "search": search}
+        if power is not None:  # only then: the keys of sweeps without --power stay as they were
+            ident["power"] = power
         key = hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:20]
         yield Point(key=key, index=start + i, group=g["name"], mode=mode.value, model=model[0],
                     model_name=model[2], system=system[0], system_name=system[2],
@@ -274,4 +288,4 @@ def _group_points(g: dict[str, Any], sweep: Sweep, start: int) -> Iterator[Point
                     candidates=candidates, scales=scales, whatif=w.name or describe(dict(scales)),
                     whatif_resource=resource, whatif_factor=factor,
                     train_tokens=train.tokens if train else None, train_samples=train.samples if train else None,
-                    price=price, search=search)
+                    price=price, search=search, power=power)

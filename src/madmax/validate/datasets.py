@@ -675,6 +675,36 @@ def load_serving_h100(rows: Rows | None = None) -> Dataset:
     return load(rows)
 
 
+MLPERF_AMD_CSV = "mlperf_amd/training_v5.0.csv"
+
+
+def _mlperf_amd_case(row_id: str, row: dict[str, str]) -> Case:
+    """One MLPerf Training v5.0 LoRA result on AMD GPUs (data/mlperf_amd/SOURCE.md): the catalog's Llama-2-70B
+    with the benchmark's 8,192-token context, LoRA on the attention projections, the submission's layout."""
+    from madmax.config.loaders import load_model
+
+    seq, gb, rank, n = row_ints(row, "seq_len", "global_batch", "lora_rank", "num_gpus")
+    model = load_model(row["model"]).model_dump(mode="json") | {"max_seq_len": seq, "source": f"madmax validation "
+                                                                 f"row {row_id} (the catalog's, 8K context)"}
+    s: dict[str, Any] = {k: row_int(row, k) for k in ("tp", "pp", "cp", "dp")} | {"mbs": 1, "zero": 1}
+    s["recompute"] = row["recompute"]
+    if row["recompute_layers"]:
+        s["recompute_layers"] = row_int(row, "recompute_layers")
+    s["fp8_params"] = row["fp8_params"] == "1"
+    task = {"kind": "finetune", "finetune": "lora", "lora_rank": rank, "lora_targets": row["lora_targets"].split(";")}
+    notes = [f"{row['submitter']}: {row['notes']}",
+             "fp8 activation storage (FP8_ACTIVATION) and LORA_A2A are not modelled"]
+    return _case("mlperf_amd", row_id, model, system=row["system"], gpu=row["gpu"], num_gpus=n, task=task, gb=gb,
+                 seq=seq, dtype=row["dtype"], s=s, metric=row["metric"], measured=float(row["value"]),
+                 unit=row["unit"], assumptions=notes)
+
+
+def load_mlperf_amd(rows: Rows | None = None) -> Dataset:
+    """MLPerf Training v5.0 llama2_70b_lora on AMD MI300X and MI325X (AMD, Dell, MangoBoost; 8-32 GPUs)."""
+    return build_dataset("mlperf_amd", "MLPerf Training v5.0 Llama-2-70B LoRA on AMD Instinct MI300X/MI325X",
+                         rows if rows is not None else read_rows(MLPERF_AMD_CSV), _mlperf_amd_case)
+
+
 def load_vit_reference(rows: Rows | None = None) -> Dataset:
     """ViT training TFLOP/s per GPU on A100 clusters, beside the MAD-Max reference's predictions (`validate.vit`)."""
     from madmax.validate.vit import load_vit_reference as load
@@ -695,6 +725,7 @@ LOADERS: dict[str, Callable[[], Dataset]] = {
     "trtllm_static": load_trtllm_static,
     "serving_h100": load_serving_h100,
     "vit_reference": load_vit_reference,
+    "mlperf_amd": load_mlperf_amd,
 }
 
 

@@ -12,12 +12,20 @@ import. A query takes the first of `LEVELS` whose group has at least `MIN_ROWS` 
 GPU, parallel axes and scale; then coarser groups, ending with all rows. Scale is a bucket of the GPU
 count (`SCALES`). The band describes the shipped profiles; a prediction with another `calibration` is
 not covered by it.
+
+A GPU whose architecture has no validation rows (B200, L40S, every AMD part today) has no band of its own: the
+band of the coarser groups comes from other GPUs, and its kernel efficiencies are the compute profile's
+(measured on another device) carried over. Such a band says so (`note`) and is widened by the measured
+error of exactly that carry-over: the cross-source error of the validation rows on architectures other than
+the profile device's (`data/transfer_error.yaml`, written with the table), combined with the regime's band as
+independent errors: p' = sqrt(p^2 + t^2) for p50 and p90 alike.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from functools import cache
 from importlib import resources
@@ -31,6 +39,7 @@ from madmax.validate.inputs import model_family as family_of
 from madmax.validate.inputs import parallelism_group
 
 BANDS_FILE = "error_bands.csv"
+TRANSFER_FILE = "transfer_error.yaml"
 MIN_ROWS = 5
 SCALES = ((1, "1-8"), (9, "9-64"), (65, "65-512"), (513, "513+"))  # (first GPU count, label)
 KEYS = ("family", "gpu", "parallelism", "scale")
@@ -72,6 +81,63 @@ def _gpu_name(gpu: str) -> str:
 
     entry = find_in_catalog("gpus", gpu.lower())
     return str(entry["name"]) if entry else gpu.lower()
+
+
+def architecture_of(gpu: str) -> str | None:
+    """The catalog architecture of a GPU name or alias (None: not in the catalog, or none given)."""
+    from madmax.config.loaders import find_in_catalog
+
+    entry = find_in_catalog("gpus", gpu.lower())
+    return None if entry is None or not entry.get("architecture") else str(entry["architecture"])
+
+
+def device_architecture(device: str) -> str | None:
+    """The architecture of a compute profile's device as a measurement names it ('NVIDIA H200' -> hopper)."""
+    return architecture_of(device.lower().removeprefix("nvidia ").strip().replace(" ", "-"))
+
+
+def transfer_summary(residuals: Iterable[tuple[str | None, float]], profile_architecture: str) -> dict[str, Any]:
+    """The cross-architecture error: median and p90 of |e| (and the median e) over validation residuals
+    (architecture, signed error %) on architectures other than the profile device's, with their count."""
+    errors = [(a, e) for a, e in residuals if a is not None and a != profile_architecture]
+    if not errors:
+        return {"profile_architecture": profile_architecture, "architectures": [], "rows": 0}
+    e = np.asarray([x for _, x in errors])
+    return {"profile_architecture": profile_architecture, "architectures": sorted({a for a, _ in errors}),
+            "rows": len(e), "p50_abs_pct": round(float(np.median(np.abs(e))), 2),
+            "p90_abs_pct": round(float(np.percentile(np.abs(e), 90)), 2),
+            "median_signed_pct": round(float(np.median(e)), 2)}
+
+
+def write_transfer(summary: Mapping[str, Any], path: Path, note: str) -> None:
+    """Write the cross-architecture summary as YAML after '#' comment lines saying how it was generated."""
+    import yaml
+
+    header = "".join(f"# {line}\n" for line in note.splitlines())
+    path.write_text(header + yaml.safe_dump(dict(summary), sort_keys=False), encoding="utf-8")
+
+
+def transfer_path() -> Path:
+    return Path(str(resources.files("madmax.validate").joinpath("data", TRANSFER_FILE)))
+
+
+@cache
+def transfer_error() -> dict[str, Any] | None:
+    """The shipped cross-architecture error (`data/transfer_error.yaml`), None when absent or empty."""
+    import yaml
+
+    path = transfer_path()
+    if not path.is_file():
+        return None
+    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    return data if data.get("rows") else None
+
+
+@cache
+def measured_architectures() -> frozenset[str]:
+    """Architectures of the GPUs with validation rows in the shipped table."""
+    gpus = {row["gpu"] for row in _table() if row["gpu"]}
+    return frozenset(a for a in (architecture_of(g) for g in gpus) if a)
 
 
 def band_rows(residuals: Iterable[tuple[str, str, str, int, float]]) -> list[dict[str, Any]]:
@@ -124,7 +190,7 @@ def _basis(level: tuple[str, ...]) -> str:
 
 
 def error_band(model_family: str, num_gpus: int, parallelism: str | Mapping[str, Any] | Any,
-               gpu: str) -> dict[str, Any]:
+               gpu: str, architecture: str | None = None, kernels_from: str | None = None) -> dict[str, Any]:
     """Expected error of a prediction in this regime, from validation rows like it (scored cross-source).
 
     model_family: a family ('llama') or a model name ('llama-3.1-70b', 'meta-llama/Llama-3.1-70B'; not
@@ -133,6 +199,11 @@ def error_band(model_family: str, num_gpus: int, parallelism: str | Mapping[str,
     `Strategy`; gpu: a catalog GPU name or alias. Returns p50_abs_pct and p90_abs_pct (median and 90th
     percentile of |e|, %), median_signed_pct (e > 0: predicted higher than measured), rows, basis (which
     rows: the first of `LEVELS` with >= MIN_ROWS rows) and matched (the keys of those rows).
+
+    architecture: the GPU's architecture when it is not a catalog entry (a system file's own GPU); kernels_from:
+    where its kernel efficiencies come from, for the note (e.g. "NVIDIA H200"). A GPU of an architecture with
+    no validation rows gets the band widened by the cross-architecture error (module docstring) and two more
+    keys: `note` ("no measured runs on this GPU: ...") and `widened_by` (the transfer error's p50 and p90).
     """
     if not isinstance(num_gpus, int) or isinstance(num_gpus, bool) or num_gpus < 1:
         raise ConfigError(f"num_gpus={num_gpus!r} must be a positive integer")
@@ -142,8 +213,29 @@ def error_band(model_family: str, num_gpus: int, parallelism: str | Mapping[str,
     for level in LEVELS:
         for row in table:
             if all(row[k] == query[k] for k in level) and all(row[k] == "" for k in KEYS if k not in level):
-                return {"p50_abs_pct": row["p50_abs_pct"], "p90_abs_pct": row["p90_abs_pct"],
+                band = {"p50_abs_pct": row["p50_abs_pct"], "p90_abs_pct": row["p90_abs_pct"],
                         "median_signed_pct": row["median_signed_pct"], "rows": row["rows"],
                         "basis": _basis(level), "matched": {k: query[k] for k in level}}
+                return _unvalidated(band, query["gpu"], architecture or architecture_of(gpu), kernels_from)
     return {"p50_abs_pct": None, "p90_abs_pct": None, "median_signed_pct": None, "rows": 0,
             "basis": "no error-band table (run `madmax validate --write-bands`)", "matched": {}}
+
+
+def _unvalidated(band: dict[str, Any], gpu: str, architecture: str | None, kernels_from: str | None) -> dict[str, Any]:
+    """`band` as it stands for a GPU whose architecture has validation rows; else widened by the
+    cross-architecture error, p' = sqrt(p^2 + t^2), with a note saying why."""
+    if architecture is not None and architecture in measured_architectures():
+        return band
+    transfer = transfer_error()
+    where = f"{gpu}, {architecture}" if architecture else gpu
+    note = f"no measured runs on this GPU ({where}): kernel efficiency borrowed from {kernels_from or 'another GPU'}"
+    # (kernels_from e.g. "NVIDIA H200, rescaled by mi300x's measured large-GEMM ceiling")
+    if transfer is None:
+        return {**band, "note": note + "; no cross-architecture error to widen the band by", "widened_by": None}
+    t50, t90 = float(transfer["p50_abs_pct"]), float(transfer["p90_abs_pct"])
+    widened = {"p50_abs_pct": round(math.hypot(band["p50_abs_pct"], t50), 2),
+               "p90_abs_pct": round(math.hypot(band["p90_abs_pct"], t90), 2)}
+    note += (f"; band widened by the cross-architecture error, ±{t50:.0f}% typical, ±{t90:.0f}% p90 "
+             f"({transfer['rows']} validation rows on {', '.join(transfer['architectures'])} GPUs, kernels "
+             f"measured on {transfer['profile_architecture']})")
+    return {**band, **widened, "note": note, "widened_by": {"p50_abs_pct": t50, "p90_abs_pct": t90}}
