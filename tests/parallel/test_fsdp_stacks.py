@@ -229,3 +229,18 @@ def test_catalog_lists_every_stack_for_the_stack_flag():
     assert "--stack" in result.output
     shown = CliRunner().invoke(app, ["catalog", "show", "olmo-core"])
     assert shown.exit_code == 0 and "reduce_dtype: fp32" in shown.output and "sources:" in shown.output
+
+
+def test_hybrid_shard_all_reduce_beside_the_shard_collectives():
+    """HSDP (shard=8 of dp=16, two replicas): FSDP2 all-reduces each block's fp32 shard (4 P / 8 bytes) over the
+    2 replicas on a stream of its own; FSDP1 (llm-foundry) after the reduce-scatter on the same stream, in bf16."""
+    strategy = "tp=1,pp=1,dp=16,mbs=1,zero=3,recompute=none,flash=0,shard=8"
+    for stack, width, own_stream in (("fsdp2", 4, True), ("llm-foundry", 2, False)):
+        plan, program, _, network = _built(stack, strategy, 16)
+        reduces, scatters = _indices(program, "dp.all_reduce"), _indices(program, "dp.reduce_scatter")
+        assert plan.data.shard == 8 and plan.data.replicas == 2 and reduces
+        p = _layer(plan).trainable_params
+        assert round(network.collective_s(Collective.ALL_REDUCE, width * p / 8, plan.data.replica_span), 12) in {
+            round(program.duration_s[i], 12) for i in reduces}
+        separate = {program.stream_of[i] for i in reduces}.isdisjoint({program.stream_of[i] for i in scatters})
+        assert separate is own_stream

@@ -112,6 +112,9 @@ class TrainingStack(Schema):
         False, description="ZeRO-3: each gradient reduce-scatter starts with a copy of the unit's gradients into "
                            "one buffer of the reduce dtype on the compute stream (reads the gradients, writes "
                            "reduce_dtype bytes per element).")
+    replica_reduce_stream: bool = Field(
+        False, description="Hybrid sharding: the all-reduce over the replicas runs on a stream and communicator of "
+                           "its own, beside the shard group's gathers and reduce-scatters; else after them.")
     no_backward_gather: list[KeptUnit] = Field(
         default_factory=list, description="ZeRO-3: units whose backward gathers no weights (kept gathered from "
                                           "their forward, FSDP reshard_after_forward=False, or not needed): first "

@@ -279,7 +279,7 @@ class _Builder:
                     for group, d, params, trainable in self._state_groups(unit):
                         synced = self._grad_sync(streams[group], group, d, trainable, seg, step.microbatch == m - 1,
                                                  self._reduce_sizes(unit, group, d, params, trainable),
-                                                 copy=(cs, by_kind))
+                                                 copy=(cs, by_kind), replicas=self._replica_stream(streams, group))
                         grad_segments += synced
                         if synced and not d.overlap and d.zero >= 2:
                             # Reduced in place, every micro-batch (DeepSpeed's overlap_comm=False): the next
@@ -512,12 +512,14 @@ class _Builder:
 
     def _grad_sync(self, stream: int, group: str, data: DataParallelPlan, trainable: float, after: int,
                    last_microbatch: bool, sizes: tuple[float, ...] = (),
-                   copy: tuple[int, dict[str, float]] | None = None) -> list[int]:
+                   copy: tuple[int, dict[str, float]] | None = None, replicas: int | None = None) -> list[int]:
         """Gradient reduction of one unit's state group: every micro-batch for ZeRO-2/3, else after the
         last one. ZeRO-3 reduce-scatters it in `sizes` pieces (parameters each; default: one), each after
         n copies of its inputs when the stack passes a list of one tensor per rank (`reduce_peer_copies`), or
         after one copy of the gradients into a buffer of the reduce dtype on the compute stream `copy` (its
         stream id and the stage's compute seconds by kind) where the stack copies them in (`reduce_copy_in`).
+        With hybrid sharding the shard is then all-reduced over the replicas, on the stream `replicas` when the
+        stack gives that all-reduce a stream of its own (`replica_reduce_stream`), else on `stream`.
         Without overlap (`dp_overlap=0`) a reduction after the last micro-batch waits for the whole backward;
         one every micro-batch (ZeRO-2/3) runs at once, and the caller makes the compute stream wait for it:
         deferring it to the end would put it, in its stream's order, before the next micro-batch's weight
@@ -550,12 +552,18 @@ class _Builder:
                                           data.shard_span, group, deps))
                     deps = (segs[-1],)
             if last_microbatch and data.replicas > 1:
-                segs.append(self.comm(stream, Collective.ALL_REDUCE, size / data.shard, data.replica_span, group,
-                                      (segs[-1],) if segs else deps))
+                segs.append(self.comm(stream if replicas is None else replicas, Collective.ALL_REDUCE,
+                                      size / data.shard, data.replica_span, group, (segs[-1],) if segs else deps))
         if not data.overlap and not per_microbatch and segs:
             # after the whole backward; ZeRO-2/3 reduce in place (the caller waits)
             self.deferred.setdefault(stream, segs[0])
         return segs
+
+    def _replica_stream(self, streams: _Streams, group: str) -> int | None:
+        """The stream of the all-reduce over the replicas of `group` when the stack runs it beside the shard
+        group's collectives (FSDP2's all_reduce_stream), else None (after them, on the group's stream)."""
+        stack = self.plan.stack
+        return streams[f"{group}.replicas"] if stack is not None and stack.replica_reduce_stream else None
 
     def _send(self, pp_stream: int, phase: Phase, virtual: int, mb: int, after: int) -> None:
         """The activation (forward) or its gradient (backward) sent to the neighbouring virtual stage."""
