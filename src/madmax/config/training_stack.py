@@ -1,12 +1,14 @@
 """Training stacks: how a training framework runs the same model and strategy (catalog/training_stacks.yaml).
 
 The same model under the same strategy trains at different speeds under Megatron-Core with Transformer
-Engine, plain PyTorch, FSDP2 (torchtitan) and DeepSpeed, because they fuse different kernels, move
-different extra bytes each step and issue their collectives at different granularities. A
-`TrainingStack` holds those differences, each with its source; the plan builder applies it to the
-workload's kernels (`madmax.parallel.stack_kernels`) and to the ZeRO-3 gathers (`gather_sizes`), and the
-program builder to when a gather may start (`prefetch_units`). The default stack, Megatron-Core,
-changes nothing: the workload's kernels are its kernels.
+Engine, plain PyTorch, FSDP2 (torchtitan, OLMo-core), FSDP1 (llm-foundry), nanotron and DeepSpeed, because
+they fuse different kernels, move different extra bytes each step, reduce gradients in different dtypes and
+issue their collectives at different granularities. A `TrainingStack` holds those differences, each with its
+source; the plan builder applies it to the workload's kernels (`madmax.parallel.stack_kernels`), to the
+ZeRO-3 gathers (`gather_sizes`) and to the gradients' reduce dtype (`reduce_bytes`), and the program builder
+to when a gather is issued and may start (`prefetch_units`), which backward passes gather again
+(`no_backward_gather`), FSDP2's copies on the compute stream and the replicas' all-reduce stream. The
+default stack, Megatron-Core, changes nothing: the workload's kernels are its kernels.
 """
 
 from __future__ import annotations
