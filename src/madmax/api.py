@@ -59,9 +59,11 @@ def simulate(model: str | Path | dict | ModelSpec, system: str | Path | dict | S
     `max_ttft`/`max_tpot` (s) for goodput. Returns a `ServingResult`.
 
     Training takes `stack`, the training framework (`madmax.config.training_stack`): megatron-core
-    (default), megatron-lm-2021, pytorch, fsdp2, deepspeed, megatron-deepspeed, automodel, for recommendation
-    models hugectr, torchrec or tf2, or a YAML file; it sets which kernels are fused, the weight casts of each
-    step, how ZeRO-3 gathers are issued, and the runtime's host costs (its compute profiles).
+    (default), megatron-lm-2021, pytorch, fsdp2, deepspeed, megatron-deepspeed, automodel, torchtitan,
+    torchtitan-compile, llm-foundry, olmo-core, nanotron, deepspeed-zero3, for recommendation models
+    hugectr, torchrec or tf2, or a YAML file (`madmax catalog list stacks`); it sets which kernels are
+    fused, the weight casts of each step, how ZeRO-3 gathers and gradient reductions are issued and in
+    which dtype, and the runtime's host costs (its compute profiles).
 
     Mixture-of-experts models take `ep` (and `etp`, `ep_overlap`, `dispatch_fp8`) in the strategy, and
     `expert_load` ("balanced" default, a measured busiest-rank factor such as 1.3, or "zipf:ALPHA") and

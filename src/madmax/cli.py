@@ -59,7 +59,7 @@ class _OneLineErrors(typer.core.TyperGroup):
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, cls=_OneLineErrors,
                   help="Predict how fast large ML models train and serve on distributed GPU systems.")
-catalog_app = typer.Typer(no_args_is_help=True, help="List and show catalog GPUs, systems and models.")
+catalog_app = typer.Typer(no_args_is_help=True, help="List and show catalog GPUs, systems, models and software stacks.")
 app.add_typer(catalog_app, name="catalog")
 
 
@@ -67,6 +67,7 @@ class CatalogKind(StrEnum):
     models = "models"
     gpus = "gpus"
     systems = "systems"
+    stacks = "stacks"
 
 
 class TemplateKind(StrEnum):
@@ -132,9 +133,11 @@ StackOpt = Annotated[str | None, typer.Option(help="Software stack. Inference: t
                                                    "vllm, vllm-0.14, sglang, trtllm-0.9; training: the training "
                                                    "framework, "
                                                    "megatron-core (default), megatron-lm-2021, pytorch, fsdp2, "
-                                                   "deepspeed, megatron-deepspeed, automodel, and for "
-                                                   "recommendation "
-                                                   "models hugectr, torchrec, tf2; or a YAML file.")]
+                                                   "deepspeed, megatron-deepspeed, automodel, torchtitan, "
+                                                   "torchtitan-compile, "
+                                                   "llm-foundry, olmo-core, nanotron, deepspeed-zero3, and for "
+                                                   "recommendation models hugectr, torchrec, tf2; or a YAML file. "
+                                                   "`madmax catalog list stacks` describes each.")]
 LaunchOpt = Annotated[str | None, typer.Option(help="Inference: how the engine is launched: sized (default: its "
                                                      "defaults, raised where they cannot serve the load), engine (its "
                                                      "defaults) or aiconfigurator (its generator's settings).")]
@@ -263,27 +266,31 @@ def inspect(
 
 
 @catalog_app.command("list")
-def catalog_list(kind: Annotated[CatalogKind, typer.Argument(help="models, gpus or systems.")]) -> None:
-    """List catalog entries of one kind."""
+def catalog_list(kind: Annotated[CatalogKind, typer.Argument(help="models, gpus, systems or stacks.")]) -> None:
+    """List catalog entries of one kind (stacks: the training and serving stacks `--stack NAME` takes)."""
     from madmax.report.text import print_catalog_list
 
     print_catalog_list(kind.value)
 
 
 @catalog_app.command("show")
-def catalog_show(name: Annotated[str, typer.Argument(help="A GPU, system or model name or alias.")]) -> None:
+def catalog_show(name: Annotated[str, typer.Argument(help="A GPU, system, model or stack name or alias.")]) -> None:
     """Show one catalog entry with its sources."""
+    import yaml
+
     from madmax.config.loaders import find_in_catalog
+    from madmax.config.stack import stack_entry
+    from madmax.config.training_stack import training_stack_entry
 
-    for kind in ("models", "systems", "gpus"):
-        entry = find_in_catalog(kind, name)
+    found = [(kind[:-1], find_in_catalog(kind, name)) for kind in ("models", "systems", "gpus")]
+    found += [("training stack", training_stack_entry(name)), ("serving stack", stack_entry(name))]
+    for kind, entry in found:
         if entry is not None:
-            import yaml
-
-            typer.echo(f"# {kind[:-1]} {entry['name']}")
+            typer.echo(f"# {kind} {entry['name']}")
             typer.echo(yaml.safe_dump(entry, sort_keys=False, allow_unicode=True).rstrip())
             return
-    _fail(f"catalog name {name!r} is not a model, system or GPU; see `madmax catalog list models|systems|gpus`")
+    _fail(f"catalog name {name!r} is not a model, system, GPU or stack; "
+          "see `madmax catalog list models|systems|gpus|stacks`")
 
 
 @catalog_app.command("template")

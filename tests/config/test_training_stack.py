@@ -26,7 +26,8 @@ from madmax.validate.stack import VTRAIN_STACK, VTRAIN_STACK_PROFILE
 from madmax.workload.ops import Op, OpKind, TPSplit
 
 CATALOG = ["megatron-core", "megatron-lm-2021", "pytorch", "fsdp2", "deepspeed", "megatron-deepspeed", "automodel",
-           "hugectr", "torchrec", "tf2"]
+           "torchtitan", "torchtitan-compile", "llm-foundry", "olmo-core", "nanotron", "deepspeed-zero3", "hugectr",
+           "torchrec", "tf2"]
 
 
 def test_catalog_lists_every_stack_default_megatron_core():

@@ -175,6 +175,16 @@ def stack_names() -> list[str]:
     return [entry["name"] for entry in _catalog()["stacks"]]
 
 
+def default_stack() -> str:
+    """Name of the default serving stack."""
+    return _catalog()["default"]
+
+
+def stack_entry(name: str) -> dict | None:
+    """The catalog entry of the serving stack `name` as written (its sources too), or None."""
+    return next((e for e in _catalog()["stacks"] if e["name"] == name.strip().lower()), None)
+
+
 def load_stack(spec: str | Path | dict | ServingStack | None = None) -> ServingStack:
     """A serving stack: a catalog name (None: the default), a ServingStack, a mapping or a YAML/JSON file."""
     from madmax.config.loaders import load_profile_entry

@@ -1,12 +1,14 @@
 """Training stacks: how a training framework runs the same model and strategy (catalog/training_stacks.yaml).
 
 The same model under the same strategy trains at different speeds under Megatron-Core with Transformer
-Engine, plain PyTorch, FSDP2 (torchtitan) and DeepSpeed, because they fuse different kernels, move
-different extra bytes each step and issue their collectives at different granularities. A
-`TrainingStack` holds those differences, each with its source; the plan builder applies it to the
-workload's kernels (`madmax.parallel.stack_kernels`) and to the ZeRO-3 gathers (`gather_sizes`), and the
-program builder to when a gather may start (`prefetch_units`). The default stack, Megatron-Core,
-changes nothing: the workload's kernels are its kernels.
+Engine, plain PyTorch, FSDP2 (torchtitan, OLMo-core), FSDP1 (llm-foundry), nanotron and DeepSpeed, because
+they fuse different kernels, move different extra bytes each step, reduce gradients in different dtypes and
+issue their collectives at different granularities. A `TrainingStack` holds those differences, each with its
+source; the plan builder applies it to the workload's kernels (`madmax.parallel.stack_kernels`), to the
+ZeRO-3 gathers (`gather_sizes`) and to the gradients' reduce dtype (`reduce_bytes`), and the program builder
+to when a gather is issued and may start (`prefetch_units`), which backward passes gather again
+(`no_backward_gather`), FSDP2's copies on the compute stream and the replicas' all-reduce stream. The
+default stack, Megatron-Core, changes nothing: the workload's kernels are its kernels.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import Field, NonNegativeInt, PositiveInt
 
-from madmax.config.base import Schema
+from madmax.config.base import DType, Schema
 from madmax.config.hardware import Architecture
 from madmax.config.kernels import AttentionKernels
 from madmax.errors import ConfigError
@@ -52,6 +54,23 @@ class GatherIssue(StrEnum):
 
     BLOCK = "block"
     PARAMETER = "parameter"
+
+
+class ReduceDType(StrEnum):
+    """Format of the gradients the data-parallel reduction carries: the training dtype's (16 bits under mixed
+    precision), or fp32 (FSDP2's MixedPrecisionPolicy(reduce_dtype=float32), fp32 gradient accumulation)."""
+
+    COMPUTE = "compute"
+    FP32 = "fp32"
+
+
+class KeptUnit(StrEnum):
+    """Units whose weights the backward pass does not gather again under ZeRO-3: the embedding (before the
+    layers), the last transformer layer, the head (after the layers)."""
+
+    FIRST = "first"
+    LAST_LAYER = "last_layer"
+    LAST = "last"
 
 
 class Unfused(Schema):
@@ -104,7 +123,28 @@ class TrainingStack(Schema):
                        "applies with per-parameter gathers.")
     prefetch_units: NonNegativeInt | None = Field(
         None, description="ZeRO-3: blocks whose gathers may run ahead of the compute that needs them (0: a gather "
-                          "starts when the compute before it ends); None: as soon as the stream is free.")
+                          "starts when the compute before it ends); None: as soon as the stream is free. A gather "
+                          "prefetched (>= 1) is issued before the gradient reduction of the pass it runs beside.")
+    zero3_reduce: GatherIssue | None = Field(
+        None, description="ZeRO-3 gradient reduce-scatter granularity: one per block, or one per parameter tensor; "
+                          "None: as the gathers (zero3_gather).")
+    reduce_dtype: ReduceDType = Field(
+        ReduceDType.COMPUTE, description="Format of the gradients the data-parallel reduce-scatter or all-reduce "
+                                         "carries: the training dtype's (compute) or fp32 (4 bytes per element).")
+    gather_copy_out: bool = Field(
+        False, description="ZeRO-3: each all-gather lands in one flat buffer copied into the parameters on the "
+                           "compute stream before the pass (reads and writes the gathered bytes).")
+    reduce_copy_in: bool = Field(
+        False, description="ZeRO-3: each gradient reduce-scatter starts with a copy of the unit's gradients into "
+                           "one buffer of the reduce dtype on the compute stream (reads the gradients, writes "
+                           "reduce_dtype bytes per element).")
+    replica_reduce_stream: bool = Field(
+        False, description="Hybrid sharding: the all-reduce over the replicas runs on a stream and communicator of "
+                           "its own, beside the shard group's gathers and reduce-scatters; else after them.")
+    no_backward_gather: list[KeptUnit] = Field(
+        default_factory=list, description="ZeRO-3: units whose backward gathers no weights (kept gathered from "
+                                          "their forward, FSDP reshard_after_forward=False, or not needed): first "
+                                          "(embedding), last_layer, last (head).")
     recompute_regathers: bool = Field(
         False, description="ZeRO-3 with full recompute: the recomputed forward gathers the weights and releases them, "
                            "and the backward gathers them again (three gathers per micro-batch, not two).")
@@ -162,6 +202,14 @@ class TrainingStack(Schema):
             return None
         return tuple(rank for whole, rank in params if rank and whole >= self.persistence_threshold)
 
+    def reduce_bytes(self, grad_bytes: float) -> float:
+        """Bytes per gradient element the data-parallel reduction carries (`grad_bytes`: the training dtype's)."""
+        return DType.FP32.num_bytes if self.reduce_dtype is ReduceDType.FP32 else grad_bytes
+
+    def reduces_per_parameter(self) -> bool:
+        """Whether ZeRO-3 reduce-scatters each parameter tensor's gradient on its own (else a block's at once)."""
+        return (self.zero3_reduce or self.zero3_gather) is GatherIssue.PARAMETER
+
     def attention_kernel(self, architecture: Architecture | None) -> str | None:
         """The attention kernel the stack runs on `architecture` (None: the compute profile's curve)."""
         return self.attention_kernels.get(architecture) if architecture else None
@@ -180,6 +228,11 @@ def _catalog() -> dict:
 def training_stack_names() -> list[str]:
     """Names of the catalog's training stacks, the default first."""
     return [entry["name"] for entry in _catalog()["stacks"]]
+
+
+def training_stack_entry(name: str) -> dict | None:
+    """The catalog entry of the training stack `name` as written (its sources too), or None."""
+    return next((e for e in _catalog()["stacks"] if e["name"] == name.strip().lower()), None)
 
 
 def default_training_stack() -> str:

@@ -43,6 +43,13 @@ class DataParallelPlan:
     grad_bytes: float
     optimizer_bytes: float
     overlap: bool
+    # Bytes per gradient element the reduction carries when not the gradients' own (a stack's fp32 reduce dtype).
+    reduce_elem_bytes: float | None = None
+
+    @property
+    def reduce_bytes(self) -> float:
+        """Bytes per gradient element the reduce-scatter or all-reduce carries (the gradients' own by default)."""
+        return self.grad_bytes if self.reduce_elem_bytes is None else self.reduce_elem_bytes
 
     @property
     def shard(self) -> int:

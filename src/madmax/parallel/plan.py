@@ -234,7 +234,7 @@ def build_plan(workload: Workload, strategy: Strategy, *, domain_size: int, seq_
             """A layer the recipe keeps in bf16 (with recompute_layers, also its recomputing variant)."""
             return unit(key, block, high, needs_backward=True)
         order = _high_precision_ends(units, order, fmt.bf16_first, fmt.bf16_last, kept, workload)
-    data = data_parallel_plan(s, domain_size, dtype)
+    data = _with_reduce_dtype(data_parallel_plan(s, domain_size, dtype), stack)
     stages = _stages(units, order, s)
     if partial:
         units, stages = _recompute_first(units, recomputed, stages, s.recompute_layers)
@@ -244,13 +244,19 @@ def build_plan(workload: Workload, strategy: Strategy, *, domain_size: int, seq_
     scatter = stack.pipeline_scatter_gather and s.pp > 1 and s.tp > 1 and not s.sequence_parallel
     gather, p2p = (p2p, p2p / s.tp) if scatter else (0.0, p2p)
     tied = workload.tied_params / s.tp * act_bytes if (workload.tied_params and s.pp > 1) else 0.0
-    expert_data = (data_parallel_plan(s, domain_size, dtype, grad_span=moe_spans.edp)
+    expert_data = (_with_reduce_dtype(data_parallel_plan(s, domain_size, dtype, grad_span=moe_spans.edp), stack)
                    if any(u.expert_params for u in units.values()) else None)
     return Plan(strategy=s, dtype=dtype, seq_len=seq_len, global_batch=global_batch,
                 microbatches=microbatches, units=units, stages=stages, data=data,
                 pp_span=span(s, (Axis.PP,), domain_size), p2p_bytes=p2p, tied_sync_bytes=tied,
                 act_bytes=act_bytes, expert_data=expert_data, stack=stack, p2p_gather_bytes=gather,
                 p2p_gather_span=tp_span)
+
+
+def _with_reduce_dtype(data: DataParallelPlan, stack: TrainingStack) -> DataParallelPlan:
+    """The data-parallel plan with the gradients reduced in the stack's reduce dtype (fp32: 4 bytes each)."""
+    wire = stack.reduce_bytes(data.grad_bytes)
+    return data if wire == data.grad_bytes else dataclasses.replace(data, reduce_elem_bytes=wire)
 
 
 def _unit_key(block: Block) -> str:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from functools import cache
 
 from madmax.collective import Collective, Span
+from madmax.config.training_stack import KeptUnit
 from madmax.hardware.collectives import NetworkModel
 from madmax.hardware.compute import ComputeModel
 from madmax.hardware.profile import efficiency_table
@@ -29,12 +30,14 @@ from madmax.parallel.plan import DATA_GROUP, Plan, UnitPlan
 from madmax.program.costs import GroupTimes, UnitTimes, group_times, unit_times
 from madmax.program.step_end import StepEnd, step_end_costs
 from madmax.sim import Program
+from madmax.workload.ops import Placement
 
 COMPUTE = "compute"
 DP, PP = DATA_GROUP, "pp"
 STEP, HOST = "step", "host"  # the step-end collectives' stream; the host's work the GPU waits for
 CALL = "call"  # the host's step call (profile call_host_s), beside the whole step: a step lasts at least that
 GEMM_CATEGORY = "gemm"  # the breakdown category of GEMM kernels (OpKind.GEMM)
+GATHER_COPY, REDUCE_COPY = "gather_copy", "reduce_copy"  # FSDP2's copies on the compute stream (compute categories)
 
 
 @dataclass(frozen=True)
@@ -229,6 +232,7 @@ class _Builder:
                         gathered.setdefault(key, self._param_gather(streams, plan.units[key]))
         tail = None  # the collectives the compute stream's next segment waits for (after the unit before)
         passes: dict[tuple[str, Phase], int] = defaultdict(int)  # (unit, pass) -> times it ran
+        zero3 = _ZeroGathers(self, streams, stage) if data.zero >= 3 else None
         for step in schedule(stage, self.pp, self.vp, m):
             virtual = step.chunk * self.pp + stage
             units = chunks[step.chunk]
@@ -243,8 +247,8 @@ class _Builder:
                 if tail is not None:
                     deps.append(tail)
                     tail = None
-                if data.zero >= 3 and unit.params > 0:
-                    deps += self._weight_gathers(streams, unit, done)
+                if zero3 is not None:
+                    deps = zero3.before_pass(deps, done, by_kind)
                 if step.phase is Phase.FORWARD and step.microbatch == 0 and key in gathered:
                     deps += gathered[key]
                 passes[(key, step.phase)] += 1
@@ -257,7 +261,7 @@ class _Builder:
                         deps = [rec]
                         if data.zero >= 3 and unit.params > 0 and plan.stack and plan.stack.recompute_regathers:
                             done.append(rec)  # the recomputed forward released its weights: gathered again
-                            deps += self._weight_gathers(streams, unit, done)
+                            deps += self._weight_gathers(streams, unit, _prefetch_start(plan.stack, done))[0]
                     start, seg = self._compute(streams, key, Phase.BACKWARD, deps, "backward")
                     start = rec if rec is not None else start
                 if first_segment is None:
@@ -274,7 +278,8 @@ class _Builder:
                 if step.phase is Phase.BACKWARD and unit.trainable_params:
                     for group, d, params, trainable in self._state_groups(unit):
                         synced = self._grad_sync(streams[group], group, d, trainable, seg, step.microbatch == m - 1,
-                                                 self._reduce_sizes(unit, group, d, params, trainable))
+                                                 self._reduce_sizes(unit, group, d, params, trainable),
+                                                 copy=(cs, by_kind), replicas=self._replica_stream(streams, group))
                         grad_segments += synced
                         if synced and not d.overlap and d.zero >= 2:
                             # Reduced in place, every micro-batch (DeepSpeed's overlap_comm=False): the next
@@ -456,28 +461,28 @@ class _Builder:
             cached = self._groups[unit.name] = unit.state_groups(self.plan)
         return cached
 
-    def _weight_gathers(self, streams: _Streams, unit: UnitPlan, done: list[int]) -> list[int]:
-        """ZeRO-3: the unit's weights all-gathered over their shard before its pass, as the plan's training
-        stack issues them: one gather per state group, or per parameter tensor of the dense group
-        (`UnitPlan.gathers`); each followed by n copies of its pieces when the stack gathers into a list
-        of n tensors; started `prefetch_units` units ahead of the pass (after the end of the unit that
-        many places before the one before it), or as soon as the stream is free when it has no limit."""
+    def _weight_gathers(self, streams: _Streams, unit: UnitPlan, start: tuple[int, ...]) -> tuple[list[int], float]:
+        """ZeRO-3: the unit's weights all-gathered over their shard, as the plan's training stack issues them:
+        one gather per state group, or per parameter tensor of the dense group (`UnitPlan.gathers`); each
+        followed by n copies of its pieces when the stack gathers into a list of n tensors; each starting
+        after `start` (the compute a prefetch waits for: `_ZeroGathers`). Returns the segments and the bytes
+        gathered."""
         stack = self.plan.stack
-        depth = stack.prefetch_units if stack is not None else None
-        start = (done[-depth - 1],) if depth is not None and len(done) > depth else ()
         copies = stack is not None and stack.gather_peer_copies
-        segs = []
+        segs, moved = [], 0.0
         for group, d, params, _ in self._state_groups(unit):
             sizes = unit.gathers if group == DATA_GROUP and unit.gathers is not None else (params,)
             width = unit.gather_width(group, d, params)
             for size in sizes:
                 seg = self.comm(streams[group], Collective.ALL_GATHER, size * width, d.shard_span, group, start)
+                if d.shard > 1:
+                    moved += size * width
                 if copies and d.shard > 1:
                     piece = size * width / d.shard
                     seg = self.prog.add(streams[group], d.shard * self.compute.memory_s(2 * piece), (seg,),
                                         category=f"{group}.gather_copies", label=f"{group} gather copies")
                 segs.append(seg)
-        return segs
+        return segs, moved
 
     def _param_gather(self, streams: _Streams, unit: UnitPlan) -> list[int]:
         """ZeRO-1/2: the updated weights of each of the unit's state groups gathered over their shard."""
@@ -498,21 +503,28 @@ class _Builder:
         """ZeRO-3: the parameters of each gradient reduce-scatter of a unit's state group: one per parameter
         tensor where the stack gathers per tensor (`UnitPlan.gathers`; the tensors it keeps whole on every
         rank reduced together in one more), else the whole group's in one."""
-        if d.zero < 3 or group != DATA_GROUP or unit.gathers is None or trainable != params:
+        stack = self.plan.stack
+        if (d.zero < 3 or group != DATA_GROUP or unit.gathers is None or trainable != params
+                or (stack is not None and not stack.reduces_per_parameter())):
             return (trainable,)
         rest = trainable - sum(unit.gathers)
         return (*unit.gathers, rest) if rest > 0 else unit.gathers
 
     def _grad_sync(self, stream: int, group: str, data: DataParallelPlan, trainable: float, after: int,
-                   last_microbatch: bool, sizes: tuple[float, ...] = ()) -> list[int]:
+                   last_microbatch: bool, sizes: tuple[float, ...] = (),
+                   copy: tuple[int, dict[str, float]] | None = None, replicas: int | None = None) -> list[int]:
         """Gradient reduction of one unit's state group: every micro-batch for ZeRO-2/3, else after the
         last one. ZeRO-3 reduce-scatters it in `sizes` pieces (parameters each; default: one), each after
-        n copies of its inputs when the stack passes a list of one tensor per rank (`reduce_peer_copies`).
+        n copies of its inputs when the stack passes a list of one tensor per rank (`reduce_peer_copies`), or
+        after one copy of the gradients into a buffer of the reduce dtype on the compute stream `copy` (its
+        stream id and the stage's compute seconds by kind) where the stack copies them in (`reduce_copy_in`).
+        With hybrid sharding the shard is then all-reduced over the replicas, on the stream `replicas` when the
+        stack gives that all-reduce a stream of its own (`replica_reduce_stream`), else on `stream`.
         Without overlap (`dp_overlap=0`) a reduction after the last micro-batch waits for the whole backward;
         one every micro-batch (ZeRO-2/3) runs at once, and the caller makes the compute stream wait for it:
         deferring it to the end would put it, in its stream's order, before the next micro-batch's weight
         gathers that the backward itself waits for (a cycle)."""
-        size = trainable * data.grad_bytes
+        size = trainable * data.reduce_bytes
         per_microbatch = data.zero >= 2
         if not trainable or not (per_microbatch or last_microbatch) or (data.shard == 1 and data.replicas == 1):
             return []
@@ -523,23 +535,35 @@ class _Builder:
         else:
             if data.shard > 1:
                 pieces = sizes or (trainable,)  # `_reduce_sizes`: one piece below ZeRO-3
-                copies = data.zero >= 3 and self.plan.stack is not None and self.plan.stack.reduce_peer_copies
+                stack = self.plan.stack
+                copies = data.zero >= 3 and stack is not None and stack.reduce_peer_copies
+                if data.zero >= 3 and stack is not None and stack.reduce_copy_in and copy is not None:
+                    # the gradients read in the training dtype, written in the reduce dtype, before the collective
+                    seconds = self.compute.memory_s(trainable * (data.grad_bytes + data.reduce_bytes))
+                    deps = (self.prog.add(copy[0], seconds, deps, category=REDUCE_COPY, label="reduce copy-in"),)
+                    copy[1][REDUCE_COPY] += seconds
                 for piece in pieces:
                     if copies:
-                        share = piece * data.grad_bytes / data.shard
+                        share = piece * data.reduce_bytes / data.shard
                         segs.append(self.prog.add(stream, data.shard * self.compute.memory_s(2 * share), deps,
                                                   category=f"{group}.reduce_copies", label=f"{group} reduce copies"))
                         deps = (segs[-1],)
-                    segs.append(self.comm(stream, Collective.REDUCE_SCATTER, piece * data.grad_bytes,
+                    segs.append(self.comm(stream, Collective.REDUCE_SCATTER, piece * data.reduce_bytes,
                                           data.shard_span, group, deps))
                     deps = (segs[-1],)
             if last_microbatch and data.replicas > 1:
-                segs.append(self.comm(stream, Collective.ALL_REDUCE, size / data.shard, data.replica_span, group,
-                                      (segs[-1],) if segs else deps))
+                segs.append(self.comm(stream if replicas is None else replicas, Collective.ALL_REDUCE,
+                                      size / data.shard, data.replica_span, group, (segs[-1],) if segs else deps))
         if not data.overlap and not per_microbatch and segs:
             # after the whole backward; ZeRO-2/3 reduce in place (the caller waits)
             self.deferred.setdefault(stream, segs[0])
         return segs
+
+    def _replica_stream(self, streams: _Streams, group: str) -> int | None:
+        """The stream of the all-reduce over the replicas of `group` when the stack runs it beside the shard
+        group's collectives (FSDP2's all_reduce_stream), else None (after them, on the group's stream)."""
+        stack = self.plan.stack
+        return streams[f"{group}.replicas"] if stack is not None and stack.replica_reduce_stream else None
 
     def _send(self, pp_stream: int, phase: Phase, virtual: int, mb: int, after: int) -> None:
         """The activation (forward) or its gradient (backward) sent to the neighbouring virtual stage."""
@@ -611,6 +635,72 @@ class _Builder:
                 self.prog.wait(seg, self.send[(Phase.FORWARD, virtual - 1, mb)])
             elif phase is Phase.BACKWARD and virtual < last:
                 self.prog.wait(seg, self.send[(Phase.BACKWARD, virtual + 1, mb)])
+
+
+def _prefetch_start(stack, done: list[int]) -> tuple[int, ...]:
+    """What a ZeRO-3 gather issued at the pass about to run waits for: nothing without a prefetch limit (the
+    stream permitting), else the end of the compute `prefetch_units` passes before it."""
+    depth = stack.prefetch_units if stack is not None else None
+    return (done[-depth - 1],) if depth is not None and len(done) > depth else ()
+
+
+class _ZeroGathers:
+    """ZeRO-3's weight gathers of one stage, pass by pass, as the stack issues them.
+
+    Without a prefetch limit (None) or with 0, a pass's gathers are issued when it comes (after the compute
+    before it, with 0). With a limit d >= 1 (FSDP: `prefetch_units`), the pass about to run issues the gathers
+    of the passes up to d ahead, each starting once the compute before this pass has ended: the gather of
+    pass i + d starts when pass i does, and it is queued on the group's stream before the gradient
+    reduce-scatter of pass i, as FSDP issues the next unit's all-gather in the pre-backward (or pre-forward)
+    hook and the reduce-scatter in the post-backward hook, on one NCCL communicator that runs them in order.
+    A unit of the stack's `no_backward_gather` gathers nothing in its backward. With `gather_copy_out` a pass
+    first copies its gathered weights out of the flat buffer on the compute stream.
+    """
+
+    def __init__(self, builder: _Builder, streams: _Streams, stage: int) -> None:
+        plan = builder.plan
+        self.builder, self.streams, self.stack = builder, streams, plan.stack
+        self.depth = self.stack.prefetch_units if self.stack is not None else None
+        kept = set(self.stack.no_backward_gather) if self.stack is not None else set()
+        chunks = plan.stages[stage]
+        last_layer = None  # (chunk, position) of the model's last transformer layer, when this stage holds it
+        if stage == plan.num_stages - 1:
+            layers = [i for i, key in enumerate(chunks[-1]) if plan.units[key].placement is Placement.LAYERS]
+            last_layer = (len(chunks) - 1, layers[-1]) if layers else None
+        self.units: list[UnitPlan | None] = []  # per pass in the builder's order: the unit whose weights it gathers
+        for step in schedule(stage, plan.strategy.pp, plan.strategy.vp, plan.microbatches):
+            positions = range(len(chunks[step.chunk]))
+            for pos in positions if step.phase is Phase.FORWARD else reversed(positions):
+                unit = plan.units[chunks[step.chunk][pos]]
+                if step.phase is Phase.BACKWARD and not unit.has_backward:
+                    continue
+                skip = step.phase is Phase.BACKWARD and (
+                    (KeptUnit.FIRST in kept and unit.placement is Placement.FIRST)
+                    or (KeptUnit.LAST in kept and unit.placement is Placement.LAST)
+                    or (KeptUnit.LAST_LAYER in kept and (step.chunk, pos) == last_layer))
+                self.units.append(unit if unit.params > 0 and not skip else None)
+        self.issued: dict[int, tuple[list[int], float]] = {}
+        self.next = 0
+
+    def before_pass(self, deps: list[int], done: list[int], by_kind: dict[str, float]) -> list[int]:
+        """What the pass about to run waits for: `deps` and its gathers (or the copy-out after them); issues the
+        gathers of the passes up to `prefetch_units` ahead. `done`: the last segment of each pass so far."""
+        i, self.next = self.next, self.next + 1
+        builder = self.builder
+        start = (done[-1],) if self.depth is not None and done else ()
+        for j in range(i, min(i + (self.depth or 0), len(self.units) - 1) + 1):
+            unit = self.units[j]
+            if j not in self.issued and unit is not None:
+                self.issued[j] = builder._weight_gathers(self.streams, unit, start)
+        segs, moved = self.issued.pop(i, ([], 0.0))
+        if not segs:
+            return deps
+        if self.stack is not None and self.stack.gather_copy_out and moved:
+            seconds = builder.compute.memory_s(2 * moved)  # the flat buffer read, the parameters written
+            by_kind[GATHER_COPY] += seconds
+            return [builder.prog.add(self.streams[COMPUTE], seconds, (*deps, *segs), category=GATHER_COPY,
+                                     label="gather copy-out")]
+        return [*deps, *segs]
 
 
 def p2p_span(pp_span: Span) -> Span:

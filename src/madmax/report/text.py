@@ -209,6 +209,9 @@ def print_catalog_list(kind: str, console: Console | None = None) -> None:
     from madmax.config.loaders import catalog_entries
 
     console = console or make_console()
+    if kind == "stacks":
+        _print_stack_list(console)
+        return
     table = Table(title=f"catalog {kind}", title_justify="left")
     columns, rows = _CATALOG_COLUMNS[kind], _CATALOG_ROWS[kind]
     table.add_column("name", no_wrap=True)
@@ -235,6 +238,25 @@ def _cost_text(cost: dict, kind: str) -> str:
         parts.append(f"{per:,.3g} J per {kind[:-1].replace('_', ' ')} at {cost['power_w'] / 1e3:,.3g} kW "
                      f"({cost['power_basis']})")
     return "; ".join(parts)
+
+
+def _print_stack_list(console: Console) -> None:
+    """The training and serving stacks `--stack NAME` (API `stack=`) takes, each with what it describes."""
+    from madmax.config.stack import default_stack, load_stack, stack_names
+    from madmax.config.training_stack import default_training_stack, load_training_stack, training_stack_names
+
+    table = Table(title="catalog stacks (--stack NAME)", title_justify="left")
+    for column in ("name", "task", "describes"):
+        table.add_column(column, no_wrap=column != "describes")
+    for task, names, load, default in (("training", training_stack_names(), load_training_stack,
+                                        default_training_stack()),
+                                       ("serving", stack_names(), load_stack, default_stack())):
+        for name in names:
+            shown = f"{name} (default)" if name == default else name
+            table.add_row(shown, task, " ".join(load(name).description.split()))
+    console.print(table)
+    console.print("training stacks for training tasks, serving stacks for task=inference of a generative model; "
+                  "`madmax catalog show NAME` prints an entry with its sources")
 
 
 def _gpu_row(name: str) -> list[str]:
