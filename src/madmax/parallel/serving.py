@@ -17,6 +17,8 @@ group (DeepSeek-V3 Sec. 3.4; vLLM --data-parallel-size with --enable-expert-para
 --enable-dp-attention, TensorRT-LLM enable_attention_dp). Either way a rank's expert GEMMs see
 R = a T k etp / tp rows (times the routing's load factor), and the weights a step reads are those of
 the experts its tokens touch: E (1 - (1 - k/E)^(a T)) over the group (`experts.touched_experts`), not all E.
+`work` is the step every rank runs; ranks with steps of their own split it into `rank_work` (on a rank's own
+tokens) and `expert_work` (the experts over all ranks' tokens, the exchange of the busiest rank).
 
 Multi-head latent attention (DeepSeek-V2/V3) caches the latent: r + d_r elements per token per layer
 (kv_lora_rank and the shared rotary key), whole on every tp rank. Decode attention runs in the absorbed

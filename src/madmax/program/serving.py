@@ -16,6 +16,9 @@ builder's fast estimate, equal to the simulation; `tests/program/test_serving.py
     T = max(T_gpu, H) when the host overlaps the GPU (overlap scheduler), else T_gpu + H
 
 with H the host's time per step (pp * H with pp micro-batches) and t_p2p one activation send between stages.
+An engine with attention data parallelism whose ranks run different steps takes, per stage, the busiest rank's
+own work plus the experts' work on all ranks' tokens (`group_stage_s`, `group_step_time`); with every rank
+running one step that is t_s.
 A layer's collectives run on their group's stream ("tp", and "ep" for the expert all-to-all of attention
 data parallelism) after its kernels; an overlapped one (`Where.OVERLAPPED`: two-batch overlap) runs beside
 them, so the layer takes max(kernels, overlapped) + the others. Kernels take the runtime's floor: a
