@@ -15,7 +15,7 @@ from madmax.config.strategy import Strategy
 from madmax.config.task import Task
 from madmax.hardware.collectives import network_model
 from madmax.parallel.serving import Step, build_serving_plan
-from madmax.program.serving import build_step, make_runtime, stage_times, step_period, step_time
+from madmax.program.serving import build_step, group_step_time, make_runtime, stage_times, step_period, step_time
 from madmax.sim import schedule
 from madmax.workload import build_workload
 
@@ -328,3 +328,52 @@ def test_overlapped_exchange_hides_behind_the_layer():
     a, b = stage_times(plain, rt, 0, step), stage_times(overlapped, rt, 0, step)
     assert a.compute_s == b.compute_s and a.comm_s == b.comm_s and a.hidden_s == 0
     assert b.total_s == pytest.approx(a.total_s - b.hidden_s, rel=1e-12) and b.hidden_s > 0
+
+
+adp_layouts = st.sampled_from([(MIXTRAL, 1, 4, 1, 4, {}), (DEEPSEEK, 1, 8, 1, 8, {}),
+                               (DEEPSEEK, 2, 8, 1, 8, {"ep_overlap": True, "dispatch_fp8": True}),
+                               (DEEPSEEK, 1, 8, 1, 8, {"ep_overlap": True})])
+
+
+@settings(max_examples=25, deadline=None)
+@given(step=steps, layout=adp_layouts, stack=st.sampled_from(["trtllm", "vllm", "sglang"]))
+def test_an_engine_whose_ranks_run_one_step_is_the_replica_step(step, layout, stack):
+    # Every rank running the same step: the group's closed form is step_time's (the ranks' maxima are the step).
+    model, tp, ep, etp, n, options = layout
+    plan, rt = moe_plan(model, tp, ep, etp, num_gpus=n, **options), runtime(stack)
+    a = plan.experts.attention_dp
+    assert group_step_time(plan, rt, (step,) * a) == pytest.approx(step_time(plan, rt, step), rel=1e-12)
+
+
+@settings(max_examples=25, deadline=None)
+@given(ranks=st.lists(steps, min_size=8, max_size=8), layout=adp_layouts.filter(lambda x: x[4] == 8),
+       stack=st.sampled_from(["trtllm", "vllm", "sglang"]))
+def test_an_attention_dp_step_is_never_faster_than_its_busiest_rank_alone(ranks, layout, stack):
+    # The other ranks' tokens only add expert rows and keep the exchange no smaller: the step of all eight ranks
+    # takes at least the step of its busiest rank beside seven idle ones, and at least each rank's alone.
+    model, tp, ep, etp, n, options = layout
+    plan, rt = moe_plan(model, tp, ep, etp, num_gpus=n, **options), runtime(stack)
+    ranks = tuple(ranks[: plan.experts.attention_dp])
+    together = group_step_time(plan, rt, ranks)
+    for i in range(len(ranks)):
+        alone = tuple(s if j == i else Step() for j, s in enumerate(ranks))
+        assert together >= group_step_time(plan, rt, alone) * (1 - 1e-12)
+
+
+def test_expert_rows_of_an_unbalanced_step_by_hand():
+    # DeepSeek-V3, tp=1, ep=8: rank 0 prefills 1000 tokens, rank 1 decodes 24, the other six idle. The experts
+    # see 1024 tokens in all: R = 1024 * 8 / 8 = 1024 rows per rank (256 (1 - (1 - 8/256)^1024) = 256 experts
+    # touched, all 32 local ones: 32 groups of 32 rows). The exchange is the busiest rank's: 1000 * 8 * 7168
+    # elements of 2 B = 114,688,000 B per dispatch.
+    plan = moe_plan(DEEPSEEK, 1, 8, 1)
+    layer = next(w for w in plan.expert_work(0, 1024, 1000) if w.kernels)
+    up = next(k for k in layer.kernels if k.grouped and k.k == 7168)
+    assert (up.batch, up.m) == (32, 32)
+    assert [(c.label, c.size_bytes) for c in layer.comm] == [("ep.dispatch", 114_688_000), ("ep.combine", 114_688_000)]
+    # The ranks' own work and the shared work hold the replica's work when every rank runs one step of T tokens.
+    step = Step(decode=64, decode_kv_tokens=64_000, sampled=64)
+    parts = zip(plan.rank_work(0, 64, 64), plan.expert_work(0, 8 * 64, 64), plan.dense_work(0, 64, 64), strict=True)
+    for mine, shared, whole in parts:
+        assert sorted(map(repr, mine.kernels + shared.kernels)) == sorted(map(repr, whole.kernels))
+        assert sorted(map(repr, mine.comm + shared.comm)) == sorted(map(repr, whole.comm))
+    assert group_step_time(plan, runtime(), (step,) * 8) == pytest.approx(step_time(plan, runtime(), step), rel=1e-12)

@@ -61,6 +61,14 @@ class Launch(StrEnum):
     AICONFIGURATOR = "aiconfigurator"
 
 
+class DPRouter(StrEnum):
+    """How an engine with attention data parallelism spreads arriving requests over its ranks: in turn, or to
+    the rank with the fewest requests (waiting ones weighted by `ServingStack.dp_waiting_weight`)."""
+
+    ROUND_ROBIN = "round_robin"
+    LEAST_LOADED = "least_loaded"
+
+
 class KVPoolBasis(StrEnum):
     """What the KV-cache pool is a fraction of: all of HBM (vLLM's gpu_memory_utilization, less the
     weights and activations), or the memory left after weights and activations (TensorRT-LLM's
@@ -139,6 +147,12 @@ class ServingStack(Schema):
                                               "computed and the newest request is preempted when the pool is full.")
     all_reduce: tuple[AllReduceRule, ...] = Field((), description="Custom all-reduce kernels for small messages "
                                                                   "inside an NVLink domain, in order.")
+    dp_router: DPRouter = Field(DPRouter.LEAST_LOADED, description="How an engine with attention data "
+                                "parallelism assigns an arriving request to one of its ranks: round_robin, or "
+                                "least_loaded (the rank with the lowest dp_waiting_weight x waiting + running "
+                                "requests, the first on a tie).")
+    dp_waiting_weight: PositiveInt = Field(1, description="Weight of a rank's waiting requests against its running "
+                                           "ones in the least_loaded router.")
     frontend_s: Seconds = Field(0.0, ge=0, le=60, description="The HTTP front end's time per request: the "
                                 "request's way from the client to the engine's queue and the first token's way "
                                 "back (in TTFT and in a closed-loop client's round trip), at most 60 s (a clock "
@@ -207,7 +221,8 @@ def weight_bytes_per_param(dtype: str) -> float | None:
 
 # Settings a launch or the user may change: the scheduler's, the memory split's and the front end's.
 ENGINE_SETTINGS = ("max_num_tokens", "max_batch", "chunked_prefill", "mixed_batches", "cuda_graphs",
-                   "cuda_graph_max_batch", "host_overlaps_gpu", "kv_pool_fraction", "reserve_full_kv", "frontend_s")
+                   "cuda_graph_max_batch", "host_overlaps_gpu", "kv_pool_fraction", "reserve_full_kv", "frontend_s",
+                   "dp_router", "dp_waiting_weight")
 
 
 def sized_budget(batch: int, prompt: int) -> int:

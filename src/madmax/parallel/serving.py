@@ -17,6 +17,8 @@ group (DeepSeek-V3 Sec. 3.4; vLLM --data-parallel-size with --enable-expert-para
 --enable-dp-attention, TensorRT-LLM enable_attention_dp). Either way a rank's expert GEMMs see
 R = a T k etp / tp rows (times the routing's load factor), and the weights a step reads are those of
 the experts its tokens touch: E (1 - (1 - k/E)^(a T)) over the group (`experts.touched_experts`), not all E.
+`work` is the step every rank runs; ranks with steps of their own split it into `rank_work` (on a rank's own
+tokens) and `expert_work` (the experts over all ranks' tokens, the exchange of the busiest rank).
 
 Multi-head latent attention (DeepSeek-V2/V3) caches the latent: r + d_r elements per token per layer
 (kv_lora_rank and the shared rotary key), whole on every tp rank. Decode attention runs in the absorbed
@@ -215,6 +217,45 @@ class ServingPlan:
                        for k in forward_kernels(op, shape, flash=True)]
             fwd_comm, _ = tp_comm(unit.block, shape, self.tp_span)
             out.append(StageWork(unit, tuple(kernels), (*fwd_comm, *self._expert_comm(unit, tokens))))
+        return tuple(out)
+
+    def rank_work(self, stage: int, tokens: int, sampled: int) -> tuple[StageWork, ...]:
+        """The part of `dense_work` one attention-data-parallel rank runs on its own T_r tokens: every GEMM
+        and element-wise op but the routed experts', its tensor-parallel collectives and the all-reduce that
+        sums its experts' outputs over tp (`tp.experts_out`); `expert_work` is the rest, which the ranks of an
+        engine share. For a step every rank runs, rank_work(T) and expert_work(a T, T) hold dense_work's
+        kernels and collectives."""
+        out = []
+        for unit in self.stages[stage]:
+            shape = self._shape(unit, tokens, sampled)
+            kernels = [k for op in unit.block.ops if op.kind is not OpKind.ATTENTION and op.tp not in EXPERT_SPLITS
+                       for k in forward_kernels(op, shape, flash=True)]
+            fwd_comm, _ = tp_comm(unit.block, shape, self.tp_span)
+            local = [c for c in self._expert_comm(unit, tokens) if c.group == TP_GROUP]
+            out.append(StageWork(unit, tuple(kernels), (*fwd_comm, *local)))
+        return tuple(out)
+
+    def expert_work(self, stage: int, total: int, busiest: int) -> tuple[StageWork, ...]:
+        """The routed experts of `stage`'s units for one step of an engine whose a attention replicas bring
+        `total` tokens in all, the busiest `busiest` of them: each rank's grouped GEMMs over
+        R = total k / ep rows (times the load; the experts `total` tokens touch), and the dispatch and combine
+        all-to-alls, which end when the busiest rank has sent its T_max/tp tokens' k copies. Units without
+        routed experts have none."""
+        out = []
+        for unit in self.stages[stage]:
+            routed = experts.routed_op(unit.block)
+            e = self.experts
+            if routed is None or e is None:
+                out.append(StageWork(unit, (), ()))
+                continue
+            # R = total k etp / (a tp) = total k / ep rows: the tokens of all a replicas over a tp ranks' worth.
+            shape = dataclasses.replace(
+                self._shape(unit, total, 0), tp=self.tp * e.attention_dp, ep=e.ep, etp=e.etp, expert_load=e.load,
+                active_experts=experts.touched_experts(routed.experts, routed.top_k, total) / e.ep)
+            kernels = [k for op in unit.block.ops if op.tp in EXPERT_SPLITS
+                       for k in forward_kernels(op, shape, flash=True)]
+            exchange = [c for c in self._expert_comm(unit, busiest) if c.group != TP_GROUP]
+            out.append(StageWork(unit, tuple(kernels), tuple(exchange)))
         return tuple(out)
 
     def attention_kernels(self, unit: ServingUnit, step: Step) -> tuple[Kernel, ...]:

@@ -16,6 +16,9 @@ builder's fast estimate, equal to the simulation; `tests/program/test_serving.py
     T = max(T_gpu, H) when the host overlaps the GPU (overlap scheduler), else T_gpu + H
 
 with H the host's time per step (pp * H with pp micro-batches) and t_p2p one activation send between stages.
+An engine with attention data parallelism whose ranks run different steps takes, per stage, the busiest rank's
+own work plus the experts' work on all ranks' tokens (`group_stage_s`, `group_step_time`); with every rank
+running one step that is t_s.
 A layer's collectives run on their group's stream ("tp", and "ep" for the expert all-to-all of attention
 data parallelism) after its kernels; an overlapped one (`Where.OVERLAPPED`: two-batch overlap) runs beside
 them, so the layer takes max(kernels, overlapped) + the others. Kernels take the runtime's floor: a
@@ -190,6 +193,86 @@ def _dense_times(plan: ServingPlan, runtime: Runtime, compute: ComputeModel, sta
 CACHE_SIZE = 1 << 16  # step times kept per runtime before the cache starts afresh
 
 
+def _work_times(runtime: Runtime, compute: ComputeModel, plan: ServingPlan, works) -> tuple[_UnitTimes, ...]:
+    """Per unit of `works`: seconds of one instance's kernels, of its collectives after them and beside them."""
+    units = []
+    for work in works:
+        kernels = sum(kernel_s(compute, k, plan.act_dtype) for k in work.kernels)
+        after = beside = 0.0
+        for op in work.comm:
+            if op.where is Where.OVERLAPPED:
+                beside += runtime.comm_s(op)
+            else:
+                after += runtime.comm_s(op)
+        units.append(_UnitTimes(work.unit, work.unit.count, kernels, after, beside))
+    return tuple(units)
+
+
+def _cached(runtime: Runtime, plan: ServingPlan, key: tuple, build):
+    """`build()`, kept in the runtime's cache under `key` (which holds id(plan)); the entry holds the plan, so
+    no other plan can take its id while it is cached."""
+    found = runtime._cache.get(key)
+    if found is not None:
+        return found[1]
+    out = build()
+    if len(runtime._cache) > CACHE_SIZE:
+        runtime._cache.clear()
+    runtime._cache[key] = (plan, out)
+    return out
+
+
+def group_stage_s(plan: ServingPlan, runtime: Runtime, stage: int, steps: tuple[Step, ...],
+                  compute: ComputeModel | None = None) -> float:
+    """Seconds of `stage` for one step of an engine whose attention-data-parallel ranks run `steps` (one per
+    rank; a rank without tokens idles). The MoE layers synchronise the ranks every layer (dispatch and combine),
+    so a unit instance takes
+
+        max(max_r(K_r) + X, B) + max_r(A_r) + C
+
+    K_r: rank r's own kernels (`ServingPlan.rank_work` on its T_r tokens, its attention), A_r its
+    collectives after them (tensor parallel), X the experts' grouped GEMMs over the sum of the ranks' tokens
+    (`expert_work`), C and B the token exchange after or beside the kernels, sized by the busiest rank. With
+    every rank running the same step this is the unit's max(kernels, beside) + after of `stage_times`. The
+    separate maxima of K_r and A_r bound the max of their sums from above (tight when one rank is the
+    busiest in both, as the one with the most tokens is)."""
+    busy = [s for s in steps if s.tokens]
+    if not busy:
+        return 0.0
+    compute = compute or group_compute(runtime, steps)
+    total, busiest = sum(s.tokens for s in busy), max(s.tokens for s in busy)
+    ranks = [_cached(runtime, plan, ("rank", id(plan), id(compute), stage, s.tokens, s.sampled),
+                     lambda s=s: _work_times(runtime, compute, plan, plan.rank_work(stage, s.tokens, s.sampled)))
+             for s in busy]
+    shared = _cached(runtime, plan, ("experts", id(plan), id(compute), stage, total, busiest),
+                     lambda: _work_times(runtime, compute, plan, plan.expert_work(stage, total, busiest)))
+    seconds = 0.0
+    for i, x in enumerate(shared):
+        kernels = max(r[i].kernels_s + sum(kernel_s(compute, k, plan.act_dtype)
+                                           for k in plan.attention_kernels(x.unit, s))
+                      for r, s in zip(ranks, busy, strict=True))
+        after = max(r[i].after_s for r in ranks)
+        beside = max(r[i].beside_s for r in ranks) + x.beside_s
+        seconds += x.count * (max(kernels + x.kernels_s, beside) + after + x.after_s)
+    return seconds
+
+
+def group_compute(runtime: Runtime, steps: tuple[Step, ...]) -> ComputeModel:
+    """The kernels' floors of an attention-data-parallel step: a CUDA graph's only when every rank's step
+    replays one (the engines agree on graph or eager across the ranks: TensorRT-LLM gathers each rank's
+    can-run-graph flag, SGLang the ranks' forward modes, vLLM pads the ranks to one captured size)."""
+    models = {id(m): m for m in (runtime.compute_for(s) for s in steps if s.tokens)}
+    return runtime.eager if id(runtime.eager) in models or not models else next(iter(models.values()))
+
+
+def group_step_time(plan: ServingPlan, runtime: Runtime, steps: tuple[Step, ...]) -> float:
+    """Seconds between two steps of an attention-data-parallel engine whose ranks run `steps`: `step_time`'s
+    closed form over the stages' `group_stage_s`, the pipeline sends sized by the busiest rank."""
+    compute = group_compute(runtime, steps)
+    times = [group_stage_s(plan, runtime, s, steps, compute) for s in range(plan.num_stages)]
+    busiest = max(steps, key=lambda s: s.tokens)
+    return _period(plan, runtime, times, busiest)
+
+
 def p2p_s(plan: ServingPlan, runtime: Runtime, step: Step) -> float:
     """One send of a micro-batch's activations (T x h) to the next stage (0 without pipeline stages)."""
     if plan.pp == 1:
@@ -202,6 +285,11 @@ def step_time(plan: ServingPlan, runtime: Runtime, step: Step) -> float:
     """Seconds between two steps of one micro-batch (the closed form of the module docstring); equal to
     `step_period` of the simulated program."""
     times = [stage_times(plan, runtime, s, step).total_s for s in range(plan.num_stages)]
+    return _period(plan, runtime, times, step)
+
+
+def _period(plan: ServingPlan, runtime: Runtime, times: list[float], step: Step) -> float:
+    """The module docstring's T from each stage's time for one micro-batch and the host's time."""
     gpu = times[0]
     host = runtime.stack.host_step_s
     if plan.pp > 1:

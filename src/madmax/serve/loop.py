@@ -57,6 +57,16 @@ class Scheduler:
     admit_lag: bool = False
 
 
+@dataclass(frozen=True)
+class Work:
+    """An engine's next step: its prompt chunks (request, tokens already prefilled, tokens now), the requests
+    whose prompt it completes, and the step they and the decodes make."""
+
+    chunks: tuple[tuple[int, int, int], ...]
+    completing: tuple[int, ...]
+    step: Step
+
+
 @dataclass
 class Tokens:
     """Inter-token latencies as (seconds per step, tokens generated at that pace) pairs."""
@@ -171,31 +181,41 @@ class Engine:
 
     def _step(self, until: float) -> bool:
         """One step, or a stretch of decode-only steps; False when there is nothing to do."""
+        work = self.plan()
+        if work is None:
+            return bool(self.decode_only and self.admitted_now)  # admitted requests that were already done
+        if not work.chunks:
+            return self._decode_stretch(until)
+        self.take(work, self.step_time(work.step))
+        return True
+
+    def plan(self) -> Work | None:
+        """The work of this engine's next step, admitting the waiting requests it takes; None without any."""
         if not self.s.reserve_full:
             self._make_room()  # the running decoders' next tokens first, as vLLM schedules running requests
         chunks, completing = self._prefill_work()
         decodes = self.num_decoding if (self.s.mixed or not chunks) and not self.prefill_only else 0
         if not chunks and not decodes:
-            return bool(self.decode_only and self.admitted_now)  # admitted requests that were already done
-        if not chunks:
-            return self._decode_stretch(until)
-        if not self.s.reserve_full:
-            for request, _, q in chunks:
-                self._hold(request, q)
+            return None
         step = Step(prefill=tuple((q, done + q) for _, done, q in chunks), decode=decodes,
                     decode_kv_tokens=self.decode_keys if decodes else 0.0, sampled=decodes + len(completing))
-        seconds = self.step_time(step)
+        return Work(tuple(chunks), tuple(completing), step)
+
+    def take(self, work: Work, seconds: float) -> None:
+        """Run `work` (from `plan`) as a step of `seconds` from the engine's clock."""
+        if not self.s.reserve_full:
+            for request, _, q in work.chunks:
+                self._hold(request, q)
         self.cutoff = self.clock
         self.clock += seconds
         self._busy(seconds)
-        if decodes:
+        if work.step.decode:
             self._advance_decoders(1, seconds, seconds)
-        for request, done, q in chunks:
+        for request, done, q in work.chunks:
             if done + q < self._prompt(request):
                 self._set_prefilled(request, done + q)
-        for request in completing:
+        for request in work.completing:
             self._first_token(request)
-        return True
 
     def _prompt(self, request: int) -> int:
         """Tokens to prefill: the prompt, and the tokens a preempted request had generated."""
@@ -350,27 +370,37 @@ class Engine:
     def _decode_stretch(self, until: float) -> bool:
         """k decode-only steps: up to the next completion, and no further than the step during which the
         next arrival (or `until`) comes, or (on-demand caches) the pool fills."""
+        k = self.decode_bound()
+        first = last = self.step_time(self.decode_step())
+        if k > 1:
+            slope = (self.step_time(self.decode_step(k - 1)) - first) / (k - 1)
+            arrival = self.arrivals[0][0] if self.arrivals else None
+            k = stretch_steps(k, first, slope, self.clock, until, arrival, self.s.admit_lag)
+            last = first + (k - 1) * slope
+        self.stretch(k, first, last)
+        return True
+
+    def decode_bound(self) -> int:
+        """Decode-only steps the engine can take before its next decoder finishes or (on-demand caches) its
+        pool fills."""
         self._drop_stale()
         d, k = self.num_decoding, self.decoders[0][0] - self.decode_steps
         if not self.s.reserve_full and math.isfinite(self.s.kv_tokens):
             k = max(1, min(k, int((self.s.kv_tokens - self.used) // d)))
-        first = last = self.step_time(Step(decode=d, decode_kv_tokens=self.decode_keys, sampled=d))
-        if k > 1:
-            slope = (self.step_time(Step(decode=d, decode_kv_tokens=self.decode_keys + (k - 1) * d, sampled=d))
-                     - first) / (k - 1)
-            if until < math.inf:
-                k = min(k, _steps_to_reach(until - self.clock, first, slope))
-            if self.arrivals:  # to the step the next arrival comes in (and, overlap-scheduled, one more)
-                span = self.arrivals[0][0] - self.clock
-                reach = _steps_to_reach(span, first, slope) if span > 0 else 0
-                k = min(k, max(1, reach + self.s.admit_lag))
-            last = first + (k - 1) * slope
-        seconds = k * (first + last) / 2
-        self.cutoff = self.clock + seconds - last
+        return k
+
+    def decode_step(self, ahead: int = 0) -> Step:
+        """The decode-only step of the running decoders `ahead` steps from now (each reads one more key a step)."""
+        d = self.num_decoding
+        return Step(decode=d, decode_kv_tokens=self.decode_keys + ahead * d, sampled=d)
+
+    def stretch(self, k: int, first_s: float, last_s: float) -> None:
+        """Take k decode-only steps whose times run linearly from `first_s` to `last_s`."""
+        seconds = k * (first_s + last_s) / 2
+        self.cutoff = self.clock + seconds - last_s
         self.clock += seconds
         self._busy(seconds)
-        self._advance_decoders(k, first, last)
-        return True
+        self._advance_decoders(k, first_s, last_s)
 
     def _drop_stale(self) -> None:
         """Heap entries of preempted decoders (their epoch is gone) are skipped."""
@@ -401,6 +431,20 @@ class Engine:
         self._release(request)
         if self.on_finish is not None:
             self.on_finish(request, self.clock)
+
+
+def stretch_steps(k: int, first_s: float, slope_s: float, clock: float, until: float, arrival: float | None,
+                  admit_lag: bool) -> int:
+    """At most k decode-only steps of times first + j slope from `clock`: no further than the step during
+    which `until` comes, nor than the one the next arrival comes in (one more when overlap-scheduled: it
+    joins the step after next)."""
+    if until < math.inf:
+        k = min(k, _steps_to_reach(until - clock, first_s, slope_s))
+    if arrival is not None:
+        span = arrival - clock
+        reach = _steps_to_reach(span, first_s, slope_s) if span > 0 else 0
+        k = min(k, max(1, reach + admit_lag))
+    return k
 
 
 def _steps_to_reach(span_s: float, first_s: float, slope_s: float) -> int:

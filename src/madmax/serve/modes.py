@@ -27,8 +27,17 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from madmax.parallel.serving import Step
-from madmax.program.serving import Runtime, StepProgram, build_step, round_time, step_period, step_time
+from madmax.program.serving import (
+    Runtime,
+    StepProgram,
+    build_step,
+    group_step_time,
+    round_time,
+    step_period,
+    step_time,
+)
 from madmax.serve.deployment import Replica
+from madmax.serve.group import Group, Router
 from madmax.serve.loop import Engine, Requests, Scheduler, Tokens, run_engines
 from madmax.sim import Schedule, schedule
 
@@ -94,9 +103,31 @@ class Deployment:
     def engines(self) -> int:
         return self.replicas * self.pp
 
+    @property
+    def attention_dp(self) -> int:
+        """Replicas that step together as one engine's ranks (attention data parallelism), else 1."""
+        e = self.replica.plan.experts
+        return e.attention_dp if e is not None else 1
+
     def step_s(self, step: Step) -> float:
-        """The step's time in closed form (`program.serving.step_time`), for the loop."""
+        """The step's time in closed form (`program.serving.step_time`), every rank of an attention-data-parallel
+        engine running it, for the loop."""
         return step_time(self.replica.plan, self.runtime, step)
+
+    def group_step_s(self, steps: tuple[Step, ...]) -> float:
+        """The step of an attention-data-parallel engine whose ranks run `steps` (`group_step_time`)."""
+        return group_step_time(self.replica.plan, self.runtime, steps)
+
+    def engine(self, requests: Requests, share: float, **kwargs) -> Engine | Group:
+        """One engine serving `requests` with `share` of a replica's KV pool per rank: an `Engine`, or with
+        attention data parallelism a `Group` of `attention_dp` of them and the stack's router. `kwargs` go to
+        each `Engine`."""
+        a = self.attention_dp
+        if a == 1:
+            return Engine(requests, self.scheduler(share), self.step_s, **kwargs)
+        stack = self.runtime.stack
+        ranks = [Engine(requests, self.scheduler(share), self.step_s, **kwargs) for _ in range(a)]
+        return Group(ranks, self.group_step_s, Router(stack.dp_router, stack.dp_waiting_weight))
 
     def simulate(self, step: Step) -> tuple[float, StepProgram, Schedule]:
         """The step's program, simulated (once per step): (time of the step, program, schedule). A prefill
@@ -173,11 +204,14 @@ def _shares(total: int, parts: int) -> list[int]:
 
 
 def closed_loop(dep: Deployment, batch: int, prompt: int, output: int, num_requests: int | None) -> Outcome:
-    """`batch` requests in flight per replica, each finished one replaced at once (per engine)."""
+    """`batch` requests in flight per replica, each finished one replaced at once (per engine; an engine with
+    attention data parallelism holds the clients of its a replicas)."""
     outcomes = []
+    a = dep.attention_dp
     for concurrency, engines in _engine_groups(batch, dep.pp):
         n = max(concurrency, num_requests // dep.engines) if num_requests else REQUESTS_PER_SLOT * concurrency
-        outcomes.append((_closed_engine(dep, concurrency, prompt, output, n, 1 / dep.pp), engines * dep.replicas))
+        outcomes.append((_closed_engine(dep, a * concurrency, prompt, output, a * n, 1 / dep.pp),
+                         engines * dep.replicas // a))
     return _combine(outcomes, batch, dep.runtime.stack.frontend_s)
 
 
@@ -198,7 +232,7 @@ def _closed_engine(dep: Deployment, concurrency: int, prompt: int, output: int, 
             engine.submit(sent[0], at + round_trip)
             sent[0] += 1
 
-    engine = Engine(reqs, dep.scheduler(share), dep.step_s, on_finish=replace)
+    engine = dep.engine(reqs, share, on_finish=replace)
     for i in range(min(concurrency, n)):
         engine.submit(i, 0.0)
     run_engines([engine])
@@ -253,24 +287,26 @@ def saturation(dep: Deployment, cap: int, prompt: int, output: int, num_requests
 
 
 def open_loop(dep: Deployment, arrival: np.ndarray, prompt: np.ndarray, output: np.ndarray) -> Outcome:
-    """Requests arriving at given times, spread round-robin over the engines, each engine on its own."""
+    """Requests arriving at given times, spread round-robin over the engines (an attention-data-parallel
+    engine's router spreads its share over its ranks), each engine on its own."""
     groups = []
-    for e in range(dep.engines):
-        idx = np.arange(e, len(arrival), dep.engines)
+    engines = dep.engines // dep.attention_dp
+    for e in range(engines):
+        idx = np.arange(e, len(arrival), engines)
         if not len(idx):
             continue
         reqs = Requests(arrival=arrival[idx], prompt=prompt[idx], output=output[idx])
-        engine = Engine(reqs, dep.scheduler(1 / dep.pp), dep.step_s)
+        engine = dep.engine(reqs, 1 / dep.pp)
         for i in range(len(idx)):
             engine.submit(i, float(reqs.arrival[i]))
         run_engines([engine])
         groups.append((reqs, 1))
-    return _combine_open(groups, dep.runtime.stack.frontend_s)
+    return _combine_open(groups, dep.runtime.stack.frontend_s, dep.attention_dp)
 
 
-def _combine_open(groups: list[tuple[Requests, int]], frontend_s: float = 0.0) -> Outcome:
-    """Open-loop engines share one clock: rates over the span from the deployment's first arrival to its
-    last finish."""
+def _combine_open(groups: list[tuple[Requests, int]], frontend_s: float = 0.0, ranks: int = 1) -> Outcome:
+    """Open-loop engines (of `ranks` schedulers each) share one clock: rates over the span from the
+    deployment's first arrival to its last finish."""
     out = _combine(groups, batch=0, frontend_s=frontend_s)
     first = min(float(np.min(r.arrival)) for r, _ in groups)
     span = max(float(np.nanmax(r.finish)) for r, _ in groups) - first
@@ -278,7 +314,7 @@ def _combine_open(groups: list[tuple[Requests, int]], frontend_s: float = 0.0) -
     out.output_tokens_per_s = sum(float(r.output[d].sum()) for r, d in done) / span
     out.prompt_tokens_per_s = sum(float(r.prompt[d].sum()) for r, d in done) / span
     out.requests_per_s = sum(int(d.sum()) for _, d in done) / span
-    engines = sum(count for _, count in groups)
+    engines = ranks * sum(count for _, count in groups)
     out.busy_fraction = sum(r.busy_s for r, _ in groups) / (span * engines) if span > 0 else 0.0
     return out
 
@@ -305,16 +341,16 @@ def disaggregated(dis: Disaggregated, arrival: np.ndarray | None, concurrency: i
     closed = arrival is None
     arrival = np.zeros(n) if arrival is None else arrival
     reqs = Requests(arrival=arrival.copy(), prompt=np.full(n, prompt), output=np.full(n, output))
-    decoders = [Engine(reqs, dis.decode.scheduler(1 / dis.decode.pp), dis.decode.step_s, decode_only=True)
-                for _ in range(dis.decode.engines)]
+    decoders = [dis.decode.engine(reqs, 1 / dis.decode.pp, decode_only=True)
+                for _ in range(dis.decode.engines // dis.decode.attention_dp)]
     counter = {"decode": 0, "prefill": 0, "sent": min(concurrency, n) if closed else n}
 
     def to_decode(request: int, at: float) -> None:
         decoders[counter["decode"] % len(decoders)].submit(request, at + dis.transfer_s)
         counter["decode"] += 1
 
-    prefillers = [Engine(reqs, dis.prefill.scheduler(1 / dis.prefill.pp), dis.prefill.step_s, prefill_only=True,
-                         on_prefilled=to_decode) for _ in range(dis.prefill.engines)]
+    prefillers = [dis.prefill.engine(reqs, 1 / dis.prefill.pp, prefill_only=True, on_prefilled=to_decode)
+                  for _ in range(dis.prefill.engines // dis.prefill.attention_dp)]
 
     def to_prefill(request: int, at: float) -> None:
         prefillers[counter["prefill"] % len(prefillers)].submit(request, at)

@@ -1,0 +1,137 @@
+"""An engine with attention data parallelism: a ranks, each with its own scheduler, that step together.
+
+Engines run the attention of a mixture-of-experts model data-parallel and its experts expert-parallel
+(TensorRT-LLM `enable_attention_dp`, SGLang `--enable-dp-attention`, vLLM `--data-parallel-size` with
+`--enable-expert-parallel`): each of the a ranks schedules its own requests under its own token budget and KV
+pool (`loop.Engine`), and the dispatch and combine all-to-alls of every MoE layer make them wait for one
+another. A step therefore lasts as long as its busiest rank's own work plus the experts' work on all ranks'
+tokens (`program.serving.group_step_time`): one rank prefilling a long prompt stalls the decodes of every
+other. A rank with nothing to do runs a dummy step of one decode token (TensorRT-LLM pads an idle rank with
+a dummy generation request, vLLM runs a dummy batch; SGLang's idle batch has no tokens) while any rank
+works.
+
+The engine's router assigns each request to a rank when it reaches the engine (`Router`): in turn, or to the
+rank with the fewest requests, its waiting ones weighted (`ServingStack.dp_router`, `dp_waiting_weight`). It
+sees the ranks as the next step starts, which is when TensorRT-LLM's executor assigns new requests; vLLM's
+front end reads counts the DP coordinator publishes every 100 ms plus its own assignments since.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from madmax.config.stack import DPRouter
+from madmax.parallel.serving import Step
+from madmax.serve.loop import Engine, stretch_steps
+
+GroupStepTime = Callable[[tuple[Step, ...]], float]
+# An idle rank's step while the others work: one decode token over a one-token cache.
+DUMMY = Step(decode=1, decode_kv_tokens=1.0, sampled=1)
+
+
+@dataclass
+class Router:
+    """Which rank an arriving request joins: `ROUND_ROBIN` in turn, `LEAST_LOADED` the rank with the lowest
+    waiting_weight x waiting + running requests (the first on a tie)."""
+
+    policy: DPRouter
+    waiting_weight: int = 1
+    turn: int = 0
+
+    def pick(self, ranks: list[Engine]) -> int:
+        if self.policy is DPRouter.ROUND_ROBIN:
+            self.turn += 1
+            return (self.turn - 1) % len(ranks)
+        loads = [self.waiting_weight * len(r.waiting) + len(r.prefilling) + r.num_decoding for r in ranks]
+        return loads.index(min(loads))
+
+
+class Group:
+    """The a ranks of one attention-data-parallel engine, driven like one `Engine` (`submit`, `next_event`,
+    `run_until`): each step every rank plans its own work and the step takes `step_time` of them all."""
+
+    def __init__(self, ranks: list[Engine], step_time: GroupStepTime, router: Router) -> None:
+        self.ranks, self.step_time, self.router = ranks, step_time, router
+        self.clock = 0.0
+        self.cutoff = 0.0  # as `Engine.cutoff`
+        self.arrivals: list[tuple[float, int]] = []
+        self.admit_lag = ranks[0].s.admit_lag
+
+    @property
+    def on_finish(self) -> Callable[[int, float], None] | None:
+        return self.ranks[0].on_finish
+
+    @on_finish.setter
+    def on_finish(self, callback: Callable[[int, float], None] | None) -> None:
+        for rank in self.ranks:
+            rank.on_finish = callback
+
+    def submit(self, request: int, at: float) -> None:
+        heapq.heappush(self.arrivals, (at, request))
+
+    @property
+    def idle(self) -> bool:
+        return all(r.idle for r in self.ranks)
+
+    def next_event(self) -> float:
+        if not self.idle:
+            return self.clock
+        return self.arrivals[0][0] if self.arrivals else math.inf
+
+    def run_until(self, until: float) -> None:
+        """Take steps while they start at or before `until`."""
+        while True:
+            self._arrive()
+            if self.idle:
+                if not self.arrivals or self.arrivals[0][0] > until:
+                    return
+                self.clock = max(self.clock, self.arrivals[0][0])
+                self.cutoff = self.clock
+                continue
+            if self.clock > until:
+                return
+            assert self._step(until), "a waiting request can never be admitted"
+
+    def _arrive(self) -> None:
+        """Hand the requests that have reached the engine to the ranks the router picks."""
+        cutoff = self.cutoff if self.admit_lag else self.clock
+        while self.arrivals and self.arrivals[0][0] <= cutoff:
+            self.ranks[self.router.pick(self.ranks)].waiting.append(heapq.heappop(self.arrivals)[1])
+
+    def _step(self, until: float) -> bool:
+        for rank in self.ranks:
+            rank.clock, rank.cutoff = self.clock, self.cutoff
+        works = [r.plan() for r in self.ranks]
+        if all(w is None for w in works):
+            return any(r.decode_only and r.admitted_now for r in self.ranks)
+        if all(w is None or not w.chunks for w in works):
+            return self._decode_stretch(until, [r for r, w in zip(self.ranks, works, strict=True) if w])
+        seconds = self.step_time(tuple(w.step if w else DUMMY for w in works))
+        for rank, work in zip(self.ranks, works, strict=True):
+            if work is not None:
+                rank.take(work, seconds)
+        self.cutoff, self.clock = self.clock, self.clock + seconds
+        return True
+
+    def _decode_stretch(self, until: float, decoding: list[Engine]) -> bool:
+        """k decode-only steps of every rank that decodes: up to the first completion on any rank, and no
+        further than the step the next arrival (or `until`) comes in."""
+        k = min(r.decode_bound() for r in decoding)
+
+        def steps(ahead: int) -> tuple[Step, ...]:
+            return tuple(r.decode_step(ahead) if r in decoding else DUMMY for r in self.ranks)
+
+        first = last = self.step_time(steps(0))
+        if k > 1:
+            slope = (self.step_time(steps(k - 1)) - first) / (k - 1)
+            arrival = self.arrivals[0][0] if self.arrivals else None
+            k = stretch_steps(k, first, slope, self.clock, until, arrival, self.admit_lag)
+            last = first + (k - 1) * slope
+        for rank in decoding:
+            rank.stretch(k, first, last)
+        seconds = k * (first + last) / 2
+        self.cutoff, self.clock = self.clock + seconds - last, self.clock + seconds
+        return True
