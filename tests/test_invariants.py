@@ -23,7 +23,8 @@ def _system(flops: float = 1.0, hbm: float = 1.0, memory: float = 1.0, name: str
     base = dict(find_in_catalog("systems", name))
     gpu = load_gpu(base["gpu"])
     faster = gpu.model_dump(mode="json") | {
-        "name": f"{gpu.name}-x{flops}-{hbm}-{memory}", "flops_per_s": {k: flops * v for k, v in gpu.flops_per_s.items()},
+        "name": f"{gpu.name}-x{flops}-{hbm}-{memory}",
+        "flops_per_s": {k: flops * v for k, v in gpu.flops_per_s.items()},
         "hbm_bytes_per_s": gpu.hbm_bytes_per_s * hbm, "hbm_bytes": gpu.hbm_bytes * memory,
         "usable_bytes": None if gpu.usable_bytes is None else gpu.usable_bytes * memory}
     return base | {"name": f"{name}-x{flops}-{hbm}-{memory}", "gpu": faster}

@@ -12,9 +12,9 @@ from madmax.config.hardware import System
 from madmax.config.loaders import load_model
 from madmax.config.model import ModelSpec
 from madmax.config.strategy import Strategy, parse_strategy
-from madmax.config.units import GIB
 from madmax.config.task import Task, TaskKind
 from madmax.config.training_stack import load_training_stack
+from madmax.config.units import GIB
 from madmax.program import SERVING, builder_for
 from madmax.request import TrainingRequest, resolve_request, resolve_training
 from madmax.results import Result

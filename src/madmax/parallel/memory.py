@@ -32,7 +32,6 @@ from madmax.parallel.pipeline import inflight
 from madmax.parallel.plan import Plan
 
 
-
 @dataclass(frozen=True)
 class Reserve:
     """HBM per GPU the software stack holds outside the model's tensors (runtime.yaml `reserve`).

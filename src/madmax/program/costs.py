@@ -36,9 +36,9 @@ class UnitTimes:
 
     attention_fwd_s / attention_bwd_s: the attention's window of each pass (`pass_cost`: its kernels' GPU
     time, and the host waits after it starts); after_fwd / after_bwd: the collectives after its forward /
-    backward kernels (TP); beside_fwd / beside_bwd: those beside its attention (the CP ring); overlapped_fwd / overlapped_bwd: those beside
-    the compute that follows (the expert all-to-all under two-micro-batch overlap); *_by_kind: kernel
-    seconds by breakdown category; flops_*: model FLOPs of each pass.
+    backward kernels (TP); beside_fwd / beside_bwd: those beside its attention (the CP ring);
+    overlapped_fwd / overlapped_bwd: those beside the compute that follows (the expert all-to-all under
+    two-micro-batch overlap); *_by_kind: kernel seconds by breakdown category; flops_*: model FLOPs of each pass.
     """
 
     fwd_s: float

@@ -13,6 +13,7 @@ from madmax.errors import MadmaxError
 from madmax.parallel.memory import RESERVE_PARTS
 from madmax.results import Result
 from madmax.results.serving import ServingResult
+from madmax.results.training import BUBBLE_NOTE_PREFIX
 from madmax.terminal import make_console
 
 EXPOSED_CAPTION = ("exposed: each kind's share of exposed communication (collectives in flight together split it "
@@ -85,7 +86,8 @@ def print_result(result: Result, console: Console | None = None) -> None:
     console.print(mem)
     for note in result.assumptions:
         if note != result.recompute_choice:  # printed under the strategy
-            console.print(f"[dim]assumed: {note}[/dim]")
+            kind = "note" if note.startswith(BUBBLE_NOTE_PREFIX) else "assumed"
+            console.print(f"[dim]{kind}: {note}[/dim]")
 
 
 def print_serving(result: ServingResult, console: Console | None = None) -> None:

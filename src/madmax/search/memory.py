@@ -77,7 +77,6 @@ def peak_memory(shape: MemoryShape, units: dict[str, np.ndarray], state: np.ndar
     `expert_state`, the experts' bytes per trainable parameter [n, 3]); process_groups: the sizes of each
     candidate's groups (`parallel.memory.group_sizes`, arrays [n])."""
     per_stage = shape.per_stage  # [R, K]
-    present = per_stage > 0
     params, trainable = units["params"], units["trainable"]
     groups = [(params, trainable, state)]
     if expert_state is not None:
