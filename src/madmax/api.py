@@ -136,6 +136,7 @@ def _simulate_training(run: TrainingRequest, keep_schedule: bool) -> Result:
                        assumptions=(run.assumptions + notes + tuple(built.assumptions)
                                     + (compute.attention_notes if strat.flash and _has_attention(plan) else ())),
                        recompute_choice=None if choice is None else choice.reason,
+                       sample_name=request.spec.sample_name,
                        forward_flops_per_token=request.workload.forward_flops_per_token(request.seq_len))
     return training_result(info, plan, built, timeline, memories, band, keep_schedule)
 

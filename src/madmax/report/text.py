@@ -39,12 +39,15 @@ def print_result(result: Result, console: Console | None = None) -> None:
     # A sample of one token (a recommendation model's) is counted in samples; a forward-only step is a step.
     per_sample = result.seq_len == 1
     inference = result.task == "inference"
+    # a ViT serves images: its rate is in images, not in patch tokens
+    samples = "images" if result.sample_name == "image" else "samples"
     rows = [
         ("global batch", f"{result.global_batch}") if per_sample else
         ("global batch x seq", f"{result.global_batch} x {result.seq_len}"),
         ("step time" if inference else "iteration time", _ms(result.iteration_time_s)),
-        ("samples/s", f"{result.samples_per_s:,.2f}"),
-        ("samples/s per GPU", f"{result.samples_per_s / result.num_gpus:,.0f}") if per_sample else
+        (f"{samples}/s", f"{result.samples_per_s:,.2f}"),
+        (f"{samples}/s per GPU", f"{result.samples_per_s / result.num_gpus:,.0f}")
+        if per_sample or result.sample_name == "image" else
         ("tokens/s per GPU", f"{result.tokens_per_s_per_gpu:,.0f}"),
         ("MFU", f"{result.mfu:.1%}") if inference else ("MFU / HFU", f"{result.mfu:.1%} / {result.hfu:.1%}"),
         ("peak memory per GPU", f"{result.peak_memory_bytes / GIB:,.1f} GiB of "

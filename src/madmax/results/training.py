@@ -52,6 +52,8 @@ class Result:
     recompute_choice: str | None = None
     # The training stack whose profile the prediction used (catalog/training_stacks.yaml).
     stack: str = ""
+    # What one element of the batch is (`ModelSpec.sample_name`): sequence, image or sample; labels only.
+    sample_name: str = field(default="sequence", repr=False, compare=False)
     schedule: Schedule | None = field(default=None, repr=False, compare=False)
     memory_timeline: dict[int, list[tuple[float, float]]] | None = field(default=None, repr=False, compare=False)
 
@@ -89,6 +91,7 @@ class TrainingRun:
     assumptions: tuple[str, ...]
     forward_flops_per_token: float = 0.0  # the model's, Megatron-LM's convention (routed experts: top_k)
     recompute_choice: str | None = None  # why the recompute was chosen, when the strategy left it unset
+    sample_name: str = "sequence"  # what one element of the batch is (`ModelSpec.sample_name`)
 
 
 def training_result(run: TrainingRun, plan: Plan, built: TrainingProgram, schedule: Schedule,
@@ -137,7 +140,7 @@ def training_result(run: TrainingRun, plan: Plan, built: TrainingProgram, schedu
                                    iteration)),
         error_band=error_band, recompute_choice=run.recompute_choice,
         stack=plan.stack.name if plan.stack else default_training_stack(),
-        schedule=schedule if keep_schedule else None,
+        sample_name=run.sample_name, schedule=schedule if keep_schedule else None,
         memory_timeline=memory_timeline(built, schedule, memories) if keep_schedule else None)
 
 
