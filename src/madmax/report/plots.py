@@ -108,8 +108,8 @@ def pareto_gap(df) -> str | None:
 
 def log_ticks(values: list[float]) -> list[float]:
     """Ticks of a log axis over `values`: the powers of ten, else 1, 2 and 5 per decade, else 1, 2, 3 and 5, else
-    every digit, the first that puts five within the data (a range of a decade or two otherwise shows one or two powers of ten); a range
-    too narrow for any of them (a factor of about two) gets evenly spaced round values instead."""
+    every digit, the first that puts five within the data (a range of a decade or two otherwise shows one or two
+    powers of ten); a range too narrow for three of them (a factor of about two) gets evenly spaced round values."""
     positive = [v for v in values if v > 0 and math.isfinite(v)]
     if not positive:
         return []
