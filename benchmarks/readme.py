@@ -1,14 +1,19 @@
-"""Regenerate the output shown under the README's `$ madmax ...` examples from what the program prints.
+"""Regenerate the output shown under the `$ madmax ...` examples of README.md and docs/*.md from the program.
 
-    python benchmarks/readme.py            # list the examples whose shown output is stale (exit 1 if any)
-    python benchmarks/readme.py --write    # rewrite those outputs in README.md
+    python benchmarks/readme.py                  # list README.md's examples whose shown output is stale (exit 1)
+    python benchmarks/readme.py --docs           # README.md and every docs/*.md
+    python benchmarks/readme.py docs/sweeps.md   # the files named
+    python benchmarks/readme.py --docs --write   # rewrite the stale outputs
+    python benchmarks/readme.py --docs --skip-slow   # leave out the blocks marked slow
 
-Each example runs in process, 120 columns wide, in a scratch directory holding a copy of `examples/`, as
-`tests/test_readme.py` runs it. An example that shows its whole output gets the whole new output. One that
-leaves lines out with `...` keeps its shape: each shown run of lines is found again in the new output by its
-text with the numbers masked (the labels of a table's rows), and the same number of lines is taken from
-there. Numbers written in the README's prose are not touched: the command lists the examples it changed so
-that the prose around them can be read again.
+The examples of one file run in order, in process, 120 columns wide, in one scratch directory holding a copy of
+`examples/` (so a `madmax query` reads the folder an earlier `madmax sweep` of the file wrote), as
+`tests/test_readme.py` runs them. A plain code block preceded by the line `<!-- slow: REASON -->` holds
+examples that take minutes (a sweep): the test skips them with REASON, this script runs them. An example that
+shows its whole output gets the whole new output. One that leaves lines out with `...` keeps its shape: each
+shown run of lines is found again in the new output by its text with the numbers masked (the labels of a
+table's rows), and the same number of lines is taken from there. Numbers written in the prose are not touched:
+the command lists the examples it changed so that the prose around them can be read again.
 """
 
 from __future__ import annotations
@@ -36,23 +41,32 @@ NUMBER = re.compile(r"\d[\d,.]*")
 VOLATILE = re.compile(r"wall time|points/s|strategies/s")  # lines whose numbers change from run to run
 
 
+DOCS = sorted((ROOT / "docs").glob("*.md"))
+SLOW = re.compile(r"^<!-- slow: (.+) -->$")
+
+
 @dataclass(frozen=True)
 class Example:
-    """A `$ madmax` command and the README lines [start, end) that show its output."""
+    """A `$ madmax` command and the lines [start, end) of its file that show its output; slow: why its block
+    is left out of the tests (None: it is tested)."""
 
     command: str
     start: int
     end: int
+    slow: str | None = None
 
 
 def find_examples(lines: list[str]) -> Iterator[Example]:
     """The `$ madmax` commands of the plain code blocks (```` ``` ```` without a language) with shown output."""
     in_block = plain = False
+    slow = None
     i = 0
     while i < len(lines):
         line = lines[i]
         if line.startswith("```"):
             in_block, plain = (not in_block), line == "```"
+            marker = SLOW.match(lines[i - 1]) if in_block and i else None
+            slow = marker.group(1) if marker else None
             i += 1
             continue
         if not (in_block and plain and line.startswith("$ madmax ")):
@@ -68,20 +82,37 @@ def find_examples(lines: list[str]) -> Iterator[Example]:
             i += 1
         shown = lines[start:i]
         if any(s != ELLIPSIS for s in shown) and "#" not in command:
-            yield Example(command, start, i)
+            yield Example(command, start, i, slow)
 
 
-def run(command: str) -> list[str]:
-    """What `command` prints, line by line, as the README test runs it."""
-    with tempfile.TemporaryDirectory() as scratch:
-        shutil.copytree(ROOT / "examples", Path(scratch) / "examples")
+class Session:
+    """A scratch directory holding a copy of `examples/` in which the examples of one file run, in order."""
+
+    def __init__(self) -> None:
+        self._dir = tempfile.TemporaryDirectory()
+        shutil.copytree(ROOT / "examples", Path(self._dir.name) / "examples")
+
+    def run(self, command: str) -> list[str]:
+        """What `command` prints, line by line, as the README test runs it."""
         cwd = Path.cwd()
         try:
-            os.chdir(scratch)
+            os.chdir(self._dir.name)
             result = CliRunner().invoke(app, shlex.split(command)[1:], env={"COLUMNS": str(WIDTH)})
         finally:
             os.chdir(cwd)
-    return [line.rstrip() for line in result.output.splitlines()]
+        return [line.rstrip() for line in result.output.splitlines()]
+
+    def close(self) -> None:
+        self._dir.cleanup()
+
+
+def run(command: str) -> list[str]:
+    """What `command` prints in a scratch directory of its own."""
+    session = Session()
+    try:
+        return session.run(command)
+    finally:
+        session.close()
 
 
 def collapse(line: str) -> str:
@@ -136,23 +167,43 @@ def regenerate(shown: list[str], actual: list[str]) -> list[str]:
     return out
 
 
+def refresh(path: Path, write: bool, skip_slow: bool) -> list[str]:
+    """The commands of `path` whose shown output is stale (rewritten in the file with `write`)."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    examples = list(find_examples(lines))
+    session = Session()
+    fresh: dict[int, list[str]] = {}
+    try:
+        for index, example in enumerate(examples):  # in order: a query reads what a sweep above it wrote
+            if not (skip_slow and example.slow):
+                fresh[index] = regenerate(lines[example.start:example.end], session.run(example.command))
+    finally:
+        session.close()
+    stale = []
+    for index in sorted(fresh, reverse=True):  # from the end, so earlier spans stay valid
+        example = examples[index]
+        if not _same(lines[example.start:example.end], fresh[index]):
+            stale.append(example.command)
+            lines[example.start:example.end] = fresh[index]
+    if write and stale:
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return stale[::-1]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--write", action="store_true", help="rewrite the stale outputs in README.md")
+    parser.add_argument("files", nargs="*", type=Path, help="Markdown files (default README.md)")
+    parser.add_argument("--docs", action="store_true", help="README.md and every docs/*.md")
+    parser.add_argument("--write", action="store_true", help="rewrite the stale outputs in the files")
+    parser.add_argument("--skip-slow", action="store_true", help="leave out the blocks marked <!-- slow: ... -->")
     args = parser.parse_args(argv)
-    lines = README.read_text(encoding="utf-8").splitlines()
-    stale = []
-    for example in reversed(list(find_examples(lines))):  # from the end, so earlier spans stay valid
-        shown = lines[example.start:example.end]
-        fresh = regenerate(shown, run(example.command))
-        if not _same(shown, fresh):
-            stale.append(example.command)
-            lines[example.start:example.end] = fresh
-    for command in reversed(stale):
-        print(f"{'rewrote' if args.write else 'stale'}: {command}")
-    if args.write and stale:
-        README.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return 1 if stale and not args.write else 0
+    files = [README, *DOCS] if args.docs else (args.files or [README])
+    any_stale = False
+    for path in files:
+        for command in refresh(path.resolve(), args.write, args.skip_slow):
+            any_stale = True
+            print(f"{'rewrote' if args.write else 'stale'}: {path.name}: {command}")
+    return 1 if any_stale and not args.write else 0
 
 
 if __name__ == "__main__":

@@ -225,7 +225,7 @@ CASES = [
     # ep*etp = 16 on 8 GPUs (tp*cp*dp = 8).
     Case("ep-not-dividing-gpus", ["simulate", "-m", "qwen3-30b-a3b", "-s", "dgx-h100", "--strategy", "ep=16"],
          ["strategy.ep*etp=16*1=16", "tp*cp*dp=8", "allowed ep*etp: 1, 2, 4, 8"]),
-    Case("etp-without-ep", ["simulate", "-m", "qwen3-30b-a3b", "-s", "dgx-h100", "--strategy", "etp=2"],
+    Case("etp-without-ep", ["simulate", "-m", "qwen3-30b-a3b", "-s", "dgx-h100", "--strategy", "ep=1,etp=2"],
          ["strategy.etp=2", "needs expert parallelism", "allowed with ep=1: etp=1"]),
     Case("top-k-above-experts", sim("-m", model_file("moe.json", moe={"num_experts": 8, "top_k": 9,
                                                                       "expert_ffn_hidden_size": 64})),

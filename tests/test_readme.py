@@ -1,10 +1,12 @@
-"""The README's examples print what the program prints.
+"""The examples of the README and of docs/*.md print what the program prints.
 
-Every `$ madmax ...` command in a README code block that shows output is run (in process, 120 columns
-wide) and its shown lines must appear in the real output: consecutively, except where the README
-writes `...` to leave lines out. Lines that report wall time or speed (`wall time`, `points/s`,
-`strategies/s`) are compared with their numbers masked, and a block holding one is compared with runs of
-spaces and rules collapsed, since the width of a rich table follows its widest cell.
+Every `$ madmax ...` command in a plain code block that shows output is run (in process, 120 columns wide;
+the examples of one file in order, in one scratch directory) and its shown lines must appear in the real
+output: consecutively, except where the file writes `...` to leave lines out. Lines that report wall time or
+speed (`wall time`, `points/s`, `strategies/s`) are compared with their numbers masked, and a block holding
+one is compared with runs of spaces and rules collapsed, since the width of a rich table follows its widest
+cell. Blocks marked `<!-- slow: REASON -->` (sweeps of minutes) are skipped here with REASON;
+`python benchmarks/readme.py --docs` runs and regenerates them.
 """
 
 from __future__ import annotations
@@ -29,19 +31,22 @@ ROOT, README, VOLATILE = readme.ROOT, readme.README, readme.VOLATILE
 
 @dataclass(frozen=True)
 class Example:
+    path: Path
+    index: int  # its place among the examples of its file
     command: str
     shown: tuple[str, ...]
+    slow: str | None
 
     @property
     def id(self) -> str:
-        return self.command[:60]
+        return f"{self.path.name}:{self.command[:60]}"
 
 
-def examples(text: str) -> list[Example]:
-    """The `$ madmax` commands of the plain code blocks that show output (`readme.find_examples`)."""
-    lines = text.splitlines()
-    return [Example(e.command, tuple(line.rstrip() for line in lines[e.start:e.end]))
-            for e in readme.find_examples(lines)]
+def examples(path: Path) -> list[Example]:
+    """The `$ madmax` commands of the plain code blocks of `path` that show output (`readme.find_examples`)."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return [Example(path, i, e.command, tuple(line.rstrip() for line in lines[e.start:e.end]), e.slow)
+            for i, e in enumerate(readme.find_examples(lines))]
 
 
 def _pattern(line: str, collapse: bool) -> re.Pattern[str]:
@@ -60,18 +65,42 @@ def _find(run: list[re.Pattern[str]], actual: list[str], start: int) -> int | No
     return None
 
 
-CASES = examples(README.read_text())
+CASES = [e for path in (README, *readme.DOCS) for e in examples(path)]
+_SESSIONS: dict[Path, tuple[object, dict[int, list[str]]]] = {}
+
+
+def _output(example: Example) -> list[str]:
+    """What the example prints after the examples of its file above it have run (once per file and session)."""
+    session, outputs = _SESSIONS.setdefault(example.path, (readme.Session(), {}))
+    for earlier in CASES:
+        if earlier.path == example.path and earlier.index <= example.index and earlier.index not in outputs \
+                and not earlier.slow:
+            outputs[earlier.index] = session.run(earlier.command)
+    return outputs[example.index]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _close_sessions():
+    yield
+    for session, _ in _SESSIONS.values():
+        session.close()
+    _SESSIONS.clear()
 
 
 def test_the_readme_has_examples_with_output():
-    commands = [e.command.split()[1] for e in CASES]
+    commands = [e.command.split()[1] for e in CASES if e.path == README]
     assert {"simulate", "search", "sweep"} <= set(commands), commands
 
 
+def test_the_docs_have_examples_with_output():
+    assert {e.path.name for e in CASES} >= {"README.md", "sweeps.md"}
+
+
 @pytest.mark.parametrize("example", CASES, ids=[e.id for e in CASES])
-def test_readme_example_prints_what_it_shows(example: Example):
-    # Commands that write (a sweep's results) run in a scratch directory holding a copy of examples/.
-    actual = readme.run(example.command)
+def test_example_prints_what_it_shows(example: Example):
+    if example.slow:
+        pytest.skip(f"{example.slow}; python benchmarks/readme.py --docs runs it")
+    actual = _output(example)
     collapse = any(VOLATILE.search(line) for line in example.shown)
     if collapse:
         actual = [readme.collapse(line) for line in actual]
@@ -80,7 +109,7 @@ def test_readme_example_prints_what_it_shows(example: Example):
         patterns = [_pattern(line, collapse) for line in run]
         found = _find(patterns, actual, position)
         assert found is not None, (
-            f"README lines not printed by `{example.command}`:\n" + "\n".join(run)
+            f"{example.path.name} lines not printed by `{example.command}`:\n" + "\n".join(run)
             + "\n--- the program printed ---\n" + "\n".join(actual))
         position = found
 
@@ -151,6 +180,14 @@ def test_examples_are_found_in_plain_blocks_only():
     (example,) = readme.find_examples(lines)
     assert example.command == "madmax simulate --x 1"
     assert lines[example.start:example.end] == ["shown"]
+    assert example.slow is None
+
+
+def test_a_block_marked_slow_carries_its_reason():
+    lines = ["<!-- slow: a 3-minute sweep -->", "```", "$ madmax sweep x.yaml", "96 points", "$ madmax query x",
+             "row", "```", "```", "$ madmax simulate", "out", "```"]
+    assert [(e.command, e.slow) for e in readme.find_examples(lines)] == [
+        ("madmax sweep x.yaml", "a 3-minute sweep"), ("madmax query x", "a 3-minute sweep"), ("madmax simulate", None)]
 
 
 def test_wall_time_numbers_do_not_make_an_example_stale():

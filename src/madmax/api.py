@@ -14,6 +14,7 @@ from madmax.config.model import ModelSpec
 from madmax.config.strategy import Strategy, parse_strategy
 from madmax.config.task import Task, TaskKind
 from madmax.config.training_stack import load_training_stack
+from madmax.config.units import GIB
 from madmax.program import SERVING, builder_for
 from madmax.request import TrainingRequest, resolve_request, resolve_training
 from madmax.results import Result
@@ -131,12 +132,10 @@ def _simulate_training(run: TrainingRequest, keep_schedule: bool) -> Result:
                             floor_s=device_floor_s() if stack.graph_step else None,
                             attention_kernel=stack.attention_kernel(request.system.gpu.architecture))
     network = network_model(request.system, compute.profile.network if request.calibration else ())
-    choice = None
-    if run.strategy.recompute is None:
-        choice = _choose_recompute(run, reserved, compute, network)
-        run = dataclasses.replace(run, strategy=choice.strategy)
+    run, choice, zero_note = _choose_zero(run, reserved, compute, network)
     strat = run.strategy
     plan, notes = _plan(run, reserved)
+    notes += zero_note
     if choice is not None:
         notes += (choice.reason,)
     built = build_training(plan, compute, network)
@@ -159,6 +158,7 @@ def _simulate_training(run: TrainingRequest, keep_schedule: bool) -> Result:
                        assumptions=(run.assumptions + notes + tuple(built.assumptions)
                                     + (compute.attention_notes if strat.flash and _has_attention(plan) else ())),
                        recompute_choice=None if choice is None else choice.reason,
+                       sample_name=request.spec.sample_name,
                        forward_flops_per_token=request.workload.forward_flops_per_token(request.seq_len))
     return training_result(info, plan, built, timeline, memories, band, keep_schedule)
 
@@ -179,6 +179,46 @@ def _kernels_from(compute) -> str:
     if gemm_ceiling_scale((gpu.name, *gpu.aliases), device, DType.BF16, DType.BF16) is None:
         return f"{device}, used as measured"
     return f"{device}, rescaled by {gpu.name}'s measured large-GEMM ceiling"
+
+
+# ZeRO stages a strategy that leaves `zero` unset may take, tried in order: the distributed optimizer (Megatron-Core's
+# and Megatron-Bridge's default) first, then sharding the gradients, then the weights.
+UNSET_ZERO_STAGES = (1, 2, 3)
+
+
+def _choose_zero(run: TrainingRequest, reserved: Reserve, compute, network):
+    """The run with its ZeRO stage and recompute resolved, the recompute choice (None: given) and why the stage.
+
+    A strategy that names `zero` keeps it. Otherwise the first of `UNSET_ZERO_STAGES` whose plan fits (with its
+    own recompute choice when recompute is unset); when none fits, the one that needs least memory. Every stage
+    tried but the first is named in the reason, with what it needs.
+    """
+    from madmax.parallel.memory import stage_memory
+
+    def resolved(r: TrainingRequest):
+        if r.strategy.recompute is None:
+            choice = _choose_recompute(r, reserved, compute, network)
+            return dataclasses.replace(r, strategy=choice.strategy), choice
+        return r, None
+
+    if "zero" in run.strategy.model_fields_set:
+        return (*resolved(run), ())
+    capacity = run.request.system.gpu.usable_memory_bytes
+    tried = []
+    for zero in UNSET_ZERO_STAGES:
+        r, choice = resolved(dataclasses.replace(run, strategy=run.strategy.model_copy(update={"zero": zero})))
+        plan = choice.plan if choice is not None else _plan(r, reserved)[0]
+        peak = max(stage_memory(plan, stage, reserved).total_bytes for stage in range(plan.num_stages))
+        tried.append((peak, r, choice))
+        if peak <= capacity:
+            break
+    if len(tried) == 1:
+        return (*tried[0][1:], ())
+    needs = ", ".join(f"zero={r.strategy.zero} needs {peak / GIB:.1f} GiB" for peak, r, _ in tried)
+    peak, r, choice = min(tried, key=lambda t: t[0])
+    why = (f"the lowest ZeRO stage that fits ({needs} of {capacity / GIB:.1f} GiB usable)" if peak <= capacity
+           else f"the least memory, but no stage fits ({needs} of {capacity / GIB:.1f} GiB usable)")
+    return r, choice, (f"zero not given: {r.strategy.zero}, {why}",)
 
 
 def _choose_recompute(run: TrainingRequest, reserved: Reserve, compute, network):

@@ -109,10 +109,16 @@ class TrainingRequest:
 def resolve_training(request: Request, requested: Any) -> TrainingRequest:
     """Check the strategy against the model and cluster (`resolve_strategy`); a recommendation model's
     inference pass serves `task.batch` samples as one global batch."""
-    from madmax.config.strategy import Axis, check_training_keys, resolve_strategy
+    from madmax.config.strategy import Axis, check_training_keys, default_expert_parallel, resolve_strategy
 
     spec, t = request.spec, request.task
     check_training_keys(requested, spec.name, spec.has_experts, bool(request.workload.tables))
+    notes = []
+    if spec.has_experts and "ep" not in requested.model_fields_set:
+        ep = default_expert_parallel(requested, request.num_gpus, spec.moe.num_experts)
+        requested = requested.model_copy(update={"ep": ep})
+        if ep > 1:
+            notes.append(_expert_parallel_note(ep, spec.moe.num_experts, request.num_gpus // requested.pp))
     if t.kind is TaskKind.INFERENCE:
         if t.batch is None:
             raise ConfigError("task.batch is required for inference: the requests (samples) served at once")
@@ -123,7 +129,6 @@ def resolve_training(request: Request, requested: Any) -> TrainingRequest:
         num_pipeline_units=spec.num_pipeline_units, has_experts=spec.has_experts, global_batch=t.global_batch,
         seq_len=request.seq_len, limits={Axis(a): lim for a, lim in spec.degree_limits().items()},
         accumulates_gradients=request.workload.accumulates_gradients)
-    notes = []
     if strat.pp_embedding and strat.pp_loss and "pp_embedding" not in requested.model_fields_set:
         notes.append(f"pp*vp={strat.pp}*{strat.vp} = the {spec.num_pipeline_units} layers + 2: the embedding and the "
                      "loss each take a layer's slot of the pipeline split (pp_embedding=1,pp_loss=1, Megatron's "
@@ -132,6 +137,15 @@ def resolve_training(request: Request, requested: Any) -> TrainingRequest:
         notes.append(f"global_batch not given: {batch_size} = dp*mbs*pp sequences")
     return TrainingRequest(request=request, strategy=strat, global_batch=batch_size,
                            assumptions=request.assumptions + tuple(notes))
+
+
+def _expert_parallel_note(ep: int, num_experts: int, stage_ranks: int) -> str:
+    """Why the experts were spread over `ep` ranks when the strategy did not say (`default_expert_parallel`)."""
+    held = num_experts // ep
+    return (f"ep not given: {ep}, the experts spread over a pipeline stage's {stage_ranks} tp*cp*dp ranks "
+            f"({held} of the {num_experts} routed experts per GPU), as Megatron-Bridge's MoE recipes spread them "
+            "(Qwen3-30B-A3B ep=16 on 16 H100, Qwen3-235B-A22B ep=32 on a stage of 32); Megatron-Core's own "
+            "default, ep=1, holds every expert on every GPU")
 
 
 def _finetune_note(t: Task) -> str:

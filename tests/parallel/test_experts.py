@@ -147,7 +147,7 @@ def test_bad_routing_load_is_refused(text):
 @pytest.mark.parametrize(("strategy", "message"), [
     ("tp=1,ep=3", "strategy.ep=3 does not divide moe.num_experts=128"),
     ("tp=1,ep=32", "strategy.ep*etp=1*32" if False else "ep*etp=32*1=32 does not divide the tp*cp*dp=16"),
-    ("tp=1,etp=2", "strategy.etp=2 needs expert parallelism"),
+    ("tp=1,ep=1,etp=2", "strategy.etp=2 needs expert parallelism"),
     ("tp=2,ep=2,sp=0", "need sequence parallelism"),
     ("tp=1,ep=2,etp=5", "strategy.etp=5 does not divide moe.expert_ffn_hidden_size=768"),
 ])

@@ -82,8 +82,30 @@ def test_communicators_of_candidates_match_one_at_a_time():
 
 
 def test_zero3_gathers_two_units_at_most_the_live_limit():
-    assert RESERVE.zero3_gathered_params(2e8) == 4e8  # two layers of 0.2 B parameters
-    assert RESERVE.zero3_gathered_params(5.03e9) == 1e9  # GPT-529.6B's 5 B-parameter layer: DeepSpeed's limit
+    assert RESERVE.zero3_gathered_params(4e8) == 4e8  # two layers of 0.2 B parameters
+    assert RESERVE.zero3_gathered_params(2 * 5.03e9) == 1e9  # GPT-529.6B's 5 B-parameter layers: DeepSpeed's limit
+
+
+def test_zero3_gathers_the_two_largest_units_not_twice_the_largest():
+    """Stage 0 of tiny-gpt with pp=2 holds the embedding and 4 layers; ZeRO-3 over dp=4 gathers the unit running
+    and the one prefetched: the embedding and a layer, not the embedding twice (which made ZeRO-3 hold more
+    than ZeRO-2 on stages dominated by one large unit)."""
+    plan = _plan("pp=2,dp=4,zero=3,recompute=none", 8)
+    params = sorted(plan.units[key].params for chunk in plan.stages[0] for key in chunk)
+    # the embedding: 32000 x 1024 token rows + 2048 x 1024 positions = 34.6 M; a layer 12.6 M
+    assert params[-1] == (32000 + 2048) * 1024 and params[-2] < params[-1] / 2
+    m = stage_memory(plan, 0, RESERVE)
+    # bf16: 2 bytes per weight, each sharded over 4 ranks, plus the two largest units gathered whole
+    assert m.weights_bytes == pytest.approx(2 * sum(params) / 4 + 2 * (params[-1] + params[-2]))
+
+
+def test_two_largest_units_by_stage_counts_a_repeated_unit_twice():
+    from madmax.search.memory import two_largest
+
+    per_stage = np.array([[1, 4, 0], [0, 1, 1]])  # stage 0: one embedding, 4 layers; stage 1: a layer and the head
+    values = np.array([[30.0, 10.0, 50.0], [5.0, 10.0, 1.0]])  # [n=2 candidates, K=3 unit keys]
+    # candidate 0: stage 0 30 + 10, stage 1 50 + 10; candidate 1: stage 0 10 + 10 (a layer twice), stage 1 10 + 1
+    assert two_largest(per_stage, values).tolist() == [[40.0, 60.0], [20.0, 11.0]]
 
 
 @given(st.lists(st.integers(1, 4096), max_size=8))
@@ -113,7 +135,7 @@ def _system(hbm: float, usable: float) -> dict:
 
 
 ARGS = {"model": "llama-3.1-8b", "num_gpus": 8, "global_batch": 16, "seq_len": 4096,
-        "strategy": "tp=2,pp=2,dp=2,mbs=1,recompute=full"}
+        "strategy": "tp=2,pp=2,dp=2,mbs=1,zero=1,recompute=full"}
 
 
 def test_a_plan_at_exactly_the_usable_limit_fits_and_one_byte_over_does_not():

@@ -38,3 +38,19 @@ def test_dense_models_show_no_expert_rows() -> None:
     rows = shown("llama-3.1-8b")
     assert not any(key.startswith(("moe.", "mla.", "active")) for key in rows)
     assert rows["total params"] == "8.030 B"
+
+
+def test_a_vit_is_measured_in_images_in_simulate_and_search() -> None:
+    from madmax.report.text import print_result
+    from madmax.search.text import throughput_per_gpu
+
+    r = api.simulate("vit-b/16", "dgx-a100", 8, global_batch=256, strategy="zero=1,recompute=none")
+    console = Console(width=120, record=True)
+    print_result(r, console)
+    text = console.export_text()
+    # 256 images per iteration over 8 GPUs: images/s per GPU = 256 / t / 8, not 256 x 197 patch tokens / t / 8
+    assert re.search(rf"images/s per GPU\s+│\s+{256 / r.iteration_time_s / 8:,.0f}", text)
+    assert "tokens/s per GPU" not in text
+    label, value = throughput_per_gpu("image", 8)
+    assert label == "img/s/GPU" and value(r) == r.samples_per_s / 8
+    assert throughput_per_gpu("sample", 8)[0] == "samples/s/GPU" and throughput_per_gpu("sequence", 8)[0] == "tok/s/GPU"

@@ -147,6 +147,11 @@ class DLRMModel(Schema):
 
     max_seq_len = default_seq_len
 
+    @property
+    def sample_name(self) -> str:
+        """What one element of the batch is: a sample (one row of features; it has no tokens)."""
+        return "sample"
+
     def parallel_constraints(self) -> dict[str, list[tuple[str, int]]]:
         """Model sizes each parallel degree must divide: none for the MLPs of a DLRM."""
         return {}

@@ -258,6 +258,11 @@ class DecoderModel(Schema):
     def default_seq_len(self) -> int:
         return self.train_seq_len or self.max_seq_len
 
+    @property
+    def sample_name(self) -> str:
+        """What one element of the batch is: a sequence (its throughput is counted in tokens)."""
+        return "sequence"
+
     def parallel_constraints(self) -> dict[str, list[tuple[str, int]]]:
         """Model sizes each parallel degree must divide: TP splits heads, KV heads and the dense FFN (of
         the dense layers and the shared experts); EP splits the experts, ETP each expert's width."""

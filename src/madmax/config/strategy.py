@@ -48,10 +48,12 @@ class Strategy(Schema):
     dp: PositiveInt | None = Field(None, description="Data parallel degree; default GPUs / (tp*pp*cp).")
     cp: PositiveInt = Field(1, description="Context parallel degree (sequence split, ring K/V exchange).")
     ep: PositiveInt = Field(1, description="Expert parallel degree (MoE models only): ranks that split the "
-                            "routed experts, folded over the tp x cp x dp ranks of a stage.")
+                            "routed experts, folded over the tp x cp x dp ranks of a stage; unset: the largest that "
+                            "divides the experts and those ranks (`default_expert_parallel`).")
     vp: PositiveInt = Field(1, description="Virtual pipeline chunks per stage (interleaved 1F1B when > 1).")
     mbs: PositiveInt = Field(1, description="Micro-batch size in sequences.")
-    zero: int = Field(1, ge=0, le=3, description="ZeRO stage: 0 DDP, 1 optimizer, 2 +gradients, 3 +weights (FSDP).")
+    zero: int = Field(1, ge=0, le=3, description="ZeRO stage: 0 DDP, 1 optimizer, 2 +gradients, 3 +weights (FSDP); "
+                      "unset: 1, or the lowest stage that fits (the result says why).")
     shard: PositiveInt | None = Field(
         None, description="ZeRO/FSDP sharding group (hybrid sharding: shard within, replicate across); default dp."
     )
@@ -286,6 +288,18 @@ def _check_experts(s: Strategy, ranks: int) -> None:
     if s.tp > 1 and not s.sequence_parallel:
         raise StrategyError(f"strategy.sp=0 with tp={s.tp} on a mixture-of-experts model: the MoE layers need "
                             "sequence parallelism to split the tokens over tp before dispatching them; allowed: sp=1")
+
+
+def default_expert_parallel(s: Strategy, num_gpus: int, num_experts: int) -> int:
+    """The expert-parallel degree of a strategy that leaves `ep` unset: the largest that divides the routed
+    experts and, times etp, the tp*cp*dp ranks of a pipeline stage, so that each GPU holds as few experts as the
+    layout allows (Megatron-Core's own default, ep=1, keeps every expert on every GPU: DeepSeek-V3's 654 B expert
+    parameters on each of 256 GPUs). 1 when the layout does not divide the GPUs (`resolve_strategy` says why).
+    """
+    if num_gpus % (s.tp * s.pp * s.cp):
+        return 1
+    ranks = num_gpus // s.pp
+    return max((d for d in _divisors(num_experts) if ranks % (d * s.etp) == 0), default=1)
 
 
 def _first_error(prefix: str, exc: ValidationError) -> str:

@@ -106,6 +106,11 @@ class ViTModel(Schema):
     def max_seq_len(self) -> int:
         return self.seq_len
 
+    @property
+    def sample_name(self) -> str:
+        """What one element of the batch is: an image (its throughput is counted in images, not patch tokens)."""
+        return "image"
+
     def parallel_constraints(self) -> dict[str, list[tuple[str, int]]]:
         """Model sizes each parallel degree must divide: TP splits the heads and the MLP."""
         return {"tp": [("num_heads", self.num_heads), ("ffn_hidden_size", self.ffn_hidden_size)]}

@@ -6,8 +6,9 @@ Activations: each local chunk keeps `saved_bytes` per micro-batch in flight, and
 comes from the stage's schedule (1F1B keeps up to pp - stage micro-batches on stage `stage`; the
 interleaved schedule more), replayed in program order. Full recompute keeps only
 each layer's input but rebuilds one layer's activations during its backward (`working_bytes`).
-ZeRO-3 holds the gathered weights of the layer running and of the one prefetched, at most
-`Reserve.zero3_live_params` of them (DeepSpeed releases gathered weights beyond that).
+ZeRO-3 holds the gathered weights of the unit running and of the one prefetched, at most
+`Reserve.zero3_live_params` of them (DeepSpeed releases gathered weights beyond that): the stage's two
+largest units (with the embedding and the LM head on one stage, FSDP's root unit holds both).
 
 The reserve is what the software stack holds outside the model's tensors (`Reserve`, runtime.yaml):
 the CUDA context, one NCCL communicator per process group of the rank with more than one rank, and the
@@ -29,9 +30,6 @@ import yaml
 from madmax.config.units import parse_quantity
 from madmax.parallel.pipeline import inflight
 from madmax.parallel.plan import Plan
-
-# ZeRO-3 keeps the current unit's gathered weights and prefetches the next one.
-ZERO3_GATHERED_UNITS = 2
 
 
 @dataclass(frozen=True)
@@ -63,9 +61,10 @@ class Reserve:
                                      np.where(np.asarray(n) == 2, self.pair_communicator_bytes, 0.0))
         return total
 
-    def zero3_gathered_params(self, largest_unit_params: Any) -> Any:
-        """Parameters ZeRO-3 holds gathered: the unit running and the one prefetched, at most the live limit."""
-        return np.minimum(ZERO3_GATHERED_UNITS * np.asarray(largest_unit_params, dtype=float), self.zero3_live_params)
+    def zero3_gathered_params(self, two_largest_units_params: Any) -> Any:
+        """Parameters ZeRO-3 holds gathered: the unit running and the one prefetched (at most the stage's two
+        largest units, `two_largest_units_params`), at most the live limit."""
+        return np.minimum(np.asarray(two_largest_units_params, dtype=float), self.zero3_live_params)
 
 
 @cache
@@ -153,7 +152,7 @@ def stage_memory(plan: Plan, stage: int, reserve: Reserve | float) -> StageMemor
         # rank to a shard (dp = 1, or experts whose expert-data-parallel group is one rank) the weight is
         # whole already, and FSDP and DeepSpeed use it in place.
         sharded = [sum(params for _, d, params, _ in u.state_groups(plan) if d.shard > 1) for u in units]
-        gathered = float(reserve.zero3_gathered_params(max(sharded, default=0.0)))  # empty chunks: none
+        gathered = float(reserve.zero3_gathered_params(sum(sorted(sharded)[-2:])))  # empty chunks: none
         weights += gathered * plan.data.weight_bytes
         # A ZeRO-3 layer's low-precision copy is cast from its gathered weights and freed with them: the
         # copies held at once are those of the gathered layers and of the weights kept whole, not the stage's.

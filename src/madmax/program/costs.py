@@ -24,6 +24,7 @@ from madmax.hardware.profile import efficiency_table
 from madmax.parallel.kernels import CommOp, Kernel, KernelKind, Phase, Where
 from madmax.parallel.plan import UnitPlan
 
+ATTENTION_CATEGORY = "attention"  # the breakdown category of KernelKind.ATTENTION kernels
 # (group, collective kind, seconds): a unit's collectives at one place, summed per group and kind in the
 # order they first appear.
 GroupTimes = tuple[tuple[str, str, float], ...]
@@ -33,10 +34,11 @@ GroupTimes = tuple[tuple[str, str, float], ...]
 class UnitTimes:
     """Seconds of one unit for one micro-batch on one rank.
 
-    after_fwd / after_bwd: the collectives after its forward / backward kernels (TP); beside_fwd /
-    beside_bwd: those beside its attention (the CP ring); overlapped_fwd / overlapped_bwd: those beside
-    the compute that follows (the expert all-to-all under two-micro-batch overlap); *_by_kind: kernel
-    seconds by breakdown category; flops_*: model FLOPs of each pass.
+    attention_fwd_s / attention_bwd_s: the attention's window of each pass (`pass_cost`: its kernels' GPU
+    time, and the host waits after it starts); after_fwd / after_bwd: the collectives after its forward /
+    backward kernels (TP); beside_fwd / beside_bwd: those beside its attention (the CP ring);
+    overlapped_fwd / overlapped_bwd: those beside the compute that follows (the expert all-to-all under
+    two-micro-batch overlap); *_by_kind: kernel seconds by breakdown category; flops_*: model FLOPs of each pass.
     """
 
     fwd_s: float
@@ -96,19 +98,24 @@ def issue_queue_s(host_s: list[float], gpu_s: list[float]) -> float:
 
 
 def pass_cost(kernels: tuple[Kernel, ...], compute: ComputeModel, network: NetworkModel,
-              dtype) -> tuple[float, dict[str, float], float]:
-    """Seconds of one pass of kernels, those seconds by breakdown category, and its model FLOPs.
+              dtype) -> tuple[float, dict[str, float], float, float]:
+    """Seconds of one pass of kernels, those seconds by breakdown category, its model FLOPs, and the
+    attention's window: the seconds of the pass beside which a collective started with its first attention
+    kernel runs (the context-parallel K/V ring) without delaying the rest of the pass.
 
     Eagerly issued kernels go through `issue_queue_s`: the GPU time of each kernel is reported under
     its category, and the time the GPU waits for the host under "launch_wait". Host work (a host-memory
-    copy) blocks the queue for its own time.
+    copy) blocks the queue for its own time. The window is the attention's GPU time and, when the GPU waits
+    for the host, the waits after the attention starts: W = T - t_a - G_rest (T: the pass's end; t_a: when
+    its first attention kernel starts in the queue; G_rest: the GPU time of its other kernels after that), so
+    that the rest of the pass, T - W = t_a + G_rest, never grows when a kernel gets faster.
     """
     by: dict[str, float] = defaultdict(float)
     flops = sum(k.flops for k in kernels)
     if compute.floor_s is not None:  # a CUDA-graph replay: the floor is already the kernel's minimum
         for k in kernels:
             by[k.category] += network.host_s(k.num_bytes) if k.kind is KernelKind.HOST else kernel_s(compute, k, dtype)
-        return sum(by.values()), dict(by), flops
+        return sum(by.values()), dict(by), flops, by.get(ATTENTION_CATEGORY, 0.0)
     device = compute_model(compute.gpu, compute.profile, floor_s=device_floor_s(),
                            attention_kernel=compute.attention_kernel)
     p = compute.profile
@@ -133,9 +140,16 @@ def pass_cost(kernels: tuple[Kernel, ...], compute: ComputeModel, network: Netwo
         by[k.category] += g
     total = issue_queue_s(host, gpu)
     waiting = total - sum(gpu) - host_work
+    window = by.get(ATTENTION_CATEGORY, 0.0)
     if waiting > 1e-9 * total:
         by["launch_wait"] += waiting
-    return total, dict(by), flops
+        if window:
+            first = next(i for i, k in enumerate(kernels) if k.category == ATTENTION_CATEGORY)
+            started = issue_queue_s(host[:first + 1], gpu[:first + 1]) - gpu[first]
+            rest = sum(g for k, g in zip(kernels[first:], gpu[first:], strict=True)
+                       if k.category != ATTENTION_CATEGORY)
+            window = total - started - rest
+    return total, dict(by), flops, window
 
 
 def group_times(ops: tuple[CommOp, ...], network: NetworkModel) -> GroupTimes:
@@ -148,15 +162,14 @@ def group_times(ops: tuple[CommOp, ...], network: NetworkModel) -> GroupTimes:
 
 
 def unit_times(unit: UnitPlan, compute: ComputeModel, network: NetworkModel, dtype) -> UnitTimes:
-    def cost(kernels: tuple[Kernel, ...]) -> tuple[float, dict[str, float], float]:
+    def cost(kernels: tuple[Kernel, ...]) -> tuple[float, dict[str, float], float, float]:
         return pass_cost(kernels, compute, network, dtype)
 
-    fwd, fwd_by, fwd_flops = cost(unit.fwd)
-    bwd, bwd_by, bwd_flops = cost(unit.bwd)
-    rec, rec_by, rec_flops = cost(unit.recompute)
+    fwd, fwd_by, fwd_flops, fwd_window = cost(unit.fwd)
+    bwd, bwd_by, bwd_flops, bwd_window = cost(unit.bwd)
+    rec, rec_by, rec_flops, _ = cost(unit.recompute)
     F, B = Phase.FORWARD, Phase.BACKWARD
-    return UnitTimes(fwd_s=fwd, bwd_s=bwd, recompute_s=rec, attention_fwd_s=fwd_by.get("attention", 0.0),
-                     attention_bwd_s=bwd_by.get("attention", 0.0),
+    return UnitTimes(fwd_s=fwd, bwd_s=bwd, recompute_s=rec, attention_fwd_s=fwd_window, attention_bwd_s=bwd_window,
                      after_fwd=group_times(unit.collectives(F, Where.AFTER), network),
                      after_bwd=group_times(unit.collectives(B, Where.AFTER), network),
                      beside_fwd=group_times(unit.collectives(F, Where.BESIDE_ATTENTION), network),

@@ -15,7 +15,17 @@ from pathlib import Path
 from typing import Any
 
 from madmax.errors import ConfigError
-from madmax.report.plots import JOULES_PER_MWH, SECONDS_PER_HOUR, Chart, all_charts, to_matplotlib, to_plotly
+from madmax.report.plots import (
+    JOULES_PER_MWH,
+    SECONDS_PER_HOUR,
+    Chart,
+    all_charts,
+    pareto_gap,
+    rate_label,
+    sample_name,
+    to_matplotlib,
+    to_plotly,
+)
 
 SECTIONS = {
     "pareto": ("Pareto frontier", "Every point that fits on catalog hardware (no what-ifs), by time to train "
@@ -112,10 +122,12 @@ def render_page(title: str, frame, charts: dict[str, list[Chart]]) -> str:
     for section, (heading, note) in SECTIONS.items():
         body.append(f'<h2 id="{section}">{heading}</h2><p class="note">{html.escape(note)}</p>')
         if not charts.get(section):
-            body.append('<p class="note">No data for this section in these results.</p>')
+            why = pareto_gap(frame) if section == "pareto" else None
+            because = f": {html.escape(why)}" if why else ""
+            body.append(f'<p class="note">No data for this section in these results{because}.</p>')
         for chart in charts.get(section, []):
             body.append(f'<div class="figure">{figure(chart)}</div>')
-        if section == "pareto":
+        if section == "pareto" and charts.get(section):
             body.append(_frontier_table(frame))
         if section == "codesign" and charts.get(section):
             body.append(_codesign_tables(frame))
@@ -135,14 +147,16 @@ def _summary(frame) -> str:
     return text
 
 
-def _display(rows) -> Any:
-    """Rows with display units: hours, USD, MWh."""
+def _display(rows, unit: str = "sequence") -> Any:
+    """Rows with display units: hours, USD, MWh; the throughput per GPU in tokens, images or samples."""
+    rate = rate_label(unit)
+    per_gpu = rows["tokens_per_s_per_gpu"] if unit == "sequence" else rows["samples_per_s"] / rows["num_gpus"]
     return rows.assign(**{
         "time (h)": rows["time_to_train_s"] / SECONDS_PER_HOUR, "GPU-hours": rows["gpu_hours"],
         "cost (USD)": rows["cost_usd"], "energy (MWh)": rows["energy_j"] / JOULES_PER_MWH,
-        "tokens/s/GPU": rows["tokens_per_s_per_gpu"], "MFU": rows["mfu"]})[
+        rate: per_gpu, "MFU": rows["mfu"]})[
         ["model", "system", "num_gpus", "whatif", "strategy", "time (h)", "GPU-hours", "cost (USD)",
-         "energy (MWh)", "tokens/s/GPU", "MFU"]]
+         "energy (MWh)", rate, "MFU"]]
 
 
 def _frontier_table(frame) -> str:
@@ -150,14 +164,19 @@ def _frontier_table(frame) -> str:
 
     parts = []
     catalog = frame[frame["whatif_resource"] == "baseline"]
-    for _, rows in catalog.groupby("model", sort=False):
+    unpriced = set()
+    for model, rows in catalog.groupby("model", sort=False):
         objectives = [c for c in ("time_to_train_s", "cost_usd", "energy_j") if rows[c].notna().any()]
+        unpriced |= set(rows.loc[rows["cost_usd"].isna(), "system"])
         front = pareto(rows, objectives)
-        if len(front):
-            parts.append(_display(front).to_html(index=False, float_format=lambda v: f"{v:,.4g}"))
+        if len(front) > 1 or len(rows) > 1:
+            parts.append(_display(front, sample_name(model, rows["seq_len"].iloc[0])).to_html(
+                index=False, float_format=lambda v: f"{v:,.4g}", na_rep="-"))
     if not parts:
         return ""
-    return "<h3>Pareto frontier of time, cost and energy</h3>" + "".join(parts)
+    note = (f'<p class="note">cost -: no price for {html.escape(", ".join(sorted(map(str, unpriced))))} '
+            "(price_per_gpu_hour_usd in the sweep file, or --price SYSTEM=USD)</p>" if unpriced else "")
+    return "<h3>Pareto frontier of time, cost and energy</h3>" + "".join(parts) + note
 
 
 def _codesign_tables(frame) -> str:

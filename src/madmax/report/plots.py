@@ -8,6 +8,7 @@ matplotlib and plotly are imported inside the renderers. Display units: hours, U
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +28,7 @@ class Series:
     text: list[str] | None = None  # hover text per point
     dashed: bool = False
     color: str | None = None  # default: the renderer's cycle
+    labels: list[str] | None = None  # text written beside each point (a frontier's systems and sizes)
 
 
 @dataclass
@@ -76,22 +78,97 @@ def pareto_charts(df) -> list[Chart]:
             chart = Chart(key=_slug(f"pareto {model} {col}"), title=f"Pareto frontier: {model}, time vs "
                           f"{label.split(' (')[0].lower()}", x_label="Time to train (h)", y_label=label,
                           log_x=True, log_y=True)
-            for system, sub in pts.groupby("system", sort=False):
-                chart.series.append(Series(str(system), list(sub["time_to_train_s"] / SECONDS_PER_HOUR),
-                                           list(sub[col] / scale), text=[_hover(r) for _, r in sub.iterrows()]))
+            # the frontier first, so that each system's markers are drawn over it; its points are labelled
             front = pareto(pts, ["time_to_train_s", col])
             chart.series.append(Series("Pareto frontier", list(front["time_to_train_s"] / SECONDS_PER_HOUR),
                                        list(front[col] / scale), kind="lines", color="black",
-                                       text=[_hover(r) for _, r in front.iterrows()]))
+                                       text=[_hover(r) for _, r in front.iterrows()],
+                                       labels=[f"{r['system']} x{int(r['num_gpus'])}" for _, r in front.iterrows()]))
+            for system, sub in pts.groupby("system", sort=False):
+                chart.series.append(Series(str(system), list(sub["time_to_train_s"] / SECONDS_PER_HOUR),
+                                           list(sub[col] / scale), text=[_hover(r) for _, r in sub.iterrows()]))
             charts.append(chart)
     return charts
 
 
-def _ranking_chart(title: str, strategies: list[str], values: list[float], text: list[str] | None = None) -> Chart:
+def pareto_gap(df) -> str | None:
+    """Why a sweep has no Pareto chart (None when it has one): no point has a training amount, so no time to
+    train to compare; or no model has two distinct feasible points on the catalog hardware."""
+    ok = _ok(df)
+    ok = ok[ok["whatif_resource"] == "baseline"]
+    if ok.empty:
+        return "no point fits in memory on the catalog hardware (what-ifs are left out)"
+    if not (ok["train_tokens"].notna() | ok["train_samples"].notna()).any():
+        return ("the points have no training amount (train: {tokens: N} or {samples: N} in the sweep file), so "
+                "their times to train are single iterations of different batches, not comparable")
+    if pareto_charts(df):
+        return None
+    return "no model has two feasible points on the catalog hardware to trade time against cost or energy"
+
+
+def log_ticks(values: list[float]) -> list[float]:
+    """Ticks of a log axis over `values`: the powers of ten, else 1, 2 and 5 per decade, else 1, 2, 3 and 5, else
+    every digit, the first that puts five within the data (a range of a decade or two otherwise shows one or two
+    powers of ten); a range too narrow for three of them (a factor of about two) gets evenly spaced round values."""
+    positive = [v for v in values if v > 0 and math.isfinite(v)]
+    if not positive:
+        return []
+    lo, hi = min(positive) * (1 - 1e-9), max(positive) * (1 + 1e-9)
+    first, last = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
+    inside: list[float] = []
+    for digits in ((1,), (1, 2, 5), (1, 2, 3, 5), tuple(range(1, 10))):
+        ticks = [m * 10.0**k for k in range(first, last + 1) for m in digits]
+        inside = [t for t in ticks if lo <= t <= hi]
+        if len(inside) >= 5:
+            break
+    if len(inside) < 3:
+        return _linear_ticks(lo, hi)
+    below = [t for t in ticks if t < lo][-1:]
+    above = [t for t in ticks if t > hi][:1]
+    return [float(f"{t:.6g}") for t in below + inside + above]
+
+
+def _linear_ticks(lo: float, hi: float) -> list[float]:
+    """Five or so round values (steps of 1, 2, 2.5 or 5 times a power of ten) from below lo to above hi."""
+    if hi <= lo * (1 + 1e-6):  # one value
+        return [float(f"{lo:.6g}")]
+    raw = (hi - lo) / 5
+    power = 10.0 ** math.floor(math.log10(raw))
+    step = next(m * power for m in (1, 2, 2.5, 5, 10) if m * power >= raw)
+    start = math.floor(lo / step) * step
+    count = math.ceil((hi - start) / step) + 1
+    return [float(f"{start + i * step:.6g}") for i in range(count + 1) if start + i * step > 0]
+
+
+def tick_text(v: float) -> str:
+    """A tick's label: 2 and 0.5, not 2x10^0; thousands with separators."""
+    return f"{v:,.0f}" if v >= 1000 else f"{v:g}"
+
+
+def sample_name(model: str, seq_len: Any = None) -> str:
+    """What one batch element of `model` is (`ModelSpec.sample_name`: sequence, image, sample); a model that is
+    not a catalog name (a file or mapping of the sweep) is a sample when its sequence is one token."""
+    from madmax.config.loaders import load_model
+    from madmax.errors import MadmaxError
+
+    try:
+        return load_model(str(model)).sample_name
+    except MadmaxError:
+        return "sample" if seq_len == 1 else "sequence"
+
+
+def rate_label(name: str) -> str:
+    """The throughput a chart of `sample_name` models shows: tokens/s per GPU, or images or samples."""
+    return "tokens/s per GPU" if name == "sequence" else f"{name}s/s per GPU"
+
+
+def _ranking_chart(title: str, strategies: list[str], values: list[float], text: list[str] | None = None,
+                   unit: str = "sequence") -> Chart:
     order = sorted(range(len(values)), key=lambda i: values[i])  # best at the top of a horizontal chart
+    label = rate_label(unit)
     return Chart(key=_slug(f"ranking {title}"), title=f"Strategy ranking: {title}",
-                 x_label="Tokens/s per GPU", y_label="Strategy", horizontal=True,
-                 series=[Series("tokens/s per GPU", [strategies[i] for i in order], [values[i] for i in order],
+                 x_label=label[0].upper() + label[1:], y_label="Strategy", horizontal=True,
+                 series=[Series(label, [strategies[i] for i in order], [values[i] for i in order],
                                 kind="bar", text=[text[i] for i in order] if text else None)])
 
 
@@ -109,15 +186,21 @@ def ranking_charts(df=None, search_frame=None, top: int = 10) -> list[Chart]:
         return charts
     ok = _ok(df)
     for model, rows in ok.groupby("model", sort=False):
+        unit = sample_name(model, rows["seq_len"].iloc[0])
+        # per GPU: tokens for sequences; an image's or a sample's rate is the samples' (an iteration's batch
+        # over its time), which the tokens' equals for a one-token sample
+        per_token = unit == "sequence"
         searched = rows[rows["search_top_json"].notna()]
         if len(searched):
             best = searched.loc[searched["time_to_train_s"].idxmin()]
             ranking = json.loads(best["search_top_json"])[:top]
+            tokens = best["global_batch"] * best["seq_len"]
             if len(ranking) > 1:
                 charts.append(_ranking_chart(
                     f"{model} on {int(best['num_gpus'])} x {best['system']}", [r["strategy"] for r in ranking],
-                    [r["tokens_per_s_per_gpu"] for r in ranking],
-                    [f"{r['iteration_time_s']:.4g} s/iteration, MFU {r['mfu']:.1%}" for r in ranking]))
+                    [r["tokens_per_s_per_gpu"] * (1 if per_token else best["global_batch"] / tokens)
+                     for r in ranking],
+                    [f"{r['iteration_time_s']:.4g} s/iteration, MFU {r['mfu']:.1%}" for r in ranking], unit))
             continue
         base = rows[rows["whatif_resource"] == "baseline"]
         setting = ["system", "num_gpus", "task", "global_batch", "seq_len", "dtype"]
@@ -125,9 +208,10 @@ def ranking_charts(df=None, search_frame=None, top: int = 10) -> list[Chart]:
         if groups:
             g = max(groups, key=len).nlargest(top, "tokens_per_s_per_gpu")
             first = g.iloc[0]
+            values = g["tokens_per_s_per_gpu"] if per_token else g["samples_per_s"] / g["num_gpus"]
             charts.append(_ranking_chart(f"{model} on {int(first['num_gpus'])} x {first['system']}",
                                          [s or "default" for s in g["strategy_input"]],
-                                         list(g["tokens_per_s_per_gpu"]), list(g["strategy"])))
+                                         list(values), list(g["strategy"]), unit))
     return charts
 
 
@@ -203,16 +287,18 @@ def to_plotly(chart: Chart):
             fig.add_trace(go.Bar(name=s.name, x=x, y=y, orientation="h" if chart.horizontal else "v",
                                  hovertext=s.text))
         else:
-            fig.add_trace(go.Scatter(name=s.name, x=s.x, y=s.y, mode="markers" if s.kind == "markers" else
-                                     "lines+markers", hovertext=s.text,
+            mode = "markers" if s.kind == "markers" else "lines+markers"
+            fig.add_trace(go.Scatter(name=s.name, x=s.x, y=s.y, mode=mode + ("+text" if s.labels else ""),
+                                     hovertext=s.text, text=s.labels, textposition="top right",
                                      line={"dash": "dash" if s.dashed else "solid", "color": s.color},
                                      marker={"color": s.color}))
     fig.update_layout(title=chart.title, barmode="stack" if chart.stacked else "group", template="plotly_white",
                       xaxis_title=chart.x_label, yaxis_title=chart.y_label, legend_title_text="")
-    if chart.log_x:
-        fig.update_xaxes(type="log")
-    if chart.log_y:
-        fig.update_yaxes(type="log")
+    for is_log, update, values in ((chart.log_x, fig.update_xaxes, [v for s in chart.series for v in s.x]),
+                                   (chart.log_y, fig.update_yaxes, [v for s in chart.series for v in s.y])):
+        if is_log:
+            ticks = log_ticks(values)
+            update(type="log", tickvals=ticks, ticktext=[tick_text(t) for t in ticks])
     return fig
 
 
@@ -220,7 +306,7 @@ def to_matplotlib(chart: Chart):
     """A static matplotlib Figure of `chart` (no pyplot, so no display backend is needed)."""
     from matplotlib import colormaps
     from matplotlib.figure import Figure
-    from matplotlib.ticker import FuncFormatter, NullFormatter
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter, NullLocator
 
     categories = list(dict.fromkeys(x for s in chart.series if s.kind == "bar" for x in s.x))
     tall = chart.horizontal and len(categories) > 6
@@ -245,6 +331,8 @@ def to_matplotlib(chart: Chart):
             color = s.color or ("0.5" if s.dashed else None)
             ax.plot(s.x, s.y, marker="" if s.dashed else "o", linestyle=line, label=s.name, markersize=4,
                     **({"color": color} if color else {}))
+            for x, y, text in zip(s.x, s.y, s.labels or (), strict=False):
+                ax.annotate(text, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
     if categories:
         ticks, labels = range(len(categories)), [str(c) for c in categories]
         if chart.horizontal:
@@ -252,17 +340,16 @@ def to_matplotlib(chart: Chart):
         else:
             ax.set_xticks(ticks, labels, rotation=60, ha="right", fontsize=7)
     ax.set(title=chart.title, xlabel=chart.x_label, ylabel=chart.y_label)
-    plain = FuncFormatter(lambda v, _: f"{v:,.0f}" if v >= 1000 else f"{v:g}")  # 2 and 0.5, not 2x10^0
     for is_log, set_scale, axis, values in ((chart.log_x, ax.set_xscale, ax.xaxis, [v for s in chart.series
                                                                                       for v in s.x]),
                                             (chart.log_y, ax.set_yscale, ax.yaxis, [v for s in chart.series
                                                                                       for v in s.y])):
         if is_log:
             set_scale("log")
-            axis.set_major_formatter(plain)
-            # label the minor ticks only within one decade, where there are no major ones
-            wide = values and max(values) > 10 * min(values)
-            axis.set_minor_formatter(NullFormatter() if wide else plain)
+            axis.set_major_locator(FixedLocator(log_ticks(values)))
+            axis.set_major_formatter(FuncFormatter(lambda v, _: tick_text(v)))
+            axis.set_minor_locator(NullLocator())
+            axis.set_minor_formatter(NullFormatter())
     if len(chart.series) > 1 and not chart.horizontal:
         ax.legend(fontsize=7, ncols=2 if len(chart.series) > 8 else 1)
     ax.grid(alpha=0.3)

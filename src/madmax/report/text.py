@@ -13,6 +13,7 @@ from madmax.errors import MadmaxError
 from madmax.parallel.memory import RESERVE_PARTS
 from madmax.results import Result
 from madmax.results.serving import ServingResult
+from madmax.results.training import BUBBLE_NOTE_PREFIX
 from madmax.terminal import make_console
 
 EXPOSED_CAPTION = ("exposed: each kind's share of exposed communication (collectives in flight together split it "
@@ -38,12 +39,15 @@ def print_result(result: Result, console: Console | None = None) -> None:
     # A sample of one token (a recommendation model's) is counted in samples; a forward-only step is a step.
     per_sample = result.seq_len == 1
     inference = result.task == "inference"
+    # a ViT serves images: its rate is in images, not in patch tokens
+    samples = "images" if result.sample_name == "image" else "samples"
     rows = [
         ("global batch", f"{result.global_batch}") if per_sample else
         ("global batch x seq", f"{result.global_batch} x {result.seq_len}"),
         ("step time" if inference else "iteration time", _ms(result.iteration_time_s)),
-        ("samples/s", f"{result.samples_per_s:,.2f}"),
-        ("samples/s per GPU", f"{result.samples_per_s / result.num_gpus:,.0f}") if per_sample else
+        (f"{samples}/s", f"{result.samples_per_s:,.2f}"),
+        (f"{samples}/s per GPU", f"{result.samples_per_s / result.num_gpus:,.0f}")
+        if per_sample or result.sample_name == "image" else
         ("tokens/s per GPU", f"{result.tokens_per_s_per_gpu:,.0f}"),
         ("MFU", f"{result.mfu:.1%}") if inference else ("MFU / HFU", f"{result.mfu:.1%} / {result.hfu:.1%}"),
         ("peak memory per GPU", f"{result.peak_memory_bytes / GIB:,.1f} GiB of "
@@ -89,7 +93,8 @@ def print_result(result: Result, console: Console | None = None) -> None:
     console.print(mem)
     for note in result.assumptions:
         if note != result.recompute_choice:  # printed under the strategy
-            console.print(f"[dim]assumed: {note}[/dim]")
+            kind = "note" if note.startswith(BUBBLE_NOTE_PREFIX) else "assumed"
+            console.print(f"[dim]{kind}: {note}[/dim]")
 
 
 def print_serving(result: ServingResult, console: Console | None = None) -> None:

@@ -55,6 +55,8 @@ class Result:
     # Price and energy per token (`madmax.results.cost.cost_of`): only where a price is known or --price or
     # --power is given, so the other results keep their keys.
     cost: dict[str, Any] | None = None
+    # What one element of the batch is (`ModelSpec.sample_name`): sequence, image or sample; labels only.
+    sample_name: str = field(default="sequence", repr=False, compare=False)
     schedule: Schedule | None = field(default=None, repr=False, compare=False)
     memory_timeline: dict[int, list[tuple[float, float]]] | None = field(default=None, repr=False, compare=False)
 
@@ -95,6 +97,7 @@ class TrainingRun:
     assumptions: tuple[str, ...]
     forward_flops_per_token: float = 0.0  # the model's, Megatron-LM's convention (routed experts: top_k)
     recompute_choice: str | None = None  # why the recompute was chosen, when the strategy left it unset
+    sample_name: str = "sequence"  # what one element of the batch is (`ModelSpec.sample_name`)
 
 
 def training_result(run: TrainingRun, plan: Plan, built: TrainingProgram, schedule: Schedule,
@@ -138,11 +141,35 @@ def training_result(run: TrainingRun, plan: Plan, built: TrainingProgram, schedu
         peak_memory_bytes=peak, fits=fits,
         fits_reason=fits_reason, breakdown=breakdown,
         memory={"stage": worst, **memories[worst].to_dict(), "capacity": run.hbm_bytes},
-        assumptions=list(run.assumptions) + overlap_assumptions(strat.overlap_cost, strat.tp_overlap),
+        assumptions=(list(run.assumptions) + overlap_assumptions(strat.overlap_cost, strat.tp_overlap)
+                     + bubble_note(strat, run.global_batch, plan.microbatches, breakdown["pipeline_bubble_s"],
+                                   iteration)),
         error_band=error_band, recompute_choice=run.recompute_choice,
         stack=plan.stack.name if plan.stack else default_training_stack(),
-        schedule=schedule if keep_schedule else None,
+        sample_name=run.sample_name, schedule=schedule if keep_schedule else None,
         memory_timeline=memory_timeline(built, schedule, memories) if keep_schedule else None)
+
+
+# The share of the iteration from which a result says where its pipeline bubble comes from: a larger cluster can be
+# slower per GPU because its global batch leaves each replica fewer micro-batches (issue 28: GB200, 1,152 vs 1,024).
+BUBBLE_NOTE_SHARE = 0.1
+BUBBLE_NOTE_PREFIX = "pipeline bubble "  # how the line begins (the text report prints it as a note, not an assumption)
+
+
+def bubble_note(strat: Any, global_batch: int, microbatches: int, bubble_s: float, iteration_s: float) -> list[str]:
+    """A line naming the batch arithmetic behind a pipeline bubble of at least `BUBBLE_NOTE_SHARE` of the iteration.
+
+    With m micro-batches per replica (global batch / (dp mbs)) through p stages of v chunks each, 1F1B idles each
+    stage (p - 1) of the m v + p - 1 chunk steps (Narayanan et al., SC21, Sec. 2.2): fewer micro-batches per
+    replica, as a larger dp leaves them, mean a larger bubble."""
+    if strat.pp == 1 or iteration_s <= 0 or bubble_s < BUBBLE_NOTE_SHARE * iteration_s:
+        return []
+    p, v, m = strat.pp, strat.vp, microbatches
+    chunks = f" of vp={v} chunks each" if v > 1 else ""
+    return [f"{BUBBLE_NOTE_PREFIX}{bubble_s / iteration_s:.0%} of the iteration: global_batch {global_batch:,} / "
+            f"(dp={strat.dp} x mbs={strat.mbs}) leaves each replica {m:,} micro-batch{'es' if m > 1 else ''} through "
+            f"pp={p} stages{chunks}, and 1F1B idles a stage (p-1)/(m v+p-1) = {(p - 1) / (m * v + p - 1):.0%} of its "
+            "steps; more micro-batches per replica (a larger global batch, a smaller dp or mbs) shrink it"]
 
 
 def overlap_slowdown_s(schedule: Schedule, rank: str) -> float:

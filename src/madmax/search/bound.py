@@ -37,7 +37,7 @@ from madmax.parallel.pipeline import inflight_cap
 from madmax.search.context import Context
 from madmax.search.core import Clock, Outcome, _Layouts, _peak_memory, estimate_all, finish, groups
 from madmax.search.costs import combos_of, compute_costs
-from madmax.search.memory import activations_by_stage, memory_shape
+from madmax.search.memory import activations_by_stage, memory_shape, two_largest
 from madmax.search.objective import Scorer
 from madmax.search.space import RECOMPUTES, Limits, Problem, Rows, Space, expand, unique_rows
 from madmax.search.timing import _overlap_excess, _pipeline
@@ -160,8 +160,7 @@ def _floors(ctx: Context, problem: Problem, limits: Limits, cols: dict[str, np.n
         sums = [((p - t) @ per_stage * weight_bytes)[inv] for p, t in split]  # untrainable weights [n, R]
         sums[0] = sums[0] + (memory.cast_cache[here] @ per_stage)[inv]  # low-precision weight copies
         trained = [(t @ per_stage)[inv] for _, t in split]
-        largest = np.where((per_stage > 0).T[None], params[:, None, :], 0.0).max(axis=2)[inv]
-        gathered = ctx.reserve.zero3_gathered_params(largest) * weight_bytes  # ZeRO-3's gathered weights
+        gathered = ctx.reserve.zero3_gathered_params(two_largest(per_stage.T, params))[inv] * weight_bytes  # ZeRO-3's
         held = None
         for z, state in states.items():
             bytes_ = sum(w + t * (s[idx, 0:1] + s[idx, 1:2] + s[idx, 2:3])

@@ -2,7 +2,7 @@
 
 For stage s of a candidate with N_sk units of key k (params P_k, trainable T_k per rank):
 
-    weights     = sum_k N_sk P_k w + h sum_k N_sk C_k          (+ 2 max_k P_k w_0 under ZeRO-3)
+    weights     = sum_k N_sk P_k w + h sum_k N_sk C_k          (+ (P_(1) + P_(2)) w_0 under ZeRO-3)
     gradients   = sum_k N_sk T_k g,      optimizer = sum_k N_sk T_k o
     activations = max over the in-flight peaks V of sum_c V_c A_sc  +  max_k working_k
     total       = weights + gradients + optimizer + (1 + f) activations + context + communicators
@@ -13,6 +13,7 @@ or kept whole (a layer's low-precision copy lives while it is gathered); the gat
 sharded over more than one rank (w < w_0);
 in an MoE model the routed experts' parameters (P/(ep*etp) per rank) have their own w, g, o, sharded
 over their expert-data-parallel ranks, and the weights, gradients and optimizer terms add over both;
+P_(1), P_(2): the stage's two largest units' gatherable parameters (a unit present twice counts twice);
 f: the allocator's fragmentation and communicators those of the candidate's process groups (both
 `parallel.memory.Reserve`, as `simulate` counts them); ZeRO-3's gathered weights are at most the live limit;
 w_0: bytes of an unsharded weight; C_k: the unit's low-precision weight copies (and amax histories) kept
@@ -76,7 +77,6 @@ def peak_memory(shape: MemoryShape, units: dict[str, np.ndarray], state: np.ndar
     `expert_state`, the experts' bytes per trainable parameter [n, 3]); process_groups: the sizes of each
     candidate's groups (`parallel.memory.group_sizes`, arrays [n])."""
     per_stage = shape.per_stage  # [R, K]
-    present = per_stage > 0
     params, trainable = units["params"], units["trainable"]
     groups = [(params, trainable, state)]
     if expert_state is not None:
@@ -92,8 +92,7 @@ def peak_memory(shape: MemoryShape, units: dict[str, np.ndarray], state: np.ndar
     if expert_state is not None:
         gatherable = ((params - units["expert_params"]) * (state[:, 0:1] < weight_bytes)
                       + units["expert_params"] * (expert_state[:, 0:1] < weight_bytes))
-    largest = np.where(present[None], gatherable[:, None, :], 0.0).max(axis=2)  # [n, R]
-    gathered = reserve.zero3_gathered_params(largest)
+    gathered = reserve.zero3_gathered_params(two_largest(per_stage, gatherable))
     zero3 = zero[:, None] >= 3
     total += np.where(zero3, gathered * weight_bytes, 0.0)
     # low-precision weight copies cached for the step; under ZeRO-3 those of the gathered layers only
@@ -103,6 +102,18 @@ def peak_memory(shape: MemoryShape, units: dict[str, np.ndarray], state: np.ndar
     total += (units["cast_cache"] @ per_stage.T) * held
     total += (1 + reserve.fragmentation) * activations_by_stage(shape, units["saved"], units["working"])
     return total.max(axis=1)
+
+
+def two_largest(per_stage: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Sum of the two largest of each stage's units [n, R]: per_stage, the units of each key on a stage [R, K];
+    values, a unit's value by key [n, K] (a key with two units on the stage counts twice)."""
+    present = per_stage > 0
+    vals = np.where(present[None], values[:, None, :], 0.0)  # [n, R, K]
+    top = vals.argmax(axis=2)  # [n, R]
+    first = np.take_along_axis(vals, top[..., None], axis=2)[..., 0]
+    twice = np.take_along_axis(np.broadcast_to(per_stage[None], vals.shape), top[..., None], axis=2)[..., 0] >= 2
+    np.put_along_axis(vals, top[..., None], 0.0, axis=2)
+    return first + np.where(twice, first, vals.max(axis=2, initial=0.0))
 
 
 def activations_by_stage(shape: MemoryShape, saved: np.ndarray, working: np.ndarray) -> np.ndarray:

@@ -50,6 +50,16 @@ def _counts(rows: list[tuple[str, str]]) -> Table:
     return counts
 
 
+def throughput_per_gpu(sample_name: str, num_gpus: int) -> tuple[str, Any]:
+    """The throughput column of a model whose batch elements are `sample_name`s: tokens per second per GPU
+    for sequences, else images or samples per second per GPU (a ViT's patch tokens are not what it serves);
+    its header and a result -> value function."""
+    if sample_name == "sequence":
+        return "tok/s/GPU", lambda r: r.tokens_per_s_per_gpu
+    short = {"image": "img"}.get(sample_name, sample_name + "s")
+    return f"{short}/s/GPU", lambda r: r.samples_per_s / num_gpus
+
+
 def print_search(outcome: Outcome, top: int, wall_s: float, console: Console | None = None) -> None:
     """The pruning counts, then the top strategies with time, throughput, MFU, memory and exposed comm."""
     console = console or make_console()
@@ -71,8 +81,8 @@ def print_search(outcome: Outcome, top: int, wall_s: float, console: Console | N
         console.print("[red]no strategy fits in memory[/red]")
         return
     table = Table(title=f"Top {len(best)} by {score.objective.value}", title_justify="left")
-    columns = ["#", "strategy", "iter ms", "samples/s/GPU" if ctx.has_tables else "tok/s/GPU", "MFU", "GiB",
-               "exposed ms"]
+    rate, per_gpu = throughput_per_gpu(ctx.spec.sample_name, ctx.num_gpus)
+    columns = ["#", "strategy", "iter ms", rate, "MFU", "GiB", "exposed ms"]
     if score.objective.value != "throughput":
         columns.append(_objective_header(score))
     for name in columns:
@@ -81,7 +91,7 @@ def print_search(outcome: Outcome, top: int, wall_s: float, console: Console | N
     for rank, i in enumerate(best, 1):
         r = outcome.exact[i]
         row = [str(rank), compact(outcome.strategy(i), fixed), f"{r.iteration_time_s * 1e3:,.1f}",
-               f"{r.tokens_per_s_per_gpu:,.0f}", f"{r.mfu:.1%}", f"{r.peak_memory_bytes / GIB:,.1f}",
+               f"{per_gpu(r):,.0f}", f"{r.mfu:.1%}", f"{r.peak_memory_bytes / GIB:,.1f}",
                f"{r.breakdown['exposed_communication_s'] * 1e3:,.1f}"]
         if len(columns) > len(row):
             row.append(_objective(float(score.value(r.iteration_time_s)), score.unit))

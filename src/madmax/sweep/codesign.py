@@ -60,6 +60,8 @@ def codesign_summary(table):
     keys = ["setting"]
     grid = table.pivot_table(index=[*keys, "resource"], columns="factor", values="gain", aggfunc="first")
     grid = grid.drop(index="baseline", level="resource", errors="ignore")
+    if 1.0 in grid.columns:  # the baseline's column: every resource at its catalog value gains 1x
+        grid[1.0] = grid[1.0].fillna(1.0)
     order = sorted(grid.index, key=lambda k: (k[:-1], k[-1] == "all", k[-1]))
     return grid.loc[order]
 
