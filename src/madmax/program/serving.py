@@ -57,6 +57,7 @@ class Runtime:
     nvlink: bool
     scale_up_bytes_per_s: float
     _cache: dict = field(default_factory=dict, compare=False, repr=False)
+    _attention: dict = field(default_factory=dict, compare=False, repr=False)
 
     def compute_for(self, step: Step) -> ComputeModel:
         """The compute model of a step: graph floors when the engine replays a CUDA graph for it."""
@@ -143,15 +144,36 @@ def stage_times(plan: ServingPlan, runtime: Runtime, stage: int, step: Step) -> 
     by_kind = dict(dense.compute_by_kind)
     flops = dense.flops
     hidden = 0.0
+    calls = step.calls()
     for u in units:
         attention = 0.0
-        for k in plan.attention_kernels(u.unit, step):
-            seconds = kernel_s(compute, k, plan.act_dtype)
-            by_kind[k.category] = by_kind.get(k.category, 0.0) + u.count * seconds
+        for category, seconds, kernel_flops in _attention_times(plan, runtime, compute, u.unit, step, calls):
+            by_kind[category] = by_kind.get(category, 0.0) + u.count * seconds
             attention += seconds
-            flops += u.count * k.flops
+            flops += u.count * kernel_flops
         hidden += u.count * min(u.kernels_s + attention, u.beside_s)
     return StageTimes(sum(by_kind.values()), dense.comm_s, by_kind, dense.comm_by_kind, flops, hidden)
+
+
+def _attention_times(plan: ServingPlan, runtime: Runtime, compute: ComputeModel, unit: ServingUnit, step: Step,
+                     calls: tuple) -> tuple[tuple[str, float, float], ...]:
+    """(category, seconds, FLOPs) of each attention core of one instance of `unit` for `step`, whose attention
+    calls are `calls`. The cores depend on the calls and the unit's block only, so the units and pipeline
+    stages that share a block, and the steps that repeat a prefill, cost them once (a small cache: a decode
+    batch's mean keys change every step)."""
+    key = (id(plan), id(compute), id(unit.block), unit.latent, calls)
+    found = runtime._attention.get(key)
+    if found is not None:
+        return found[1]
+    out = tuple((k.category, kernel_s(compute, k, plan.act_dtype), k.flops)
+                for k in plan.attention_kernels(unit, step))
+    if len(runtime._attention) > ATTENTION_CACHE_SIZE:
+        runtime._attention.clear()
+    runtime._attention[key] = (plan, out)
+    return out
+
+
+ATTENTION_CACHE_SIZE = 1 << 12  # attention costs kept per runtime before that cache starts afresh
 
 
 def _dense_times(plan: ServingPlan, runtime: Runtime, compute: ComputeModel, stage: int, tokens: int,
