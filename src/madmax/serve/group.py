@@ -19,13 +19,12 @@ front end reads counts the DP coordinator publishes every 100 ms plus its own as
 from __future__ import annotations
 
 import heapq
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from madmax.config.stack import DPRouter
 from madmax.parallel.serving import Step
-from madmax.serve.loop import Engine, stretch_steps
+from madmax.serve.loop import Clocked, Engine, stretch_steps
 
 GroupStepTime = Callable[[tuple[Step, ...]], float]
 # An idle rank's step while the others work: one decode token over a one-token cache.
@@ -49,15 +48,13 @@ class Router:
         return loads.index(min(loads))
 
 
-class Group:
+class Group(Clocked):
     """The a ranks of one attention-data-parallel engine, driven like one `Engine` (`submit`, `next_event`,
     `run_until`): each step every rank plans its own work and the step takes `step_time` of them all."""
 
     def __init__(self, ranks: list[Engine], step_time: GroupStepTime, router: Router) -> None:
+        super().__init__()
         self.ranks, self.step_time, self.router = ranks, step_time, router
-        self.clock = 0.0
-        self.cutoff = 0.0  # as `Engine.cutoff`
-        self.arrivals: list[tuple[float, int]] = []
         self.admit_lag = ranks[0].s.admit_lag
 
     @property
@@ -69,31 +66,9 @@ class Group:
         for rank in self.ranks:
             rank.on_finish = callback
 
-    def submit(self, request: int, at: float) -> None:
-        heapq.heappush(self.arrivals, (at, request))
-
     @property
     def idle(self) -> bool:
         return all(r.idle for r in self.ranks)
-
-    def next_event(self) -> float:
-        if not self.idle:
-            return self.clock
-        return self.arrivals[0][0] if self.arrivals else math.inf
-
-    def run_until(self, until: float) -> None:
-        """Take steps while they start at or before `until`."""
-        while True:
-            self._arrive()
-            if self.idle:
-                if not self.arrivals or self.arrivals[0][0] > until:
-                    return
-                self.clock = max(self.clock, self.arrivals[0][0])
-                self.cutoff = self.clock
-                continue
-            if self.clock > until:
-                return
-            assert self._step(until), "a waiting request can never be admitted"
 
     def _arrive(self) -> None:
         """Hand the requests that have reached the engine to the ranks the router picks."""

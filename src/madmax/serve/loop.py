@@ -106,7 +106,54 @@ class Requests:
         return len(self.arrival)
 
 
-class Engine:
+class Clocked:
+    """An engine's clock and its queue of requests not yet arrived, and the loop that drives it: `submit` a
+    request at its arrival time, `run_until` takes steps while they start at or before a time. Subclasses say
+    when they are `idle`, how arrivals join them (`_arrive`) and what a step is (`_step`)."""
+
+    def __init__(self) -> None:
+        self.clock = 0.0
+        self.cutoff = 0.0  # the latest arrival the next step may take (overlap scheduling: the last step's start)
+        self.arrivals: list[tuple[float, int]] = []  # heap of (time, request) not yet arrived
+
+    @property
+    def idle(self) -> bool:
+        raise NotImplementedError
+
+    def _arrive(self) -> None:
+        raise NotImplementedError
+
+    def _step(self, until: float) -> bool:
+        """One step, or a stretch of decode-only steps; False when there is nothing to do."""
+        raise NotImplementedError
+
+    def submit(self, request: int, at: float) -> None:
+        heapq.heappush(self.arrivals, (at, request))
+
+    def next_event(self) -> float:
+        """When the engine can next start a step: now when it has work, else at the next arrival."""
+        if not self.idle:
+            return self.clock
+        return self.arrivals[0][0] if self.arrivals else math.inf
+
+    def run_until(self, until: float) -> None:
+        """Take steps while they start at or before `until` (another engine's next event, or the end)."""
+        while True:
+            self._arrive()
+            if self.idle:
+                if not self.arrivals or self.arrivals[0][0] > until:
+                    return
+                self.clock = max(self.clock, self.arrivals[0][0])
+                self.cutoff = self.clock  # an idle engine takes the arrival at once
+                continue
+            if self.clock > until:
+                return
+            # Nothing admissible while nothing runs would be a request larger than the pool or the budget,
+            # which the caller refuses before simulating.
+            assert self._step(until), "a waiting request can never be admitted"
+
+
+class Engine(Clocked):
     """One engine (a replica, or one of a pipelined replica's micro-batch queues) serving requests.
 
     `submit` hands it a request at its arrival time; `run_until` takes steps while they start before a
@@ -121,9 +168,7 @@ class Engine:
         self.r, self.s, self.step_time = requests, scheduler, step_time
         self.on_finish, self.on_prefilled = on_finish, on_prefilled
         self.decode_only, self.prefill_only = decode_only, prefill_only
-        self.clock = 0.0
-        self.cutoff = 0.0  # the latest arrival the next step may take (overlap scheduling: the last step's start)
-        self.arrivals: list[tuple[float, int]] = []  # heap of (time, request) not yet arrived
+        super().__init__()
         self.waiting: deque[int] = deque()
         self.prefilling: list[list[int]] = []  # [request, tokens prefilled]
         # heap of (decode steps done when it finishes, request, admission epoch); stale epochs are skipped
@@ -143,9 +188,6 @@ class Engine:
 
     # -- input ----------------------------------------------------------------------------------------
 
-    def submit(self, request: int, at: float) -> None:
-        heapq.heappush(self.arrivals, (at, request))
-
     def _arrive(self) -> None:
         cutoff = self.cutoff if self.s.admit_lag else self.clock
         while self.arrivals and self.arrivals[0][0] <= cutoff:
@@ -155,29 +197,7 @@ class Engine:
     def idle(self) -> bool:
         return not (self.waiting or self.prefilling or self.num_decoding)
 
-    def next_event(self) -> float:
-        """When the engine can next start a step: now when it has work, else at the next arrival."""
-        if not self.idle:
-            return self.clock
-        return self.arrivals[0][0] if self.arrivals else math.inf
-
     # -- the loop -------------------------------------------------------------------------------------
-
-    def run_until(self, until: float) -> None:
-        """Take steps while they start at or before `until` (another engine's next event, or the end)."""
-        while True:
-            self._arrive()
-            if self.idle:
-                if not self.arrivals or self.arrivals[0][0] > until:
-                    return
-                self.clock = max(self.clock, self.arrivals[0][0])
-                self.cutoff = self.clock  # an idle engine takes the arrival at once
-                continue
-            if self.clock > until:
-                return
-            # Nothing admissible while nothing runs would be a request larger than the pool or the budget,
-            # which the caller refuses before simulating.
-            assert self._step(until), "a waiting request can never be admitted"
 
     def _step(self, until: float) -> bool:
         """One step, or a stretch of decode-only steps; False when there is nothing to do."""

@@ -287,29 +287,26 @@ def _dask_results(chunks: Iterator[list[Point]], dask: Any, workers: int,
 
 def parse_powers(items: list[str]) -> dict[str, float]:
     """`--power` values as {system: W per GPU}: 'SYSTEM=W' for one system, 'W' for all ('*')."""
-    powers = {}
-    for item in items:
-        name, _, value = item.rpartition("=")
-        try:
-            watts = float(value)
-        except ValueError:
-            watts = -1.0
-        if not 0 < watts < math.inf:
-            raise ConfigError(f"power={item!r} must be SYSTEM=W or W per GPU (> 0), e.g. p4d.24xlarge=800")
-        powers[name.strip() or "*"] = watts
-    return powers
+    return _per_system(items, "power", "W", "W per GPU (> 0), e.g. p4d.24xlarge=800", zero_allowed=False)
 
 
 def parse_prices(items: list[str]) -> dict[str, float]:
     """`--price` values as {system: USD per GPU-hour}: 'SYSTEM=USD' for one system, 'USD' for all ('*')."""
-    prices = {}
+    return _per_system(items, "price", "USD", "USD per GPU-hour (>= 0), e.g. p4d.24xlarge=3.5", zero_allowed=True)
+
+
+def _per_system(items: list[str], name: str, unit: str, allowed: str, zero_allowed: bool) -> dict[str, float]:
+    """'SYSTEM=VALUE' or 'VALUE' items as {system or '*': value}; a value that is not a finite number, or not
+    positive (not negative where zero is allowed), is a ConfigError naming the item and what is allowed."""
+    values = {}
     for item in items:
-        name, _, value = item.rpartition("=")
+        system, _, text = item.rpartition("=")
         try:
-            usd = float(value)
+            value = float(text)
         except ValueError:
-            usd = -1.0
-        if not 0 <= usd < math.inf:
-            raise ConfigError(f"price={item!r} must be SYSTEM=USD or USD per GPU-hour (>= 0), e.g. p4d.24xlarge=3.5")
-        prices[name.strip() or "*"] = usd
-    return prices
+            value = -1.0
+        low_ok = value >= 0 if zero_allowed else value > 0
+        if not (low_ok and value < math.inf):
+            raise ConfigError(f"{name}={item!r} must be SYSTEM={unit} or {allowed}")
+        values[system.strip() or "*"] = value
+    return values
