@@ -57,7 +57,8 @@ def test_expert_rules_agree_with_resolve_strategy():
     rows = rows[np.random.default_rng(0).choice(len(rows), size=3000, replace=False)]
     tp, cp, pp, vp, mbs, ep, etp, epo, sp = rows.T
     verdict = first_broken_rule(PROBLEM, tp, cp, pp, vp, mbs, ep, etp, epo, sp)
-    assert {EXPERT_RULES[r] for r in verdict if r >= 0} == set(EXPERT_RULES)
+    # every rule but the schedule cap, which a global batch of 12 cannot reach (test_search_space holds it)
+    assert {EXPERT_RULES[r] for r in verdict if r >= 0} == set(EXPERT_RULES) - {"schedule_steps"}
     for row, rule in zip(rows.tolist(), verdict, strict=True):
         if rule >= 0 and row[2] * row[3] == 6 + 2 and EXPERT_RULES[rule] == "pp_vp_layers":
             # simulate takes pp*vp = layers + 2 with the embedding and the loss in their own slots; the search

@@ -20,7 +20,8 @@ CONSTRAINTS = {"tp": [("num_heads", 4), ("num_kv_heads", 2), ("ffn_hidden_size",
 MESSAGE = {"tp_divides_model": "does not divide num_kv_heads", "degree_limit": "is not modelled for",
            "pp_vp_layers": "exceeds the 6 layers",
            "vp_needs_pp": "needs pipeline parallelism", "cp_divides_seq": "does not divide seq_len",
-           "batch_divisible": "global_batch=12", "interleaved_m": "interleaved pipeline"}
+           "batch_divisible": "global_batch=12", "schedule_steps": "takes at most",
+           "interleaved_m": "interleaved pipeline"}
 
 
 def _resolve(tp, cp, pp, vp, mbs):
@@ -58,6 +59,27 @@ def test_vectorized_rules_agree_with_resolve_strategy():
         # tp=4 divides 4 heads but not 2 KV heads; tp=8/16 fail on heads first.
         words = "does not divide num_" if RULES[rule] == "tp_divides_model" else MESSAGE[RULES[rule]]
         assert words in str(err.value), (row, RULES[rule], str(err.value))
+
+
+def test_the_search_holds_the_simulators_schedule_cap():
+    # Llama-2-70B's 80 layers on 64 GPUs with a global batch of 1,024 (the cloud study's sweep point that a
+    # searched strategy lost to simulate): tp=8, pp=8, dp=1, mbs=1 runs 1,024 micro-batches per replica, so
+    # vp=10 is 81,920 (micro-batch, chunk) steps, past the 65,536 the simulator schedules; vp=5 is 40,960.
+    problem = Problem(num_gpus=64, global_batch=1024, seq_len=4096, num_layers=80, tp_sizes=(64, 8, 28672))
+    constraints = {"tp": [("num_heads", 64), ("num_kv_heads", 8), ("ffn_hidden_size", 28672)]}
+    rows = np.array([(8, 1, 8, vp, mbs) for vp in (1, 2, 5, 10) for mbs in (1, 2, 4)])
+    verdict = first_broken_rule(problem, *rows.T)
+    for (tp, cp, pp, vp, mbs), rule in zip(rows.tolist(), verdict, strict=True):
+        over = 1024 // mbs * pp * vp > 65_536
+        assert (RULES[rule] == "schedule_steps") if over else rule < 0, (vp, mbs)
+        strategy = Strategy(tp=tp, cp=cp, pp=pp, vp=vp, mbs=mbs)
+        kwargs = dict(num_gpus=64, model_name="m", constraints=constraints, num_pipeline_units=80,
+                      global_batch=1024, seq_len=4096)
+        if over:
+            with pytest.raises(StrategyError, match="takes at most"):
+                resolve_strategy(strategy, **kwargs)
+        else:
+            resolve_strategy(strategy, **kwargs)
 
 
 def test_counts_add_up_and_every_candidate_resolves():

@@ -23,6 +23,7 @@ rule it breaks, in `resolve_strategy`'s own order:
     vp_needs_pp          vp > 1 only with pp > 1
     cp_divides_seq       cp divides seq_len
     batch_divisible      dp*mbs divides the global batch
+    schedule_steps       micro-batches per replica x pp x vp <= MAX_SCHEDULE_STEPS (what the simulator schedules)
     ep_overlap_m         ep_overlap needs two micro-batches per replica           (experts only)
     interleaved_m        vp > 1 needs the micro-batches per replica to be a multiple of pp
 
@@ -37,14 +38,16 @@ from itertools import permutations
 
 import numpy as np
 
+from madmax.config.checks import MAX_SCHEDULE_STEPS
 from madmax.config.strategy import DEFAULT_ORDER, EMB_SHARDINGS, Recompute, Strategy
 from madmax.errors import ConfigError
 
 RECOMPUTES = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
 RULES = ("tp_divides_model", "degree_limit", "pp_vp_layers", "vp_needs_pp", "cp_divides_seq", "batch_divisible",
-         "interleaved_m")
+         "schedule_steps", "interleaved_m")
 EXPERT_RULES = ("tp_divides_model", "ep_divides_experts", "etp_divides_experts", "experts_need_sp", "degree_limit",
-                "pp_vp_layers", "vp_needs_pp", "cp_divides_seq", "batch_divisible", "ep_overlap_m", "interleaved_m")
+                "pp_vp_layers", "vp_needs_pp", "cp_divides_seq", "batch_divisible", "schedule_steps", "ep_overlap_m",
+                "interleaved_m")
 COLUMNS = ("tp", "cp", "pp", "dp", "vp", "mbs", "m", "zero", "shard", "rec", "sp", "order", "ep", "etp", "epo")
 MAX_CANDIDATES = 10_000_000  # a search peaks near 350 bytes per candidate (0.7 GB for 2 million)
 
@@ -201,7 +204,8 @@ def _rule_failures(problem: Problem, tp, cp, pp, dp, vp, mbs, ep, etp, epo, sp=N
     m = np.where(batch_bad, 1, b // (dp * mbs))
     failures = {"tp_divides_model": tp_bad, "degree_limit": limit_bad, "pp_vp_layers": pp * vp > problem.num_layers,
                 "vp_needs_pp": (vp > 1) & (pp == 1), "cp_divides_seq": problem.seq_len % cp != 0,
-                "batch_divisible": batch_bad, "interleaved_m": (vp > 1) & (m % pp != 0)}
+                "batch_divisible": batch_bad, "schedule_steps": m * pp * vp > MAX_SCHEDULE_STEPS,
+                "interleaved_m": (vp > 1) & (m % pp != 0)}
     if problem.has_experts:
         failures["ep_divides_experts"] = np.zeros(len(tp), dtype=bool)
         for size in problem.ep_sizes:
