@@ -37,8 +37,9 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 WIDTH = 120
 ELLIPSIS = "..."
-NUMBER = re.compile(r"\d[\d,.]*")
-VOLATILE = re.compile(r"wall time|points/s|strategies/s")  # lines whose numbers change from run to run
+VOLATILE = re.compile(r"wall time|points/s|strategies/s")  # lines with timings, which change from run to run
+# The timings of such a line: seconds and rates; its counts (points, errors) are checked like any text.
+TIMING = re.compile(r"\d[\d,.]*(?= s\b| (?:points|strategies)/s)")
 
 
 DOCS = sorted((ROOT / "docs").glob("*.md"))
@@ -132,11 +133,11 @@ def split_runs(shown: list[str] | tuple[str, ...]) -> list[list[str]]:
 
 
 def _masked(line: str) -> str:
-    return NUMBER.sub("#", collapse(line))
+    return TIMING.sub("#", collapse(line))
 
 
 def _same(shown: list[str], fresh: list[str]) -> bool:
-    """Equal but for the numbers of lines that report wall time or speed (and the widths they cause)."""
+    """Equal but for the timings of lines that report wall time or speed (and the widths they cause)."""
     if not any(VOLATILE.search(line) for line in shown):
         return shown == fresh
 

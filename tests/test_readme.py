@@ -53,8 +53,8 @@ def _pattern(line: str, collapse: bool) -> re.Pattern[str]:
     line = readme.collapse(line) if collapse else line
     if not VOLATILE.search(line):
         return re.compile(re.escape(line))
-    parts = re.split(r"(\d[\d,.]*)", line)  # odd indices are the numbers
-    return re.compile("".join(r"\d[\d,.]*" if i % 2 else re.escape(part) for i, part in enumerate(parts)))
+    parts = readme.TIMING.split(line)  # the text between the timings
+    return re.compile(r"\d[\d,.]*".join(re.escape(part) for part in parts))
 
 
 def _find(run: list[re.Pattern[str]], actual: list[str], start: int) -> int | None:
@@ -193,3 +193,16 @@ def test_a_block_marked_slow_carries_its_reason():
 def test_wall_time_numbers_do_not_make_an_example_stale():
     assert readme._same(["wall time 1.2 s", "rows  4"], ["wall time 3.4 s", "rows 4"])
     assert not readme._same(["wall time 1.2 s", "rows 4"], ["wall time 1.2 s", "rows 5"])
+
+
+def test_a_timed_line_keeps_its_counts_checked():
+    # the sweep's summary line times the run and counts its errors: only the timings may differ
+    shown = ["96 points: 0 done before, 96 computed in 288.5 s (0.3 points/s); 2 errors, 6 without a fitting strategy"]
+    faster = ["96 points: 0 done before, 96 computed in 101.0 s (0.9 points/s); 2 errors, 6 without a fitting strategy"]
+    fixed = ["96 points: 0 done before, 96 computed in 288.5 s (0.3 points/s); 0 errors, 6 without a fitting strategy"]
+    assert readme._same(shown, faster) and not readme._same(shown, fixed)
+    assert _timed_pattern(shown[0]).fullmatch(faster[0]) and not _timed_pattern(shown[0]).fullmatch(fixed[0])
+
+
+def _timed_pattern(line: str) -> re.Pattern[str]:
+    return _pattern(line, collapse=True)
