@@ -38,6 +38,7 @@ README = ROOT / "README.md"
 WIDTH = 120
 ELLIPSIS = "..."
 VOLATILE = re.compile(r"wall time|points/s|strategies/s")  # lines with timings, which change from run to run
+NUMBER = re.compile(r"\d[\d,.]*")
 # The timings of such a line: seconds and rates; its counts (points, errors) are checked like any text.
 TIMING = re.compile(r"\d[\d,.]*(?= s\b| (?:points|strategies)/s)")
 
@@ -133,6 +134,11 @@ def split_runs(shown: list[str] | tuple[str, ...]) -> list[list[str]]:
 
 
 def _masked(line: str) -> str:
+    """`line` with every number masked: a run of shown lines is found by its labels."""
+    return NUMBER.sub("#", collapse(line))
+
+
+def _untimed(line: str) -> str:
     return TIMING.sub("#", collapse(line))
 
 
@@ -142,7 +148,7 @@ def _same(shown: list[str], fresh: list[str]) -> bool:
         return shown == fresh
 
     def key(line: str) -> str:
-        return _masked(line) if VOLATILE.search(line) else collapse(line)
+        return _untimed(line) if VOLATILE.search(line) else collapse(line)
 
     return [key(line) for line in shown] == [key(line) for line in fresh]
 
