@@ -90,6 +90,20 @@ def test_simulate_shows_the_apis_numbers_and_draws_the_plots(page, live_server):
     assert "strategy=tp%3D2%2Cpp%3D2" in page.url and "run=simulate" in page.url
 
 
+def test_a_price_and_power_show_the_apis_cost(page, live_server):
+    # issue 29: the page takes --price and --power like the CLI; the cost rows are the API's `cost` block
+    state = {**SIMULATE, "price": 2.5, "power": 1000}
+    open_page(page, live_server, state, run="simulate")
+    page.wait_for_selector("#result-table tr[data-cost='1']", timeout=TIMEOUT_MS)
+    cost = json.loads(post(live_server, "/simulate", state))["cost"]
+    rows = page.eval_on_selector_all("#result-table tr[data-cost='1']",
+                                     "rows => rows.map(r => [r.dataset.key, r.cells[1].textContent])")
+    assert {key for key, _ in rows} == set(cost) - {"power_basis"}
+    assert cost["price_per_gpu_hour_usd"] == 2.5 and cost["usd_per_hour"] == 2.5 * 16
+    for key, text in rows:
+        assert float(text) == pytest.approx(cost[key], rel=5e-4), key
+
+
 def test_search_shows_the_apis_top_strategies(page, live_server):
     open_page(page, live_server, SEARCH)
     page.click("#search-btn")

@@ -7,9 +7,10 @@ const UPLOAD = "__upload__";
 const MAX_UPLOAD_BYTES = 2 ** 20;  // the server's body limit (GET /health max_body_bytes)
 // Form fields kept in the URL (#model=...&system=...), so a view can be shared.
 const STATE_FIELDS = ["model", "system", "num_gpus", "task", "global_batch", "seq_len", "prompt_len", "output_len",
-                      "batch", "strategy", "objective", "top", "max_tp", "max_pp", "time_limit_s"];
+                      "batch", "strategy", "price", "power", "objective", "top", "max_tp", "max_pp", "time_limit_s"];
 const INT_FIELDS = new Set(["num_gpus", "global_batch", "seq_len", "prompt_len", "output_len", "batch", "top",
                             "max_tp", "max_pp"]);
+const FLOAT_FIELDS = new Set(["price", "power", "time_limit_s"]);
 // The result table: key, label, unit (formatting); training and serving results.
 const TRAINING_ROWS = [
   ["model", "Model", "text"], ["system", "System", "text"], ["num_gpus", "GPUs", "int"],
@@ -24,6 +25,13 @@ const SERVING_ROWS = [
   ["e2e_latency_s", "End-to-end latency", "s"], ["output_tokens_per_s_per_gpu", "Output tokens/s per GPU", "num"],
   ["requests_per_s", "Requests/s", "num"], ["mfu", "MFU", "pct"],
   ["peak_memory_bytes", "Peak memory per GPU", "gib"], ["fits", "Fits in memory", "bool"]];
+// The result's cost block (`madmax.results.cost.cost_of`), present when a price is known or a power given.
+const COST_ROWS = [
+  ["price_per_gpu_hour_usd", "Price, USD per GPU-hour", "num"], ["usd_per_hour", "USD per hour", "num"],
+  ["usd_per_million_tokens", "USD per million tokens", "num"],
+  ["usd_per_million_output_tokens", "USD per million output tokens", "num"],
+  ["power_w", "Cluster power, W", "num"], ["joules_per_token", "Joules per token", "num"],
+  ["joules_per_output_token", "Joules per output token", "num"]];
 
 // Twenty distinguishable colours; on each plot, each part or kernel category keeps its colour.
 const PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
@@ -118,15 +126,14 @@ function requestBody(fields) {
     if (!(name in state)) continue;
     const label = $(name).closest("label");
     if (label && label.hidden) continue;
-    body[name] = INT_FIELDS.has(name) ? Number(state[name]) : state[name];
+    body[name] = INT_FIELDS.has(name) || FLOAT_FIELDS.has(name) ? Number(state[name]) : state[name];
   }
   if (body.model === UPLOAD) body.model = uploadedModel;
-  if (body.time_limit_s !== undefined) body.time_limit_s = Number(body.time_limit_s);
   return body;
 }
 
 const SIMULATE_FIELDS = ["model", "system", "num_gpus", "task", "global_batch", "seq_len", "prompt_len",
-                         "output_len", "batch", "strategy"];
+                         "output_len", "batch", "strategy", "price", "power"];
 const SEARCH_FIELDS = ["model", "system", "num_gpus", "task", "global_batch", "seq_len", "prompt_len",
                        "output_len", "objective", "top", "max_tp", "max_pp", "time_limit_s"];
 
@@ -161,6 +168,16 @@ function showResult(view) {
     tr.insertCell().outerHTML = `<th>${label}</th>`;
     const cell = tr.insertCell();
     cell.textContent = format(result[key], unit);
+  }
+  const cost = result.cost || {};
+  for (const [key, label, unit] of COST_ROWS) {
+    if (!(key in cost)) continue;
+    const tr = body.insertRow();
+    tr.dataset.key = key;
+    tr.dataset.unit = unit;
+    tr.dataset.cost = "1";
+    tr.insertCell().outerHTML = `<th>${label}</th>`;
+    tr.insertCell().textContent = format(cost[key], unit);
   }
   const reason = $("fits-reason");
   reason.textContent = result.fits_reason || "";
