@@ -97,13 +97,16 @@ def test_each_stack_names_its_kernel():
 
 
 def test_a_kernel_without_timings_falls_back_to_the_profile_and_says_so():
-    # fa2 has no Blackwell panel: the profile's curve, and a note; no kernel named: no note
+    # fa2 has no Blackwell panel: the profile's curve, and a note; no kernel named: the profile's curve too, and
+    # a note that it was measured on another architecture (none on the profile's own, hopper)
     fallback, plain = compute_model(B200, attention_kernel="fa2"), compute_model(B200)
     shape = (1, 32, 8, 4096, 4096, 128, True, BF16)
     assert fallback.attention_s(*shape) == plain.attention_s(*shape)
     (note,) = fallback.attention_notes
     assert "fa2 has no published timings on the blackwell architecture" in note
-    assert plain.attention_notes == ()
+    (note,) = plain.attention_notes
+    assert "measured on hopper (NVIDIA H200" in note and "of this blackwell GPU's peak" in note
+    assert compute_model(H100).attention_notes == ()
     nameless = H100.model_copy(update={"name": "my-gpu", "architecture": None})
     (note,) = compute_model(nameless, attention_kernel="fa3").attention_notes
     assert "gpu my-gpu, which names no architecture" in note

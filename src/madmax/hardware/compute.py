@@ -51,6 +51,7 @@ from madmax.hardware.profile import (
     ComputeProfile,
     catalog_path,
     catalog_wgrad_fractions,
+    device_architecture,
     dtype_fallbacks,
     efficiency_table,
     gemm_ceiling_assumed,
@@ -322,6 +323,12 @@ class ComputeModel:
         flash attention runs at (or that the profile's stand in, where the kernel has none on it)."""
         name, arch = self.attention_kernel, self.gpu.architecture
         if name is None:
+            measured_on = device_architecture(self.profile.device)
+            if arch and measured_on and arch != measured_on:
+                object.__setattr__(self, "attention_notes", (
+                    f"flash attention costed with the compute profile's curve, measured on {measured_on} "
+                    f"({self.profile.device}, {self.profile.software.split(',')[0]}), as fractions of this {arch} "
+                    "GPU's peak: the stack names no attention kernel with timings on it",))
             return None
         curves = kernel_curves(name, arch)
         if curves is None:

@@ -207,6 +207,19 @@ WGRAD_FILE = "calibration/fp8_wgrad.yaml"
 
 
 @cache
+def architecture_of(gpu: str) -> str | None:
+    """The catalog architecture of a GPU name or alias (None: not in the catalog, or none given)."""
+    from madmax.config.loaders import find_in_catalog
+
+    entry = find_in_catalog("gpus", gpu.lower())
+    return None if entry is None or not entry.get("architecture") else str(entry["architecture"])
+
+
+def device_architecture(device: str) -> str | None:
+    """The architecture of a compute profile's device as a measurement names it ('NVIDIA H200' -> hopper)."""
+    return architecture_of(device.lower().removeprefix("nvidia ").strip().replace(" ", "-"))
+
+
 def catalog_wgrad_fractions() -> dict[DType, float]:
     """The weight-gradient GEMM rates of `catalog/calibration/fp8_wgrad.yaml` (fitted, with its provenance),
     none while the fit is not adopted (`adopted: false`: it failed the rule for fits, docs/calibration.md)."""

@@ -192,8 +192,8 @@ def write_bands_of(report: Report, path: Path | None = None) -> Path:
 def write_transfer_of(rows: Sequence[Any], path: Path) -> Path:
     """The cross-architecture error (`madmax.validate.trust.transfer_summary`) of the band rows, beside the table:
     the rows on GPUs of an architecture other than the default compute profile's device."""
-    from madmax.hardware.profile import load_profile
-    from madmax.validate.trust import architecture_of, device_architecture, transfer_summary, write_transfer
+    from madmax.hardware.profile import architecture_of, device_architecture, load_profile
+    from madmax.validate.trust import transfer_summary, write_transfer
 
     device = load_profile().device
     profile_architecture = device_architecture(device) or "unknown"

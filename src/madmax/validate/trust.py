@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from madmax.errors import ConfigError
+from madmax.hardware.profile import architecture_of
 from madmax.validate.inputs import model_family as family_of
 from madmax.validate.inputs import parallelism_group
 
@@ -81,19 +82,6 @@ def _gpu_name(gpu: str) -> str:
 
     entry = find_in_catalog("gpus", gpu.lower())
     return str(entry["name"]) if entry else gpu.lower()
-
-
-def architecture_of(gpu: str) -> str | None:
-    """The catalog architecture of a GPU name or alias (None: not in the catalog, or none given)."""
-    from madmax.config.loaders import find_in_catalog
-
-    entry = find_in_catalog("gpus", gpu.lower())
-    return None if entry is None or not entry.get("architecture") else str(entry["architecture"])
-
-
-def device_architecture(device: str) -> str | None:
-    """The architecture of a compute profile's device as a measurement names it ('NVIDIA H200' -> hopper)."""
-    return architecture_of(device.lower().removeprefix("nvidia ").strip().replace(" ", "-"))
 
 
 def transfer_summary(residuals: Iterable[tuple[str | None, float]], profile_architecture: str) -> dict[str, Any]:
