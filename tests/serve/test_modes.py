@@ -4,6 +4,7 @@ every prompt fits one step), rate mode's percentiles and goodput, disaggregation
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -151,6 +152,88 @@ def run_alone(reqs: Requests, *, mixed: bool = True, kv_tokens: float = 1e9, res
         engine.submit(i, float(arrival))
     run_engines([engine])
     return engine
+
+
+def one_step_at_a_time(engines: list[Engine]) -> None:
+    """The reference for `run_engines`: only the step that starts first of all engines' is taken, one step a
+    time, so every request handed on reaches its engine before any later step is planned."""
+    while True:
+        times = [e.next_event() for e in engines]
+        if min(times) == math.inf:
+            return
+        engines[times.index(min(times))].run_until(min(times))
+
+
+def disaggregated_web(prefill: int, decode: int, reqs: Requests, concurrency: int, *, admit_lag: bool,
+                      reserve_full: bool) -> list[Engine]:
+    """Prefill-only and decode-only engines handing requests on in turn, round-robin; a closed loop of
+    `concurrency` clients, client c sending requests c, c + concurrency, ... A step's time is linear in its tokens
+    and the keys it reads (a stretch of decode steps is then timed exactly), a prefill engine's slower per token.
+    Every hand-over checks that the engine has not started a step after the request reaches it."""
+    rules = dict(budget=64, max_batch=4, chunked=True, mixed=True, kv_tokens=4000.0, reserve_full=reserve_full,
+                 admit_lag=admit_lag)
+    turns = {"p": 0, "d": 0}
+
+    def hand(engine: Engine, request: int, at: float) -> None:
+        assert at >= engine.cutoff, f"request {request} reaches an engine at {at} after its step at {engine.cutoff}"
+        engine.submit(request, at)
+
+    def to_decode(request: int, at: float) -> None:
+        hand(decoders[turns["d"] % decode], request, at + 0.25)
+        turns["d"] += 1
+
+    def to_prefill(request: int, at: float) -> None:
+        hand(prefillers[turns["p"] % prefill], request, at)
+        turns["p"] += 1
+
+    def replace(request: int, at: float) -> None:
+        if request + concurrency < len(reqs):
+            reqs.arrival[request + concurrency] = at + 0.1
+            to_prefill(request + concurrency, at + 0.1)
+
+    prefillers = [Engine(reqs, Scheduler(**rules), lambda step: 0.5 + 0.01 * step.tokens, prefill_only=True,
+                         on_prefilled=to_decode) for _ in range(prefill)]
+    decoders = [Engine(reqs, Scheduler(**rules), lambda step: 0.2 + 0.003 * step.tokens + 1e-4 * step.decode_kv_tokens,
+                       decode_only=True, on_finish=replace) for _ in range(decode)]
+    for i in range(concurrency):
+        to_prefill(i, 0.0)
+    return [*prefillers, *decoders]
+
+
+def run_web(loop, prefill: int, decode: int, concurrency: int, prompts: list[int], outputs: list[int], **rules
+            ) -> Requests:
+    n = len(prompts)
+    reqs = Requests(arrival=np.zeros(n), prompt=np.array(prompts), output=np.resize(outputs, n))
+    loop(disaggregated_web(prefill, decode, reqs, min(concurrency, n), **rules))
+    return reqs
+
+
+WEB = dict(concurrency=st.integers(1, 12), prompts=st.lists(st.integers(1, 150), min_size=12, max_size=40),
+           outputs=st.lists(st.integers(1, 60), min_size=12), admit_lag=st.booleans(), reserve_full=st.booleans())
+
+
+@settings(max_examples=40, deadline=None)
+@given(decode=st.integers(1, 4), **WEB)
+def test_engines_handing_requests_on_match_one_step_at_a_time(decode, concurrency, prompts, outputs, **rules):
+    # run_engines lets an engine that only decodes run to its next completion at once. With one prefill worker
+    # (which takes the requests in the order they come) every request's times are those of taking one step at a
+    # time in the order the steps start. Before, a decode worker ran past the time a prefill worker handed it a
+    # request: DeepSeek-V3 disaggregated on 64 H100 at concurrency 6 gave a mean TTFT 8% high.
+    fast = run_web(run_engines, 1, decode, concurrency, prompts, outputs, **rules)
+    reference = run_web(one_step_at_a_time, 1, decode, concurrency, prompts, outputs, **rules)
+    np.testing.assert_allclose(fast.first_token, reference.first_token, rtol=1e-9)
+    np.testing.assert_allclose(fast.finish, reference.finish, rtol=1e-9)
+    assert not np.isnan(reference.finish).any()
+
+
+@settings(max_examples=40, deadline=None)
+@given(prefill=st.integers(2, 3), decode=st.integers(1, 4), **WEB)
+def test_no_engine_is_handed_a_request_in_its_past(prefill, decode, concurrency, prompts, outputs, **rules):
+    # Several prefill workers take turns, so the order requests are handed on in decides which worker gets one:
+    # the times may differ from the one-step reference, but no engine may ever be handed a request that should
+    # have joined a step it has already taken (checked by every hand-over), and every request finishes.
+    reqs = run_web(run_engines, prefill, decode, concurrency, prompts, outputs, **rules)
+    assert not np.isnan(reqs.finish).any() and (reqs.finish >= reqs.first_token).all()
 
 
 def test_prefill_rounds_and_batch_ladder():

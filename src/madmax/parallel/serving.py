@@ -93,7 +93,8 @@ class Step:
 
 @dataclass(frozen=True)
 class ServingUnit:
-    """One block of the workload on one rank of a stage, `count` instances in a row.
+    """One block of the workload on one rank of a stage, `count` instances of it (in a row or interleaved with
+    other blocks' layers).
 
     params: parameters of one instance on one rank; kv_bytes_per_token: its KV cache per cached token
     on one rank; window: a sliding window caps the tokens it caches per sequence (None: all).
@@ -112,7 +113,7 @@ class ServingUnit:
 
 @dataclass(frozen=True)
 class StageWork:
-    """The kernels and collectives of one unit instance for one step; `count` instances run in a row."""
+    """The kernels and collectives of one unit instance for one step; `count` instances run one after another."""
 
     unit: ServingUnit
     kernels: tuple[Kernel, ...]
@@ -343,13 +344,15 @@ def build_serving_plan(workload: Workload, strategy: Strategy, *, domain_size: i
     for stage, count in enumerate(split_layers(len(layers), pp)):
         blocks = (first if stage == 0 else []) + layers[pos:pos + count] + (last if stage == pp - 1 else [])
         pos += count
-        units: list[ServingUnit] = []
+        # The instances of one block in a stage are one unit, in the order the block first appears: interleaved
+        # layers (sliding and full attention, dense and MoE) cost the same in any order, since each instance
+        # waits for the one before, and a step is timed per unit, not per layer.
+        units: dict[Block, ServingUnit] = {}
         for block in blocks:
-            if units and units[-1].block is block:  # consecutive instances of one layer block
-                units[-1] = dataclasses.replace(units[-1], count=units[-1].count + 1)
-            else:
-                units.append(_unit(block, tp, shards, kv_dtype))
-        stages.append(units)
+            found = units.get(block)
+            units[block] = (dataclasses.replace(found, count=found.count + 1) if found is not None
+                            else _unit(block, tp, shards, kv_dtype))
+        stages.append(list(units.values()))
     return ServingPlan(tp=tp, pp=pp, stages=tuple(tuple(s) for s in stages),
                        tp_span=span(strategy, (Axis.TP,), domain_size),
                        pp_span=span(strategy, (Axis.PP,), domain_size), act_dtype=act_dtype,

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from madmax.config.stack import DPRouter
 from madmax.parallel.serving import Step
-from madmax.serve.loop import Clocked, Engine, stretch_steps
+from madmax.serve.loop import Clocked, Engine, Recent, stretch_steps
 
 GroupStepTime = Callable[[tuple[Step, ...]], float]
 # An idle rank's step while the others work: one decode token over a one-token cache.
@@ -54,7 +54,7 @@ class Group(Clocked):
 
     def __init__(self, ranks: list[Engine], step_time: GroupStepTime, router: Router) -> None:
         super().__init__()
-        self.ranks, self.step_time, self.router = ranks, step_time, router
+        self.ranks, self.step_time, self.router = ranks, Recent(step_time), router
         self.admit_lag = ranks[0].s.admit_lag
 
     @property
@@ -69,6 +69,18 @@ class Group(Clocked):
     @property
     def idle(self) -> bool:
         return all(r.idle for r in self.ranks)
+
+    def next_emission(self) -> float:
+        if any(r.waiting or r.prefilling for r in self.ranks) or self.idle:
+            return self.next_event()
+        decoding = [r for r in self.ranks if r.num_decoding]
+        k = min(r.decode_bound() for r in decoding)
+        first = self.step_time(self._decode_steps(decoding, 0))
+        return self._decoding_until(k, first, self.step_time(self._decode_steps(decoding, k - 1)) if k > 1 else first)
+
+    def _decode_steps(self, decoding: list[Engine], ahead: int) -> tuple[Step, ...]:
+        """Each rank's decode-only step `ahead` steps from now; the ranks not decoding run the dummy step."""
+        return tuple(r.decode_step(ahead) if r in decoding else DUMMY for r in self.ranks)
 
     def _arrive(self) -> None:
         """Hand the requests that have reached the engine to the ranks the router picks."""
@@ -95,13 +107,9 @@ class Group(Clocked):
         """k decode-only steps of every rank that decodes: up to the first completion on any rank, and no
         further than the step the next arrival (or `until`) comes in."""
         k = min(r.decode_bound() for r in decoding)
-
-        def steps(ahead: int) -> tuple[Step, ...]:
-            return tuple(r.decode_step(ahead) if r in decoding else DUMMY for r in self.ranks)
-
-        first = last = self.step_time(steps(0))
+        first = last = self.step_time(self._decode_steps(decoding, 0))
         if k > 1:
-            slope = (self.step_time(steps(k - 1)) - first) / (k - 1)
+            slope = (self.step_time(self._decode_steps(decoding, k - 1)) - first) / (k - 1)
             arrival = self.arrivals[0][0] if self.arrivals else None
             k = stretch_steps(k, first, slope, self.clock, until, arrival, self.admit_lag)
             last = first + (k - 1) * slope

@@ -24,7 +24,10 @@ later step with the request generates one more, until it has its output.
 Speed: while nothing but decoding happens (no prompt to prefill or admit, no arrival), k steps of
 the same requests are taken at once, up to the next completion or arrival. Their keys grow by D per
 step, so the step time is nearly linear in the step index; the stretch is timed by its first and last
-steps (exact for a step time linear in the keys read).
+steps (exact for a step time linear in the keys read). Engines that hand requests to one another (prefill and
+decode workers) are advanced together by `run_engines`: each takes steps up to the earliest time any of them can
+next hand a request on, which for an engine that only decodes is its next completion, so no engine is handed a
+request after it has taken a step that request should have joined.
 """
 
 from __future__ import annotations
@@ -40,6 +43,23 @@ import numpy as np
 from madmax.parallel.serving import Step
 
 StepTime = Callable[[Step], float]
+
+
+class Recent:
+    """A step-time function that remembers its last few answers: a stretch of decode steps is timed by its
+    first and last steps, which `next_emission` has often just asked for."""
+
+    def __init__(self, step_time: Callable, size: int = 4) -> None:
+        self.step_time, self.size = step_time, size
+        self.answers: dict = {}
+
+    def __call__(self, step):
+        found = self.answers.get(step)
+        if found is None:
+            if len(self.answers) >= self.size:
+                self.answers.clear()
+            found = self.answers[step] = self.step_time(step)
+        return found
 
 
 @dataclass(frozen=True)
@@ -130,6 +150,18 @@ class Clocked:
     def submit(self, request: int, at: float) -> None:
         heapq.heappush(self.arrivals, (at, request))
 
+    def next_emission(self) -> float:
+        """No earlier than this the engine hands a request on (finishes one, or completes a prompt for a decode
+        worker) unless a request reaches it first: `next_event` unless it is only decoding (`_decoding_until`)."""
+        return self.next_event()
+
+    def _decoding_until(self, steps: int, first_s: float, last_s: float) -> float:
+        """`next_emission` of an engine whose next `steps` decode-only steps take from `first_s` to `last_s`
+        (a decode step is no faster when it reads more keys, so each takes at least the lesser of the two), and
+        no later than its next arrival (a request of one output token is handed on when it is admitted)."""
+        done = self.clock + steps * min(first_s, last_s)
+        return min(done, self.arrivals[0][0]) if self.arrivals else done
+
     def next_event(self) -> float:
         """When the engine can next start a step: now when it has work, else at the next arrival."""
         if not self.idle:
@@ -165,7 +197,7 @@ class Engine(Clocked):
     def __init__(self, requests: Requests, scheduler: Scheduler, step_time: StepTime, *,
                  on_finish: Callable[[int, float], None] | None = None, decode_only: bool = False,
                  prefill_only: bool = False, on_prefilled: Callable[[int, float], None] | None = None) -> None:
-        self.r, self.s, self.step_time = requests, scheduler, step_time
+        self.r, self.s, self.step_time = requests, scheduler, Recent(step_time)
         self.on_finish, self.on_prefilled = on_finish, on_prefilled
         self.decode_only, self.prefill_only = decode_only, prefill_only
         super().__init__()
@@ -185,6 +217,7 @@ class Engine(Clocked):
         self.preemptions = 0
         self.admitted_now = 0
         self._blocked: str | None = None  # the limit that kept this step from starting a waiting request
+        self._emission: tuple[tuple | None, float] = (None, 0.0)  # next_emission of the state it was asked in
 
     # -- input ----------------------------------------------------------------------------------------
 
@@ -196,6 +229,17 @@ class Engine(Clocked):
     @property
     def idle(self) -> bool:
         return not (self.waiting or self.prefilling or self.num_decoding)
+
+    def next_emission(self) -> float:
+        if self.waiting or self.prefilling or not self.num_decoding:
+            return self.next_event()
+        state = (self.clock, self.decode_steps, self.num_decoding, self.arrivals[0] if self.arrivals else None)
+        if self._emission[0] != state:  # asked again of an engine that has not moved
+            k = self.decode_bound()
+            first = self.step_time(self.decode_step())
+            self._emission = (state, self._decoding_until(
+                k, first, self.step_time(self.decode_step(k - 1)) if k > 1 else first))
+        return self._emission[1]
 
     # -- the loop -------------------------------------------------------------------------------------
 
@@ -481,14 +525,19 @@ def _steps_to_reach(span_s: float, first_s: float, slope_s: float) -> int:
     return m
 
 
-def run_engines(engines: list[Engine], *, end: float = math.inf) -> None:
-    """Advance engines that hand requests to each other in time order (each runs while its steps start no
-    later than the others' next events) until all are idle, or `end`."""
+def run_engines(engines: list[Clocked], *, end: float = math.inf) -> None:
+    """Advance engines that hand requests to each other until all are idle, or `end`: the one whose next step
+    comes first runs while its steps start no later than any engine's `next_emission` (no request can reach an
+    engine before some engine hands one on, so no step it takes could have taken a later arrival). Engines that
+    only decode run up to their next completion at once, not a step each in turn."""
+    if len(engines) == 1:
+        engines[0].run_until(end)
+        return
     while True:
         times = [e.next_event() for e in engines]
         soonest = min(times)
         if soonest == math.inf or soonest > end:
             return
         i = times.index(soonest)
-        others = min((t for j, t in enumerate(times) if j != i), default=math.inf)
-        engines[i].run_until(min(others, end))
+        handed = min(e.next_emission() for e in engines)
+        engines[i].run_until(min(max(handed, soonest), end))
