@@ -12,8 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from madmax import api
+from madmax.config.stack import DPRouter
+from madmax.parallel.serving import Step
 from madmax.results.serving import percentiles
-from madmax.serve.loop import Engine, Requests, Scheduler, _steps_to_reach, run_engines
+from madmax.serve.group import Group, Router
+from madmax.serve.loop import Clocked, Engine, Requests, Scheduler, _steps_to_reach, run_engines
 from madmax.serve.modes import batch_ladder, prefill_rounds
 
 ARGS = {"model": "llama-3.1-8b", "system": "dgx-h100", "num_gpus": 8, "task": "inference"}
@@ -154,7 +157,7 @@ def run_alone(reqs: Requests, *, mixed: bool = True, kv_tokens: float = 1e9, res
     return engine
 
 
-def one_step_at_a_time(engines: list[Engine]) -> None:
+def one_step_at_a_time(engines: list[Clocked]) -> None:
     """The reference for `run_engines`: only the step that starts first of all engines' is taken, one step a
     time, so every request handed on reaches its engine before any later step is planned."""
     while True:
@@ -165,17 +168,33 @@ def one_step_at_a_time(engines: list[Engine]) -> None:
 
 
 def disaggregated_web(prefill: int, decode: int, reqs: Requests, concurrency: int, *, admit_lag: bool,
-                      reserve_full: bool) -> list[Engine]:
+                      reserve_full: bool, ranks: int = 1) -> list[Clocked]:
     """Prefill-only and decode-only engines handing requests on in turn, round-robin; a closed loop of
     `concurrency` clients, client c sending requests c, c + concurrency, ... A step's time is linear in its tokens
     and the keys it reads (a stretch of decode steps is then timed exactly), a prefill engine's slower per token.
-    Every hand-over checks that the engine has not started a step after the request reaches it."""
+    With `ranks` > 1 a decode worker is an attention-data-parallel group of that many ranks (its step the
+    slowest rank's). Every hand-over checks that the engine has not started a step after the request reaches it."""
     rules = dict(budget=64, max_batch=4, chunked=True, mixed=True, kv_tokens=4000.0, reserve_full=reserve_full,
                  admit_lag=admit_lag)
     turns = {"p": 0, "d": 0}
+    started: dict[int, float] = {}  # per engine, the start of the last step it took
 
-    def hand(engine: Engine, request: int, at: float) -> None:
-        assert at >= engine.cutoff, f"request {request} reaches an engine at {at} after its step at {engine.cutoff}"
+    def watch(engine: Clocked) -> Clocked:
+        step = engine._step
+
+        def stepped(until: float) -> bool:
+            before = engine.clock
+            done = step(until)
+            if engine.clock > before:
+                started[id(engine)] = engine.cutoff  # a step's (a stretch's last step's) start
+            return done
+
+        engine._step = stepped
+        return engine
+
+    def hand(engine: Clocked, request: int, at: float) -> None:
+        last = started.get(id(engine), -math.inf)
+        assert at >= last, f"request {request} reaches an engine at {at} after its step at {last}"
         engine.submit(request, at)
 
     def to_decode(request: int, at: float) -> None:
@@ -191,10 +210,18 @@ def disaggregated_web(prefill: int, decode: int, reqs: Requests, concurrency: in
             reqs.arrival[request + concurrency] = at + 0.1
             to_prefill(request + concurrency, at + 0.1)
 
-    prefillers = [Engine(reqs, Scheduler(**rules), lambda step: 0.5 + 0.01 * step.tokens, prefill_only=True,
-                         on_prefilled=to_decode) for _ in range(prefill)]
-    decoders = [Engine(reqs, Scheduler(**rules), lambda step: 0.2 + 0.003 * step.tokens + 1e-4 * step.decode_kv_tokens,
-                       decode_only=True, on_finish=replace) for _ in range(decode)]
+    prefillers = [watch(Engine(reqs, Scheduler(**rules), lambda step: 0.5 + 0.01 * step.tokens, prefill_only=True,
+                               on_prefilled=to_decode)) for _ in range(prefill)]
+    def decode_s(step: Step) -> float:
+        return 0.2 + 0.003 * step.tokens + 1e-4 * step.decode_kv_tokens
+
+    def decoder() -> Clocked:
+        if ranks == 1:
+            return Engine(reqs, Scheduler(**rules), decode_s, decode_only=True, on_finish=replace)
+        group = [Engine(reqs, Scheduler(**rules), decode_s, decode_only=True, on_finish=replace) for _ in range(ranks)]
+        return Group(group, lambda steps: max(map(decode_s, steps)), Router(DPRouter.ROUND_ROBIN))
+
+    decoders = [watch(decoder()) for _ in range(decode)]
     for i in range(concurrency):
         to_prefill(i, 0.0)
     return [*prefillers, *decoders]
@@ -213,14 +240,14 @@ WEB = dict(concurrency=st.integers(1, 12), prompts=st.lists(st.integers(1, 150),
 
 
 @settings(max_examples=40, deadline=None)
-@given(decode=st.integers(1, 4), **WEB)
-def test_engines_handing_requests_on_match_one_step_at_a_time(decode, concurrency, prompts, outputs, **rules):
+@given(decode=st.integers(1, 4), ranks=st.sampled_from([1, 1, 2, 3]), **WEB)
+def test_engines_handing_requests_on_match_one_step_at_a_time(decode, ranks, concurrency, prompts, outputs, **rules):
     # run_engines lets an engine that only decodes run to its next completion at once. With one prefill worker
     # (which takes the requests in the order they come) every request's times are those of taking one step at a
     # time in the order the steps start. Before, a decode worker ran past the time a prefill worker handed it a
     # request: DeepSeek-V3 disaggregated on 64 H100 at concurrency 6 gave a mean TTFT 8% high.
-    fast = run_web(run_engines, 1, decode, concurrency, prompts, outputs, **rules)
-    reference = run_web(one_step_at_a_time, 1, decode, concurrency, prompts, outputs, **rules)
+    fast = run_web(run_engines, 1, decode, concurrency, prompts, outputs, ranks=ranks, **rules)
+    reference = run_web(one_step_at_a_time, 1, decode, concurrency, prompts, outputs, ranks=ranks, **rules)
     np.testing.assert_allclose(fast.first_token, reference.first_token, rtol=1e-9)
     np.testing.assert_allclose(fast.finish, reference.finish, rtol=1e-9)
     assert not np.isnan(reference.finish).any()
