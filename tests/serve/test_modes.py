@@ -344,6 +344,38 @@ def test_on_demand_cache_preempts_the_newest_request():
     assert list(reqs.finish) == [10.0, 17.0]
 
 
+def test_a_step_that_preempts_admits_no_waiting_request():
+    # vLLM v1 schedules the running requests first and admits waiting ones only in a step that preempted none
+    # (`if not preempted_reqs`): a request preempted for room is not re-admitted into the room it just freed, to be
+    # preempted again. Without that rule an on-demand cache thrashed (Llama-3.1-70B on 2 H100 under vLLM,
+    # 32 clients of 8192/1024 tokens: 12,462 preemptions of 640 requests, TPOT 359 ms where 52 ms was measured).
+    reqs = Requests(arrival=np.zeros(6), prompt=np.full(6, 10), output=np.full(6, 12))
+    engine = Engine(reqs, Scheduler(budget=8, max_batch=8, chunked=True, mixed=True, kv_tokens=60,
+                                    reserve_full=False), lambda step: 1.0)
+    make_room, prefill_work = engine._make_room, engine._prefill_work
+    preempted, admitted_after = [False], []
+
+    def room() -> bool:
+        before = engine.preemptions
+        make_room()
+        preempted[0] = engine.preemptions > before
+        return preempted[0]
+
+    def work(**admit: bool):
+        waiting = len(engine.waiting)
+        out = prefill_work(**admit)
+        if preempted[0] and len(engine.waiting) < waiting:
+            admitted_after.append(engine.clock)
+        return out
+
+    engine._make_room, engine._prefill_work = room, work
+    for i in range(6):
+        engine.submit(i, 0.0)
+    run_engines([engine])
+    assert engine.preemptions > 0 and not admitted_after
+    assert not np.isnan(reqs.finish).any()
+
+
 def test_an_interval_no_request_has_is_none_not_nan(tmp_path):
     """Requests of one output token have no TPOT or inter-token gap: None (null in JSON, '-' printed), never
     NaN, which is not JSON (issue 28)."""

@@ -255,9 +255,10 @@ class Engine(Clocked):
 
     def plan(self) -> Work | None:
         """The work of this engine's next step, admitting the waiting requests it takes; None without any."""
-        if not self.s.reserve_full:
-            self._make_room()  # the running decoders' next tokens first, as vLLM schedules running requests
-        chunks, completing = self._prefill_work()
+        # On-demand caches: the running decoders' next tokens first, as vLLM schedules running requests; a step that
+        # had to preempt one admits no waiting request (vLLM v1's scheduler: `if not preempted_reqs`).
+        preempted = not self.s.reserve_full and self._make_room()
+        chunks, completing = self._prefill_work(admit=not preempted)
         decodes = self.num_decoding if (self.s.mixed or not chunks) and not self.prefill_only else 0
         if not chunks and not decodes:
             return None
@@ -299,9 +300,9 @@ class Engine(Clocked):
     def _release(self, request: int) -> None:
         self.used -= self.held.pop(request, 0.0)
 
-    def _prefill_work(self) -> tuple[list[tuple[int, int, int]], list[int]]:
+    def _prefill_work(self, admit: bool = True) -> tuple[list[tuple[int, int, int]], list[int]]:
         """This step's prompt chunks as (request, tokens already prefilled, tokens now) and the requests
-        whose prompt completes, admitting waiting requests while the budget, batch and pool allow."""
+        whose prompt completes, admitting waiting requests (when `admit`) while the budget, batch and pool allow."""
         if self.decode_only:
             self.admitted_now = self._admit_decoders()
             return [], []
@@ -327,7 +328,7 @@ class Engine(Clocked):
             budget -= take
             if take == left:
                 completing.append(request)
-        while self.waiting and budget > 0:
+        while admit and self.waiting and budget > 0:
             request = self.waiting[0]
             prompt = self._prompt(request)
             take = min(prompt, budget) if self.s.chunked else (prompt if prompt <= budget else 0)
@@ -348,7 +349,9 @@ class Engine(Clocked):
             budget -= take
             if take == prompt:
                 completing.append(request)
-        if self.waiting and budget <= 0 and self._blocked is None:
+        if self.waiting and not admit:
+            self._blocked = "kv"  # a decoder was preempted for room this step
+        elif self.waiting and budget <= 0 and self._blocked is None:
             self._blocked = "steps" if chunks else "budget"
         return chunks, completing
 
@@ -405,10 +408,14 @@ class Engine(Clocked):
             admitted += 1
         return admitted
 
-    def _make_room(self) -> None:
-        """On-demand caches: preempt the most recently started decoders until their next tokens fit."""
+    def _make_room(self) -> bool:
+        """On-demand caches: preempt the most recently started decoders until their next tokens fit; whether any
+        was."""
+        preempted = False
         while self.num_decoding and self.used + self.num_decoding > self.s.kv_tokens:
             self._preempt()
+            preempted = True
+        return preempted
 
     def _free(self) -> float:
         """KV tokens free for prompts this step: on-demand caches keep room for the decoders' next tokens."""
