@@ -172,8 +172,9 @@ def disaggregated_web(prefill: int, decode: int, reqs: Requests, concurrency: in
     """Prefill-only and decode-only engines handing requests on in turn, round-robin; a closed loop of
     `concurrency` clients, client c sending requests c, c + concurrency, ... A step's time is linear in its tokens
     and the keys it reads (a stretch of decode steps is then timed exactly), a prefill engine's slower per token.
-    With `ranks` > 1 a decode worker is an attention-data-parallel group of that many ranks (its step the
-    slowest rank's). Every hand-over checks that the engine has not started a step after the request reaches it."""
+    With `ranks` > 1 a decode worker is an attention-data-parallel group of that many ranks (its step the sum of
+    theirs: linear too, where the slowest rank's would change slope within a stretch). Every hand-over checks
+    that the engine has not started a step after the request reaches it."""
     rules = dict(budget=64, max_batch=4, chunked=True, mixed=True, kv_tokens=4000.0, reserve_full=reserve_full,
                  admit_lag=admit_lag)
     turns = {"p": 0, "d": 0}
@@ -219,7 +220,7 @@ def disaggregated_web(prefill: int, decode: int, reqs: Requests, concurrency: in
         if ranks == 1:
             return Engine(reqs, Scheduler(**rules), decode_s, decode_only=True, on_finish=replace)
         group = [Engine(reqs, Scheduler(**rules), decode_s, decode_only=True, on_finish=replace) for _ in range(ranks)]
-        return Group(group, lambda steps: max(map(decode_s, steps)), Router(DPRouter.ROUND_ROBIN))
+        return Group(group, lambda steps: sum(map(decode_s, steps)), Router(DPRouter.ROUND_ROBIN))
 
     decoders = [watch(decoder()) for _ in range(decode)]
     for i in range(concurrency):

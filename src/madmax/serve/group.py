@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from madmax.config.stack import DPRouter
 from madmax.parallel.serving import Step
-from madmax.serve.loop import Clocked, Engine, Recent, stretch_steps
+from madmax.serve.loop import Clocked, Engine, Recent
 
 GroupStepTime = Callable[[tuple[Step, ...]], float]
 # An idle rank's step while the others work: one decode token over a one-token cache.
@@ -70,17 +70,19 @@ class Group(Clocked):
     def idle(self) -> bool:
         return all(r.idle for r in self.ranks)
 
-    def next_emission(self) -> float:
-        if any(r.waiting or r.prefilling for r in self.ranks) or self.idle:
-            return self.next_event()
+    def _only_decoding(self) -> bool:
+        return not self.idle and not any(r.waiting or r.prefilling for r in self.ranks)
+
+    def _decode_span(self) -> tuple[int, float, float]:
+        """Up to the first completion on any decoding rank; the ranks not decoding run the dummy step."""
         decoding = [r for r in self.ranks if r.num_decoding]
         k = min(r.decode_bound() for r in decoding)
-        first = self.step_time(self._decode_steps(decoding, 0))
-        return self._decoding_until(k, first, self.step_time(self._decode_steps(decoding, k - 1)) if k > 1 else first)
 
-    def _decode_steps(self, decoding: list[Engine], ahead: int) -> tuple[Step, ...]:
-        """Each rank's decode-only step `ahead` steps from now; the ranks not decoding run the dummy step."""
-        return tuple(r.decode_step(ahead) if r in decoding else DUMMY for r in self.ranks)
+        def steps(ahead: int) -> tuple[Step, ...]:
+            return tuple(r.decode_step(ahead) if r.num_decoding else DUMMY for r in self.ranks)
+
+        first = self.step_time(steps(0))
+        return k, first, self.step_time(steps(k - 1)) if k > 1 else first
 
     def _arrive(self) -> None:
         """Hand the requests that have reached the engine to the ranks the router picks."""
@@ -104,15 +106,9 @@ class Group(Clocked):
         return True
 
     def _decode_stretch(self, until: float, decoding: list[Engine]) -> bool:
-        """k decode-only steps of every rank that decodes: up to the first completion on any rank, and no
-        further than the step the next arrival (or `until`) comes in."""
-        k = min(r.decode_bound() for r in decoding)
-        first = last = self.step_time(self._decode_steps(decoding, 0))
-        if k > 1:
-            slope = (self.step_time(self._decode_steps(decoding, k - 1)) - first) / (k - 1)
-            arrival = self.arrivals[0][0] if self.arrivals else None
-            k = stretch_steps(k, first, slope, self.clock, until, arrival, self.admit_lag)
-            last = first + (k - 1) * slope
+        """k decode-only steps of every rank that decodes (`decoding`): up to the first completion on any rank,
+        and no further than the step the next arrival (or `until`) comes in."""
+        k, first, last = self._stretch(until, self.admit_lag)
         for rank in decoding:
             rank.stretch(k, first, last)
         seconds = k * (first + last) / 2

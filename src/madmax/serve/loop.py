@@ -150,17 +150,37 @@ class Clocked:
     def submit(self, request: int, at: float) -> None:
         heapq.heappush(self.arrivals, (at, request))
 
+    def _only_decoding(self) -> bool:
+        """Whether the engine's next steps are decode-only (nothing to prefill or admit)."""
+        return False
+
+    def _decode_span(self) -> tuple[int, float, float]:
+        """For an engine only decoding: k, its decode-only steps up to its next completion (or full pool), and
+        the times of the first and the k-th."""
+        raise NotImplementedError
+
     def next_emission(self) -> float:
         """No earlier than this the engine hands a request on (finishes one, or completes a prompt for a decode
-        worker) unless a request reaches it first: `next_event` unless it is only decoding (`_decoding_until`)."""
-        return self.next_event()
-
-    def _decoding_until(self, steps: int, first_s: float, last_s: float) -> float:
-        """`next_emission` of an engine whose next `steps` decode-only steps take from `first_s` to `last_s`
-        (a decode step is no faster when it reads more keys, so each takes at least the lesser of the two), and
-        no later than its next arrival (a request of one output token is handed on when it is admitted)."""
-        done = self.clock + steps * min(first_s, last_s)
+        worker) unless a request reaches it first: `next_event`, or for an engine only decoding its next
+        completion (a decode step is no faster when it reads more keys, so each of the k takes at least the
+        lesser of the first and the k-th), no later than its next arrival (a request of one output token is
+        handed on when it is admitted)."""
+        if not self._only_decoding():
+            return self.next_event()
+        k, first_s, last_s = self._decode_span()
+        done = self.clock + k * min(first_s, last_s)
         return min(done, self.arrivals[0][0]) if self.arrivals else done
+
+    def _stretch(self, until: float, admit_lag: bool) -> tuple[int, float, float]:
+        """The decode-only steps to take now: (k, first and last step times), up to the next completion, and no
+        further than the step during which the next arrival (or `until`) comes."""
+        k, first, at_k = self._decode_span()
+        if k == 1:
+            return 1, first, first
+        slope = (at_k - first) / (k - 1)
+        arrival = self.arrivals[0][0] if self.arrivals else None
+        k = stretch_steps(k, first, slope, self.clock, until, arrival, admit_lag)
+        return k, first, first + (k - 1) * slope
 
     def next_event(self) -> float:
         """When the engine can next start a step: now when it has work, else at the next arrival."""
@@ -217,7 +237,6 @@ class Engine(Clocked):
         self.preemptions = 0
         self.admitted_now = 0
         self._blocked: str | None = None  # the limit that kept this step from starting a waiting request
-        self._emission: tuple[tuple | None, float] = (None, 0.0)  # next_emission of the state it was asked in
 
     # -- input ----------------------------------------------------------------------------------------
 
@@ -230,16 +249,13 @@ class Engine(Clocked):
     def idle(self) -> bool:
         return not (self.waiting or self.prefilling or self.num_decoding)
 
-    def next_emission(self) -> float:
-        if self.waiting or self.prefilling or not self.num_decoding:
-            return self.next_event()
-        state = (self.clock, self.decode_steps, self.num_decoding, self.arrivals[0] if self.arrivals else None)
-        if self._emission[0] != state:  # asked again of an engine that has not moved
-            k = self.decode_bound()
-            first = self.step_time(self.decode_step())
-            self._emission = (state, self._decoding_until(
-                k, first, self.step_time(self.decode_step(k - 1)) if k > 1 else first))
-        return self._emission[1]
+    def _only_decoding(self) -> bool:
+        return bool(self.num_decoding) and not (self.waiting or self.prefilling)
+
+    def _decode_span(self) -> tuple[int, float, float]:
+        k = self.decode_bound()
+        first = self.step_time(self.decode_step())
+        return k, first, self.step_time(self.decode_step(k - 1)) if k > 1 else first
 
     # -- the loop -------------------------------------------------------------------------------------
 
@@ -441,14 +457,7 @@ class Engine(Clocked):
     def _decode_stretch(self, until: float) -> bool:
         """k decode-only steps: up to the next completion, and no further than the step during which the
         next arrival (or `until`) comes, or (on-demand caches) the pool fills."""
-        k = self.decode_bound()
-        first = last = self.step_time(self.decode_step())
-        if k > 1:
-            slope = (self.step_time(self.decode_step(k - 1)) - first) / (k - 1)
-            arrival = self.arrivals[0][0] if self.arrivals else None
-            k = stretch_steps(k, first, slope, self.clock, until, arrival, self.s.admit_lag)
-            last = first + (k - 1) * slope
-        self.stretch(k, first, last)
+        self.stretch(*self._stretch(until, self.s.admit_lag))
         return True
 
     def decode_bound(self) -> int:
