@@ -39,7 +39,9 @@ def simulate(model: str | Path | dict | ModelSpec, system: str | Path | dict | S
              lora_targets: list[str] | None = None, expert_load: str | float | None = None,
              capacity_factor: float | None = None, calibration: str | Path | None = None,
              keep_schedule: bool = False, price: float | None = None,
-             power: float | None = None) -> Result | ServingResult:
+             power: float | None = None, tokens: float | None = None,
+             reliability: str | Path | dict | None = None,
+             checkpoint_interval: float | None = None) -> Result | ServingResult:
     """Predict one training iteration, or a serving deployment, of `model` on `system` with `strategy`.
 
     Mirrors `madmax simulate`: names are catalog names or files; `strategy` uses the grammar
@@ -73,7 +75,14 @@ def simulate(model: str | Path | dict | ModelSpec, system: str | Path | dict | S
     `price` (USD per GPU-hour) and `power` (W per GPU at load, the rest of the node included) replace the
     system's for the result's `cost` block (USD and joules per million tokens, `madmax.results.cost`), which a
     result carries when a price is known (catalog or `price`) or `power` is given.
+
+    Training with `tokens` (tokens to train) adds the result's `time_to_train` block: the expected wall clock,
+    GPU-hours, cost and energy of the whole run with failures, checkpoints, restarts and stragglers
+    (`madmax.results.goodput`) under the `reliability` profile (catalog name, mapping or YAML file; default
+    llama3-h100; "ideal" for none), checkpointing every `checkpoint_interval` seconds (default: the optimum).
     """
+    if tokens is not None or reliability is not None or checkpoint_interval is not None:
+        _check_training_only(task, tokens, reliability, checkpoint_interval)
     requested = parse_strategy(strategy)
     request = resolve_request(model, system, num_gpus, task, calibration=calibration, flash=requested.flash,
                               global_batch=global_batch, seq_len=seq_len, dtype=dtype, batch=batch,
@@ -101,7 +110,62 @@ def simulate(model: str | Path | dict | ModelSpec, system: str | Path | dict | S
             named = f"software stack: {training_stack.name} ({training_stack.description})"
             run = dataclasses.replace(run, assumptions=(*run.assumptions, named))
         result = _simulate_training(run, keep_schedule)
-    return _with_cost(result, request.system, power is not None, result.tokens_per_s, "tokens")
+    result = _with_cost(result, request.system, power is not None, result.tokens_per_s, "tokens")
+    if tokens is not None:
+        result = _with_time_to_train(result, request.system, tokens, reliability, checkpoint_interval)
+    elif reliability is not None or checkpoint_interval is not None:
+        from madmax.errors import ConfigError
+
+        given = "reliability" if reliability is not None else "checkpoint_interval"
+        raise ConfigError(f"{given} applies to the time to train a token budget; allowed: give tokens too")
+    return result
+
+
+def _check_training_only(task: Any, tokens: Any, reliability: Any, checkpoint_interval: Any) -> None:
+    """ConfigError when a time-to-train option is given for serving (it would be silently dropped)."""
+    from madmax.errors import ConfigError
+
+    kind = task.get("kind") if isinstance(task, dict) else getattr(task, "kind", task)
+    if str(getattr(kind, "value", kind)).lower() == "inference":
+        given = next(n for n, v in (("tokens", tokens), ("reliability", reliability),
+                                    ("checkpoint_interval", checkpoint_interval)) if v is not None)
+        raise ConfigError(f"{given} applies to training (the time to train a token budget); allowed with "
+                          "task=inference: the serving options")
+
+
+def _with_time_to_train(result: Result, system: System, tokens: float, reliability: Any,
+                        checkpoint_interval: float | None) -> Result:
+    """The result with its `time_to_train` block: the goodput model's expected wall clock for `tokens`, and the
+    GPU-hours, cost (with a price) and energy of it."""
+    from madmax.config.checks import positive_number
+    from madmax.config.reliability import load_reliability
+    from madmax.results.cost import SECONDS_PER_HOUR, power_w
+    from madmax.results.goodput import JobState, goodput
+
+    tokens = positive_number(tokens, "tokens", "tokens to train")
+    profile = load_reliability(reliability).with_interval(checkpoint_interval)
+    host = system.host_link.bytes_per_s if system.host_link is not None else HOST_LINK_BYTES_PER_S
+    job = JobState(iteration_time_s=result.iteration_time_s, tokens_per_iteration=result.tokens_per_s
+                   * result.iteration_time_s, num_gpus=result.num_gpus, gpus_per_node=system.gpus_per_node,
+                   checkpoint_bytes=result.checkpoint_bytes, restore_bytes=result.restore_bytes,
+                   host_bytes_per_s=host)
+    g = goodput(job, profile, tokens)
+    block = g.to_dict()
+    if system.host_link is None:
+        block["assumptions"].append(f"{system.name} names no host link: a checkpoint's copy to host memory at "
+                                    f"{HOST_LINK_BYTES_PER_S / 1e9:g} GB/s per GPU (PCIe Gen4 x16, one direction)")
+    price = system.price_per_gpu_hour_usd
+    gpu_hours = result.num_gpus * g.wall_s / SECONDS_PER_HOUR
+    block.update({"gpu_hours": gpu_hours, "ideal_gpu_hours": result.num_gpus * g.ideal_s / SECONDS_PER_HOUR,
+                  "cost_usd": None if price is None else price * gpu_hours,
+                  # at load for the whole wall clock: restarts and stalls are counted at full power
+                  "energy_j": power_w(system) * g.wall_s})
+    return dataclasses.replace(result, time_to_train=block)
+
+
+# A GPU's copy to host memory when the system names no host link: PCIe Gen4 x16, 64 GB/s both directions / 2
+# (the A100 datasheet's figure, the slowest link of the catalog's GPUs).
+HOST_LINK_BYTES_PER_S = 32e9
 
 
 def _with_cost(result, system: System, power_given: bool, tokens_per_s: float, kind: str):
@@ -160,7 +224,19 @@ def _simulate_training(run: TrainingRequest, keep_schedule: bool) -> Result:
                        recompute_choice=None if choice is None else choice.reason,
                        sample_name=request.spec.sample_name,
                        forward_flops_per_token=request.workload.forward_flops_per_token(request.seq_len))
-    return training_result(info, plan, built, timeline, memories, band, keep_schedule)
+    result = training_result(info, plan, built, timeline, memories, band, keep_schedule)
+    return dataclasses.replace(result, **state_bytes(plan, request.workload.total_params))
+
+
+def state_bytes(plan, total_params: float) -> dict[str, float]:
+    """What a checkpoint of the job writes (the trainable parameters' weights and optimizer state: frozen weights
+    are read again from the base model) and what a restart reads (every weight and that state), in bytes."""
+    units = plan.units.values()
+    params = sum(u.params for u in units)
+    trainable = total_params * (sum(u.trainable_params for u in units) / params if params else 1.0)
+    weight, optimizer = plan.data.weight_bytes, plan.data.optimizer_bytes
+    return {"checkpoint_bytes": trainable * (weight + optimizer),
+            "restore_bytes": total_params * weight + trainable * optimizer}
 
 
 def _has_attention(plan) -> bool:

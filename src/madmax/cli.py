@@ -205,6 +205,13 @@ def simulate(
     calibration: CalibrationOpt = None,
     price: PriceOpt = None,
     power: PowerOpt = None,
+    tokens: Annotated[float | None, typer.Option(help="Tokens to train (training): adds the expected time, "
+                                                      "GPU-hours, cost and energy with failures, checkpoints, "
+                                                      "restarts and stragglers.")] = None,
+    reliability: Annotated[str | None, typer.Option(help="Reliability profile for --tokens: llama3-h100 "
+                                                         "(default), ideal (none), or a YAML file.")] = None,
+    checkpoint_interval: Annotated[float | None, typer.Option(help="Seconds between checkpoints for --tokens "
+                                                                   "(default: the optimum).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
     trace: Annotated[Path | None, typer.Option(help="Write a Chrome/Perfetto trace JSON here.")] = None,
 ) -> None:
@@ -222,7 +229,8 @@ def simulate(
                               lora_targets=lora_targets.split(",") if lora_targets else None,
                               expert_load=expert_load, capacity_factor=capacity_factor,
                               calibration=calibration, keep_schedule=trace is not None, price=price,
-                              power=power)
+                              power=power, tokens=tokens, reliability=reliability,
+                              checkpoint_interval=checkpoint_interval)
         if trace is not None:
             from madmax.report.trace import write_trace
 

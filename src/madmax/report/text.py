@@ -91,10 +91,68 @@ def print_result(result: Result, console: Console | None = None) -> None:
         if key in result.memory:
             mem.add_row(key.replace("_", " "), f"{result.memory[key] / GIB:,.2f} GiB")
     console.print(mem)
+    if result.time_to_train is not None:
+        _print_time_to_train(result.time_to_train, result.num_gpus, console)
     for note in result.assumptions:
         if note != result.recompute_choice:  # printed under the strategy
             kind = "note" if note.startswith(BUBBLE_NOTE_PREFIX) else "assumed"
             console.print(f"[dim]{kind}: {note}[/dim]")
+    for note in (result.time_to_train or {}).get("assumptions", []):
+        console.print(f"[dim]assumed: {note}[/dim]")
+
+
+SECONDS_PER_DAY = 86_400
+
+
+def _duration(seconds: float) -> str:
+    """Seconds as days, hours or minutes, whichever reads best."""
+    if seconds >= 2 * SECONDS_PER_DAY:
+        return f"{seconds / SECONDS_PER_DAY:,.1f} days"
+    if seconds >= 2 * 3600:
+        return f"{seconds / 3600:,.1f} h"
+    if seconds >= 120:
+        return f"{seconds / 60:,.1f} min"
+    return f"{seconds:,.1f} s"
+
+
+def _tokens(n: float) -> str:
+    """A token count with its prefix: 15.6 T, 300 B (billions), 2.5 M."""
+    for scale, prefix in ((1e12, "T"), (1e9, "B"), (1e6, "M")):
+        if n >= scale:
+            return f"{n / scale:,.4g} {prefix}"
+    return f"{n:,.0f}"
+
+
+def _print_time_to_train(t: dict[str, Any], num_gpus: int, console: Console) -> None:
+    """The goodput model's time to train the token budget and where the wall clock goes."""
+    table = Table(title=f"Time to train {_tokens(t['tokens'])} tokens (reliability {t['profile']})",
+                  title_justify="left", show_header=False)
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column(justify="right")
+    table.add_column(justify="right", style="dim")
+    wall = t["wall_s"]
+    for key, label in (("ideal", "iterations at the simulated time"), ("stragglers", "stragglers (slowest GPU)"),
+                       ("checkpoint_stalls", "checkpoint stalls"), ("lost_work", "work lost to failures"),
+                       ("restarts", "restarts")):
+        seconds = t["breakdown_s"][key]
+        table.add_row(label, _duration(seconds), f"{seconds / wall:.1%}" if wall else "")
+    table.add_row("wall clock", _duration(wall), "100%")
+    table.add_row("goodput / effective training time", f"{t['goodput']:.1%} / {t['effective_training_time_ratio']:.1%}",
+                  "")
+    mtbf = t["mtbf_s"]
+    table.add_row("expected interruptions", f"{t['interruptions']:,.0f}",
+                  f"one every {_duration(mtbf)}" if mtbf != float("inf") else "")
+    interval = t["checkpoint_interval_s"]
+    if interval is not None:
+        how = "optimal" if t["checkpoint_interval_chosen"] else "given"
+        table.add_row("checkpoint interval", _duration(interval),
+                      f"{how}; {t['checkpoint_bytes'] / 1e12:,.3g} TB written in {_duration(t['checkpoint_write_s'])}")
+    table.add_row("restart", _duration(t["restart_each_s"]), "each, checkpoint load included")
+    table.add_row("GPU-hours", f"{t['gpu_hours']:,.0f}", f"{t['ideal_gpu_hours']:,.0f} ideal on {num_gpus:,} GPUs")
+    if t.get("cost_usd") is not None:
+        table.add_row("cost", f"${t['cost_usd']:,.0f}", "")
+    table.add_row("energy", f"{t['energy_j'] / 3.6e9:,.1f} MWh", "at load for the whole wall clock")
+    console.print(table)
 
 
 def print_serving(result: ServingResult, console: Console | None = None) -> None:

@@ -57,6 +57,12 @@ class Result:
     cost: dict[str, Any] | None = None
     # What one element of the batch is (`ModelSpec.sample_name`): sequence, image or sample; labels only.
     sample_name: str = field(default="sequence", repr=False, compare=False)
+    # The job's state on storage (`madmax.results.goodput`): what a checkpoint writes (weights and optimizer state
+    # of the trainable parameters) and what a restart reads (every weight, and that state).
+    checkpoint_bytes: float = field(default=0.0, repr=False, compare=False)
+    restore_bytes: float = field(default=0.0, repr=False, compare=False)
+    # With a token budget (`simulate(tokens=...)`): the goodput model's time, GPU-hours, cost and energy to train it.
+    time_to_train: dict[str, Any] | None = None
     schedule: Schedule | None = field(default=None, repr=False, compare=False)
     memory_timeline: dict[int, list[tuple[float, float]]] | None = field(default=None, repr=False, compare=False)
 
@@ -75,6 +81,8 @@ class Result:
         }
         if self.cost is not None:
             out["cost"] = self.cost
+        if self.time_to_train is not None:
+            out["time_to_train"] = self.time_to_train
         return out
 
 

@@ -1,0 +1,202 @@
+"""Goodput: the expected wall-clock time to train a token budget when components fail, checkpoints stall the
+step, restarts cost time and the slowest GPU sets the pace (docs/goodput.md has the equations and their check).
+
+For a job of G GPUs in n nodes, an iteration of T seconds making B tokens, and N tokens to train:
+
+    ideal      W0 = N T / B                          the simulated iterations, back to back
+    stragglers W  = W0 (1 + sigma z_G)               z_G: expected largest of G standard normals (Blom)
+    failures   lambda = sum_c rate_c x (G or n)      Poisson interruptions per second of the job
+    checkpoint C bytes: the weights and optimizer state of the trainable parameters; written by every rank at
+               once at b = min(n x node_bytes_per_s, filesystem_bytes_per_s): w = C / b; the step stalls
+               delta = stall_s + w (synchronous) or stall_s + the copy of a rank's share C / G over its host
+               link (asynchronous)
+    restart    R = restart_s (+ repair_s without spares) + load (weights and state / b) + warmup_s
+    lost work  L = (tau + delta) / 2 (+ w asynchronous: the write in flight is not yet a checkpoint)
+    wall       T_wall = W (1 + delta / tau) / (1 - lambda (R + L))
+
+Every failure costs R + L, and failures arrive at lambda over the whole wall time (restarts fail too), hence the
+denominator. The interval tau that minimises T_wall solves tau^2 + 2 delta tau = 2 delta a / lambda with
+a = 1 - lambda (R + delta / 2 + w_async) (Young's sqrt(2 delta / lambda) when lambda R and delta are small); it is
+rounded to whole iterations and kept at least one iteration and one write long. The model is first order: it
+assumes tau and R much shorter than the mean time between interruptions 1 / lambda, and exponential failures.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from statistics import NormalDist
+from typing import Any
+
+from madmax.config.reliability import Per, Reliability
+from madmax.errors import ConfigError, MadmaxError
+
+SECONDS_PER_HOUR = 3600.0
+_NORMAL = NormalDist()
+
+
+@dataclass(frozen=True)
+class JobState:
+    """What the goodput model needs from a simulated training iteration."""
+
+    iteration_time_s: float
+    tokens_per_iteration: float
+    num_gpus: int
+    gpus_per_node: int
+    checkpoint_bytes: float  # written at each checkpoint: weights and optimizer state of the trainable parameters
+    restore_bytes: float  # read at each restart: every weight and the optimizer state
+    host_bytes_per_s: float  # one GPU's copy to host memory (an asynchronous checkpoint's stall)
+
+    @property
+    def nodes(self) -> int:
+        return -(-self.num_gpus // self.gpus_per_node)
+
+
+@dataclass(frozen=True)
+class Goodput:
+    """Expected time to train `tokens`, with its parts (seconds of wall clock; they add up to `wall_s`)."""
+
+    tokens: float
+    profile: str
+    ideal_s: float
+    stragglers_s: float
+    checkpoint_s: float
+    lost_work_s: float
+    restart_s: float
+    wall_s: float
+    interruptions: float
+    interruptions_by_component: dict[str, float]
+    mtbf_s: float
+    checkpoint_bytes: float
+    checkpoint_write_s: float
+    checkpoint_stall_s: float
+    checkpoint_interval_s: float | None
+    checkpoint_interval_chosen: bool
+    restart_each_s: float
+    straggler_slowdown: float
+    assumptions: list[str] = field(default_factory=list)
+
+    @property
+    def goodput(self) -> float:
+        """Share of the wall clock the ideal iterations would take."""
+        return self.ideal_s / self.wall_s if self.wall_s > 0 else 1.0
+
+    @property
+    def effective_training_time_ratio(self) -> float:
+        """Share of the wall clock spent training (Meta's ETTR): stragglers' slower steps count as training;
+        checkpoint stalls, lost work and restarts do not."""
+        return (self.ideal_s + self.stragglers_s) / self.wall_s if self.wall_s > 0 else 1.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"tokens": self.tokens, "profile": self.profile, "wall_s": self.wall_s, "goodput": self.goodput,
+                "effective_training_time_ratio": self.effective_training_time_ratio,
+                "breakdown_s": {"ideal": self.ideal_s, "stragglers": self.stragglers_s,
+                                "checkpoint_stalls": self.checkpoint_s, "lost_work": self.lost_work_s,
+                                "restarts": self.restart_s},
+                "interruptions": self.interruptions, "interruptions_by_component": self.interruptions_by_component,
+                "mtbf_s": self.mtbf_s, "checkpoint_bytes": self.checkpoint_bytes,
+                "checkpoint_write_s": self.checkpoint_write_s, "checkpoint_stall_s": self.checkpoint_stall_s,
+                "checkpoint_interval_s": self.checkpoint_interval_s,
+                "checkpoint_interval_chosen": self.checkpoint_interval_chosen,
+                "restart_each_s": self.restart_each_s, "straggler_slowdown": self.straggler_slowdown,
+                "assumptions": list(self.assumptions)}
+
+
+def expected_max_normal(n: int) -> float:
+    """Expected largest of n standard normal draws, by Blom's approximation Phi^-1((n - 0.375) / (n + 0.25));
+    0 for one draw."""
+    if n <= 1:
+        return 0.0
+    return _NORMAL.inv_cdf((n - 0.375) / (n + 0.25))
+
+
+def straggler_slowdown(profile: Reliability, num_gpus: int) -> float:
+    """The synchronous step's time over the median GPU's: 1 + sigma x the expected slowest of the job's GPUs, no
+    slower than the fleet's (1 - exclude_slowest) quantile when the slowest are excluded."""
+    s = profile.stragglers
+    z = expected_max_normal(num_gpus)
+    if s.exclude_slowest > 0:
+        z = min(z, _NORMAL.inv_cdf(1.0 - s.exclude_slowest))
+    return 1.0 + s.speed_sigma * max(z, 0.0)
+
+
+def failure_rates(profile: Reliability, num_gpus: int, nodes: int) -> dict[str, float]:
+    """Interruptions per second of the job, by component."""
+    return {f.component: f.rate_per_hour * (num_gpus if f.per is Per.GPU else nodes) / SECONDS_PER_HOUR
+            for f in profile.failures}
+
+
+def _wall(work_s: float, tau: float, stall: float, lam: float, fixed: float) -> float:
+    """Expected wall time for `work_s` of training checkpointed every `tau` s of training (inf when failures
+    outpace progress). fixed: the per-failure cost that does not depend on tau (R, plus w when asynchronous)."""
+    loss = lam * (fixed + (tau + stall) / 2)
+    return work_s * (1 + stall / tau) / (1 - loss) if loss < 1 else math.inf
+
+
+def goodput(job: JobState, profile: Reliability, tokens: float) -> Goodput:
+    """Expected time to train `tokens` tokens with `profile`'s failures, checkpoints, restarts and stragglers.
+    ConfigError for a checkpoint interval shorter than a write or an iteration, or failures without checkpoints;
+    MadmaxError when interruptions come faster than the job can recover from them."""
+    nodes = job.nodes
+    rates = failure_rates(profile, job.num_gpus, nodes)
+    lam = sum(rates.values())
+    slow = straggler_slowdown(profile, job.num_gpus)
+    ideal = tokens / job.tokens_per_iteration * job.iteration_time_s
+    work = ideal * slow
+    ck, rs = profile.checkpoint, profile.restart
+    bandwidth = min(nodes * ck.node_bytes_per_s, ck.filesystem_bytes_per_s)
+    write = job.checkpoint_bytes / bandwidth
+    stall = ck.stall_s + (write if not ck.asynchronous else job.checkpoint_bytes / job.num_gpus / job.host_bytes_per_s)
+    restart = rs.restart_s + (0.0 if rs.spare_nodes else rs.repair_s) + job.restore_bytes / bandwidth + rs.warmup_s
+    fixed = restart + (write if ck.asynchronous else 0.0)
+    assumptions = [f"reliability profile {profile.name}: {profile.description}".rstrip(": ")]
+    if lam > 0 and not ck.enabled:
+        raise ConfigError(f"reliability {profile.name!r} has failures but checkpoint.enabled=false: every interruption "
+                          "would restart from the first iteration; allowed: checkpoints enabled, or rates of 0")
+    shortest = max(job.iteration_time_s, write)
+    tau: float | None
+    if not ck.enabled or (lam == 0 and ck.interval_s is None):
+        tau, chosen, stall_total = None, False, 0.0
+    else:
+        if ck.interval_s is not None:
+            if ck.interval_s < shortest:
+                what = (f"a checkpoint write ({write:.3g} s of {job.checkpoint_bytes / 1e12:.3g} TB at "
+                        f"{bandwidth / 1e9:.3g} GB/s)" if write >= job.iteration_time_s
+                        else f"an iteration ({job.iteration_time_s:.3g} s)")
+                raise ConfigError(f"checkpoint_interval={ck.interval_s:g} s is shorter than {what}; allowed: at least "
+                                  f"{shortest:.3g} s")
+            tau, chosen = ck.interval_s, False
+        else:
+            tau, chosen = _best_interval(work, stall, lam, fixed, job.iteration_time_s, shortest), True
+        stall_total = work * stall / tau
+    wall = _wall(work, tau, stall, lam, fixed) if tau is not None else work / (1 - lam * fixed) if lam * fixed < 1 \
+        else math.inf
+    if not math.isfinite(wall):
+        mtbf_h = 1 / lam / SECONDS_PER_HOUR
+        raise MadmaxError(f"interruptions every {mtbf_h:.3g} h on average (the profile's rates over {job.num_gpus:,} "
+                          f"GPUs) come faster than the job recovers ({restart / SECONDS_PER_HOUR:.3g} h to restart, "
+                          "plus the work lost): it never finishes; lower the rates, restart faster or use fewer GPUs")
+    count = lam * wall
+    lost = count * ((tau + stall) / 2 + (write if ck.asynchronous else 0.0)) if tau is not None else 0.0
+    return Goodput(
+        tokens=tokens, profile=profile.name, ideal_s=ideal, stragglers_s=work - ideal, checkpoint_s=stall_total,
+        lost_work_s=lost, restart_s=count * restart, wall_s=wall, interruptions=count,
+        interruptions_by_component={c: r * wall for c, r in rates.items()},
+        mtbf_s=1 / lam if lam > 0 else math.inf, checkpoint_bytes=job.checkpoint_bytes, checkpoint_write_s=write,
+        checkpoint_stall_s=stall if tau is not None else 0.0, checkpoint_interval_s=tau,
+        checkpoint_interval_chosen=chosen, restart_each_s=restart, straggler_slowdown=slow, assumptions=assumptions)
+
+
+def _best_interval(work: float, stall: float, lam: float, fixed: float, iteration: float, shortest: float) -> float:
+    """The checkpoint interval, in whole iterations and at least `shortest`, that minimises the expected wall time.
+
+    The continuous optimum solves tau^2 + 2 stall tau = 2 stall a / lam, a = 1 - lam (fixed + stall / 2); the
+    whole-iteration intervals on either side of it are compared (the wall time is unimodal in tau)."""
+    if lam == 0:
+        return math.inf
+    a = 1 - lam * (fixed + stall / 2)
+    best = -stall + math.sqrt(stall * stall + 2 * stall * max(a, 0.0) / lam) if stall > 0 else shortest
+    least = math.ceil(shortest / iteration - 1e-9)
+    k = max(best / iteration, least)
+    candidates = {max(least, math.floor(k)), max(least, math.ceil(k))}
+    return min((c * iteration for c in candidates), key=lambda t: _wall(work, t, stall, lam, fixed))
