@@ -419,7 +419,7 @@ def case_big_sizes(rng: random.Random) -> Case:
 def case_nonfinite(rng: random.Random) -> Case:
     bad = rng.choice(("nan", "inf", "-inf", "NaN", "Infinity", "1e999", "-0"))
     op = rng.choice(("cli_float", "model", "system", "whatif", "price", "price_file", "expert_load", "tokens",
-                     "api_float"))
+                     "api_float", "time_to_train", "reliability_file"))
     if op == "cli_float":
         option = rng.choice(("--request-rate", "--max-ttft", "--max-tpot", "--capacity-factor", "--expert-load"))
         moe = option in ("--capacity-factor", "--expert-load")
@@ -448,6 +448,22 @@ def case_nonfinite(rng: random.Random) -> Case:
     if op == "expert_load":
         return _case("nonfinite", call="simulate", model="mixtral-8x7b", system="dgx-h100",
                      expert_load=rng.choice((f"zipf:{bad}", bad, float(bad))))
+    if op == "time_to_train":  # simulate --tokens: the goodput model's inputs
+        option = rng.choice(("--tokens", "--checkpoint-interval"))
+        extra = [] if option == "--tokens" else ["--tokens", "1e12"]
+        return _case("nonfinite", argv=["simulate", "-m", "tiny.yaml", "-s", "dgx-h100", "--global-batch", "16",
+                                        *extra, option, bad])
+    if op == "reliability_file":
+        profile = {"name": "r", "failures": [{"component": "gpu", "per": "gpu", "rate_per_hour": 1e-5}],
+                   "restart": {"restart_s": 600, "repair_s": 0}, "stragglers": {"speed_sigma": 0.01},
+                   "checkpoint": {"node_bytes_per_s": 1e10, "filesystem_bytes_per_s": 1e12, "stall_s": 5}}
+        field = rng.choice(("rate_per_hour", "restart_s", "speed_sigma", "node_bytes_per_s", "stall_s"))
+        for part in (profile["failures"][0], profile["restart"], profile["stragglers"], profile["checkpoint"]):
+            if field in part:
+                part[field] = float(bad)
+        return _case("nonfinite", {"r.yaml": yaml.safe_dump(profile)},
+                     argv=["simulate", "-m", "tiny.yaml", "-s", "dgx-h100", "--global-batch", "16", "--tokens",
+                           "1e12", "--reliability", "r.yaml"])
     if op == "tokens":
         return _case("nonfinite", argv=["search", "-m", "tiny.yaml", "-s", "dgx-h100", "--global-batch", "16",
                                         "--objective", "time", "--tokens", bad])
