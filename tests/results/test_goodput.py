@@ -145,6 +145,11 @@ def test_failures_faster_than_recovery_never_finish():
         goodput(job(8192), profile(1e-2, restart_s=3600), 1e12)
 
 
+def test_an_interval_for_a_profile_without_checkpoints_is_refused_not_dropped():
+    with pytest.raises(ConfigError, match="checkpoint_interval=600 s applies to checkpoints"):
+        goodput(job(), load_reliability("ideal").with_interval(600), 1e12)
+
+
 def test_failures_without_checkpoints_are_refused():
     data = profile().model_dump(mode="json")
     data["checkpoint"]["enabled"] = False

@@ -153,6 +153,9 @@ def goodput(job: JobState, profile: Reliability, tokens: float) -> Goodput:
     if lam > 0 and not ck.enabled:
         raise ConfigError(f"reliability {profile.name!r} has failures but checkpoint.enabled=false: every interruption "
                           "would restart from the first iteration; allowed: checkpoints enabled, or rates of 0")
+    if not ck.enabled and ck.interval_s is not None:
+        raise ConfigError(f"checkpoint_interval={ck.interval_s:g} s applies to checkpoints, but reliability"
+                          f" {profile.name!r} has checkpoint.enabled=false; allowed: a profile that checkpoints")
     shortest = max(job.iteration_time_s, write)
     tau: float | None
     if not ck.enabled or (lam == 0 and ck.interval_s is None):
@@ -169,8 +172,7 @@ def goodput(job: JobState, profile: Reliability, tokens: float) -> Goodput:
         else:
             tau, chosen = _best_interval(work, stall, lam, fixed, job.iteration_time_s, shortest), True
         stall_total = work * stall / tau
-    wall = _wall(work, tau, stall, lam, fixed) if tau is not None else work / (1 - lam * fixed) if lam * fixed < 1 \
-        else math.inf
+    wall = _wall(work, tau, stall, lam, fixed) if tau is not None else work  # no checkpoints: no failures either
     if not math.isfinite(wall):
         mtbf_h = 1 / lam / SECONDS_PER_HOUR
         raise MadmaxError(f"interruptions every {mtbf_h:.3g} h on average (the profile's rates over {job.num_gpus:,} "
