@@ -164,6 +164,7 @@ def test_simulate_adds_the_time_to_train_and_ideal_is_the_iterations_alone():
     iterations = 1e12 / (512 * 4096)
     assert t["wall_s"] == pytest.approx(iterations * ideal.iteration_time_s)
     assert t["goodput"] == 1.0 and t["interruptions"] == 0
+    assert t["mtbf_s"] is None and t["checkpoint_interval_s"] is None  # never fails, never checkpoints: no inf
     assert t["gpu_hours"] == pytest.approx(256 * t["wall_s"] / 3600)
     real = simulate("llama-3-70b", "dgx-h100", 256, **kwargs, tokens=1e12)
     assert real.time_to_train["wall_s"] > t["wall_s"]
