@@ -147,7 +147,8 @@ def _print_time_to_train(t: dict[str, Any], num_gpus: int, console: Console) -> 
         how = "optimal" if t["checkpoint_interval_chosen"] else "given"
         table.add_row("checkpoint interval", _duration(interval),
                       f"{how}; {t['checkpoint_bytes'] / 1e12:,.3g} TB written in {_duration(t['checkpoint_write_s'])}")
-    table.add_row("restart", _duration(t["restart_each_s"]), "each, checkpoint load included")
+    if t["interruptions"] > 0:
+        table.add_row("restart", _duration(t["restart_each_s"]), "each, checkpoint load included")
     table.add_row("GPU-hours", f"{t['gpu_hours']:,.0f}", f"{t['ideal_gpu_hours']:,.0f} ideal on {num_gpus:,} GPUs")
     if t.get("cost_usd") is not None:
         table.add_row("cost", f"${t['cost_usd']:,.0f}", "")
