@@ -610,6 +610,15 @@ def case_sweep(rng: random.Random) -> Case:
         spec["whatifs"] = rng.choice(([], [{}], [{"name": "same"}, {"name": "same"}]))
         spec["codesign"] = {"resources": ["flops"], "factors": [rng.choice((1, 0, -1, float("nan")))]}
     elif op < 0.3:
+        # the train amount's goodput: a reliability profile (name, path, mapping) and reliability what-ifs
+        spec["train"] = {"tokens": 1e12, "reliability": rng.choice((
+            "ideal", "nope", "/etc/passwd", 7, {"name": "x"}, {"name": "x", "failures": [{"component": "gpu",
+            "per": "gpu", "rate_per_hour": rng.choice((-1.0, 1e9, float("nan")))}], "restart": {"restart_s": 1,
+            "repair_s": 1}, "checkpoint": {"node_bytes_per_s": 1e9, "filesystem_bytes_per_s": 1e12, "stall_s": 1},
+            "stragglers": {"speed_sigma": 0}}))}
+        spec["whatifs"] = [{}, {rng.choice(("failure_rate", "checkpoint_bandwidth", "restart_time")):
+                                rng.choice((0.5, 0, -1, 1e300, float("inf")))}]
+    elif op < 0.4:
         spec["num_gpus"] = list(range(8, 8 * 2000, 8))
         spec["global_batches"] = list(range(16, 16 * 2000, 16))
         spec["seq_lens"] = list(range(1, 1000))

@@ -135,37 +135,14 @@ def _check_training_only(task: Any, tokens: Any, reliability: Any, checkpoint_in
 
 def _with_time_to_train(result: Result, system: System, tokens: float, reliability: Any,
                         checkpoint_interval: float | None) -> Result:
-    """The result with its `time_to_train` block: the goodput model's expected wall clock for `tokens`, and the
-    GPU-hours, cost (with a price) and energy of it."""
+    """The result with its `time_to_train` block (`madmax.results.goodput.time_to_train`)."""
     from madmax.config.checks import positive_number
     from madmax.config.reliability import load_reliability
-    from madmax.results.cost import SECONDS_PER_HOUR, power_w
-    from madmax.results.goodput import JobState, goodput
+    from madmax.results.goodput import time_to_train
 
     tokens = positive_number(tokens, "tokens", "tokens to train")
     profile = load_reliability(reliability).with_interval(checkpoint_interval)
-    host = system.host_link.bytes_per_s if system.host_link is not None else HOST_LINK_BYTES_PER_S
-    job = JobState(iteration_time_s=result.iteration_time_s, tokens_per_iteration=result.tokens_per_s
-                   * result.iteration_time_s, num_gpus=result.num_gpus, gpus_per_node=system.gpus_per_node,
-                   checkpoint_bytes=result.checkpoint_bytes, restore_bytes=result.restore_bytes,
-                   host_bytes_per_s=host)
-    g = goodput(job, profile, tokens)
-    block = g.to_dict()
-    if system.host_link is None:
-        block["assumptions"].append(f"{system.name} names no host link: a checkpoint's copy to host memory at "
-                                    f"{HOST_LINK_BYTES_PER_S / 1e9:g} GB/s per GPU (PCIe Gen4 x16, one direction)")
-    price = system.price_per_gpu_hour_usd
-    gpu_hours = result.num_gpus * g.wall_s / SECONDS_PER_HOUR
-    block.update({"gpu_hours": gpu_hours, "ideal_gpu_hours": result.num_gpus * g.ideal_s / SECONDS_PER_HOUR,
-                  "cost_usd": None if price is None else price * gpu_hours,
-                  # at load for the whole wall clock: restarts and stalls are counted at full power
-                  "energy_j": power_w(system) * g.wall_s})
-    return dataclasses.replace(result, time_to_train=block)
-
-
-# A GPU's copy to host memory when the system names no host link: PCIe Gen4 x16, 64 GB/s both directions / 2
-# (the A100 datasheet's figure, the slowest link of the catalog's GPUs).
-HOST_LINK_BYTES_PER_S = 32e9
+    return dataclasses.replace(result, time_to_train=time_to_train(result, system, tokens, profile))
 
 
 def _with_cost(result, system: System, power_given: bool, tokens_per_s: float, kind: str):

@@ -487,6 +487,8 @@ def search(
     objective: Annotated[str, typer.Option(help="throughput, time, cost or energy.")] = "throughput",
     tokens: Annotated[float | None, typer.Option(help="Tokens to train, for time/cost/energy "
                                                       "(default: one iteration).")] = None,
+    reliability: Annotated[str | None, typer.Option(help="Reliability profile of --tokens' time to train "
+                                                         "(llama3-h100 default, ideal, or a YAML file).")] = None,
     top: Annotated[int, typer.Option(help="Strategies to report (each one simulated).")] = 10,
     out: Annotated[Path | None, typer.Option(help="Write every evaluated candidate to this .parquet file.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the top strategies as JSON.")] = False,
@@ -538,6 +540,7 @@ def search(
     import time
 
     training_only = {"global_batch": global_batch, "seq_len": seq_len, "dtype": dtype, "tokens": tokens,
+                     "reliability": reliability,
                      "zero": zero, "recompute": recompute, "max_cp": max_cp, "max_vp": max_vp, "max_mbs": max_mbs,
                      "orders": orders, "emb": emb, "finetune": finetune, "lora_rank": lora_rank,
                      "frozen_layers": frozen_layers, "lora_targets": lora_targets, "out": out, "max_ep": max_ep,
@@ -590,7 +593,7 @@ def search(
                            emb=emb.split(",") if emb else None, max_ep=max_ep, max_etp=max_etp,
                            ep_overlap=numbers(ep_overlap, "ep_overlap"), expert_load=expert_load,
                            capacity_factor=capacity_factor, stack=stack, fp8_params=fp8_params, price=price,
-                           power=power)
+                           power=power, reliability=reliability)
         wall = time.perf_counter() - start
         if out is not None:
             try:

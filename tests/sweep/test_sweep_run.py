@@ -33,8 +33,14 @@ def test_tiny_sweep_rows(reference, tmp_path):
     assert row["exposed_communication_s"] == r.breakdown["exposed_communication_s"]
     assert row["exposed_tp_all_gather_s"] == r.breakdown["communication_s"]["tp.all_gather"]["exposed"]
     # 1e9 tokens at 16 x 1024 tokens per iteration: 1e9 / 16384 iterations of T seconds
-    t = 1e9 / (16 * 1024) * r.iteration_time_s
-    assert row["time_to_train_s"] == pytest.approx(t, rel=1e-12)
+    ideal = 1e9 / (16 * 1024) * r.iteration_time_s
+    assert row["ideal_time_to_train_s"] == pytest.approx(ideal, rel=1e-12)
+    # the time to train is the goodput model's wall clock (default profile llama3-h100), as simulate(tokens=) says
+    g = simulate(str(reference.parent / "spec" / "tiny.yaml"), "p4d.24xlarge", 16, global_batch=16, seq_len=1024,
+                 strategy="tp=2", tokens=1e9).time_to_train
+    t = g["wall_s"]
+    assert ideal < t and row["time_to_train_s"] == pytest.approx(t, rel=1e-12)
+    assert row["goodput"] == pytest.approx(g["goodput"]) and row["reliability"] == "llama3-h100"
     assert row["gpu_hours"] == pytest.approx(16 * t / 3600, rel=1e-12)
     # p4d.24xlarge: $4.0975 per GPU-hour; 6,500 W per node of 8 GPUs, 2 nodes
     assert row["cost_usd"] == pytest.approx(4.0975 * 16 * t / 3600, rel=1e-12)

@@ -104,6 +104,27 @@ def test_a_price_and_power_show_the_apis_cost(page, live_server):
         assert float(text) == pytest.approx(cost[key], rel=5e-4), key
 
 
+@pytest.mark.parametrize("reliability", ["", "ideal"])
+def test_tokens_to_train_show_the_apis_time_to_train(page, live_server, reliability):
+    # issue 30: the page takes the tokens to train and the reliability profile; the rows are the API's block
+    state = {**SIMULATE, "tokens": 1e12, **({"reliability": reliability} if reliability else {})}
+    open_page(page, live_server, state, run="simulate")
+    page.wait_for_selector("#result-table tr[data-train='1']", timeout=TIMEOUT_MS)
+    block = json.loads(post(live_server, "/simulate", state))["time_to_train"]
+    rows = page.eval_on_selector_all("#result-table tr[data-train='1']", "rows => rows.map(r => "
+                                     "[r.dataset.key, r.dataset.unit, r.cells[1].textContent])")
+    assert [key for key, *_ in rows][:2] == ["wall_s", "goodput"]
+    for key, unit, text in rows:
+        if block[key] is None:
+            assert text == "-", key
+            continue
+        number, _, suffix = text.partition(" ")
+        scale = {"days": 86400, "h": 3600, "min": 60}.get(suffix, 1) if unit == "duration" else 1
+        value = float(number) * scale / (100 if unit == "pct" else 1)
+        assert value == pytest.approx(block[key], rel=5e-4, abs=0.5e-4 if unit == "pct" else 0), key
+    assert (block["goodput"] == 1.0) == (reliability == "ideal")
+
+
 def test_search_shows_the_apis_top_strategies(page, live_server):
     open_page(page, live_server, SEARCH)
     page.click("#search-btn")

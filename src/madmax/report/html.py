@@ -180,11 +180,12 @@ def _frontier_table(frame) -> str:
 
 
 def _codesign_tables(frame) -> str:
-    from madmax.sweep.codesign import codesign_summary, codesign_table, findings
+    from madmax.sweep.codesign import TRAIN_SPEED, codesign_summary, codesign_table, findings, gain_metric
 
     table = codesign_table(frame)
+    what = "Time-to-train speed-up" if gain_metric(frame) == TRAIN_SPEED else "Throughput gain"
     grid = codesign_summary(table)
     grid.columns = [f"x{c:g}" for c in grid.columns]
     items = "".join(f"<li>{html.escape(line)}</li>" for line in findings(table))
-    return (f"<h3>Throughput gain by resource and improvement factor</h3>"
+    return (f"<h3>{what} by resource and improvement factor</h3>"
             f"{grid.to_html(float_format=lambda v: f'{v:.2f}')}<ul>{items}</ul>")

@@ -218,15 +218,16 @@ def ranking_charts(df=None, search_frame=None, top: int = 10) -> list[Chart]:
 def codesign_charts(df) -> list[Chart]:
     """Per setting: throughput gain vs improvement factor of each resource alone and all together,
     with linear scaling (gain = factor) dashed."""
-    from madmax.sweep.codesign import codesign_table
+    from madmax.sweep.codesign import TRAIN_SPEED, codesign_table, gain_metric
 
     table = codesign_table(df)
+    y_label = "Time-to-train speed-up (x)" if gain_metric(df) == TRAIN_SPEED else "Throughput gain (x)"
     charts = []
     for setting, sub in table.groupby("setting", sort=False):
         if (sub["resource"] != "baseline").sum() == 0:
             continue
         chart = Chart(key=_slug(f"codesign {setting}"), title=f"Co-design sensitivity: {setting}",
-                      x_label="Resource improvement (x)", y_label="Throughput gain (x)", log_x=True, log_y=True)
+                      x_label="Resource improvement (x)", y_label=y_label, log_x=True, log_y=True)
         base = sub[sub["resource"] == "baseline"]
         for resource in [r for r in dict.fromkeys(sub["resource"]) if r != "baseline"]:
             rows = sub[sub["resource"] == resource]

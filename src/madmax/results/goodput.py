@@ -203,3 +203,46 @@ def _best_interval(work: float, stall: float, lam: float, fixed: float, iteratio
     k = max(best / iteration, least)
     candidates = {max(least, math.floor(k)), max(least, math.ceil(k))}
     return min((c * iteration for c in candidates), key=lambda t: _wall(work, t, stall, lam, fixed))
+
+
+# A GPU's copy to host memory when the system names no host link: PCIe Gen4 x16, 64 GB/s both directions / 2
+# (the A100 datasheet's figure, the slowest link of the catalog's GPUs).
+HOST_LINK_BYTES_PER_S = 32e9
+
+
+def time_to_train(result: Any, system: Any, tokens: float, profile: Reliability) -> dict[str, Any]:
+    """The `time_to_train` block of a training result (madmax.results.training.Result) on `system`: the goodput
+    model's expected wall clock for `tokens` and its parts, and the GPU-hours, cost (with a price) and energy of
+    it (the cluster at load for the whole wall clock)."""
+    from madmax.results.cost import power_w
+
+    host = system.host_link.bytes_per_s if system.host_link is not None else HOST_LINK_BYTES_PER_S
+    job = JobState(iteration_time_s=result.iteration_time_s,
+                   tokens_per_iteration=result.global_batch * result.seq_len, num_gpus=result.num_gpus,
+                   gpus_per_node=system.gpus_per_node, checkpoint_bytes=result.checkpoint_bytes,
+                   restore_bytes=result.restore_bytes, host_bytes_per_s=host)
+    g = goodput(job, profile, tokens)
+    block = g.to_dict()
+    if system.host_link is None:
+        block["assumptions"].append(f"{system.name} names no host link: a checkpoint's copy to host memory at "
+                                    f"{HOST_LINK_BYTES_PER_S / 1e9:g} GB/s per GPU (PCIe Gen4 x16, one direction)")
+    price = system.price_per_gpu_hour_usd
+    gpu_hours = result.num_gpus * g.wall_s / SECONDS_PER_HOUR
+    block.update({"gpu_hours": gpu_hours, "ideal_gpu_hours": result.num_gpus * g.ideal_s / SECONDS_PER_HOUR,
+                  "cost_usd": None if price is None else price * gpu_hours, "energy_j": power_w(system) * g.wall_s})
+    return block
+
+
+def scaled(profile: Reliability, failure_rate: float = 1.0, checkpoint_bandwidth: float = 1.0,
+           restart_time: float = 1.0) -> Reliability:
+    """`profile` with every failure rate, both checkpoint bandwidths and the restart's times (restart, repair,
+    warm-up) multiplied: the reliability what-ifs of a sweep (`madmax.sweep.whatif`)."""
+    if failure_rate == checkpoint_bandwidth == restart_time == 1:
+        return profile
+    failures = [f.model_copy(update={"rate_per_hour": f.rate_per_hour * failure_rate}) for f in profile.failures]
+    ck = profile.checkpoint.model_copy(update={
+        "node_bytes_per_s": profile.checkpoint.node_bytes_per_s * checkpoint_bandwidth,
+        "filesystem_bytes_per_s": profile.checkpoint.filesystem_bytes_per_s * checkpoint_bandwidth})
+    rs = profile.restart.model_copy(update={k: getattr(profile.restart, k) * restart_time
+                                            for k in ("restart_s", "repair_s", "warmup_s")})
+    return profile.model_copy(update={"failures": failures, "checkpoint": ck, "restart": rs})

@@ -16,7 +16,7 @@ from madmax.program import builder_for
 from madmax.search.bound import EXHAUSTIVE, run_bounded
 from madmax.search.context import Context, prepare
 from madmax.search.core import Outcome, run_search
-from madmax.search.objective import scorer
+from madmax.search.objective import Objective, scorer
 from madmax.search.space import RECOMPUTES, Limits, Space, all_orders, enumerate_rows, expand
 from madmax.search.tables import TableLimits, run_table_search
 from madmax.sim import gc_paused
@@ -35,6 +35,28 @@ def _check_stack(stack: str | None) -> None:
                           f"{default_training_stack()}; allowed: omit it, or simulate a chosen strategy with stack")
 
 
+def with_goodput(outcome: Outcome, reliability: str | Path | dict | None) -> Outcome:
+    """`outcome` with each simulated strategy's `time_to_train` under `reliability`, the simulated ones re-ranked
+    by the expected wall clock (`Outcome.objective_value`)."""
+    from madmax.config.reliability import load_reliability
+    from madmax.results.goodput import time_to_train
+
+    profile = load_reliability(reliability)
+    score = outcome.scorer
+    exact = {}
+    for i, r in outcome.exact.items():
+        block = time_to_train(r, outcome.ctx.system, score.tokens, profile)
+        price = score.price_per_gpu_hour_usd  # the search's price and power (--price, --power) over the catalog's
+        block.update(cost_usd=None if price is None else price * block["gpu_hours"],
+                     energy_j=score.power_w * block["wall_s"])
+        exact[i] = replace(r, time_to_train=block)
+    outcome = replace(outcome, exact=exact)
+    simulated = [int(i) for i in outcome.ranked if int(i) in exact]
+    order = sorted(simulated, key=lambda i: (not exact[i].fits, outcome.objective_value(i)))
+    rest = [int(i) for i in outcome.ranked if int(i) not in exact]
+    return replace(outcome, ranked=np.asarray(order + rest, dtype=outcome.ranked.dtype))
+
+
 @gc_paused()
 def find(model: Any, system: Any, num_gpus: int | None = None, task: Any = "pretrain",
          global_batch: int | None = None, seq_len: int | None = None, dtype: str | None = None, *,
@@ -46,8 +68,13 @@ def find(model: Any, system: Any, num_gpus: int | None = None, task: Any = "pret
          max_ep: int | None = None, max_etp: int | None = None, ep_overlap: list[bool] | None = None,
          calibration: str | Path | None = None, workers: int = 1, stack: str | None = None,
          fp8_params: bool = False, price: float | None = None, power: float | None = None,
-         **task_fields: Any) -> Outcome:
-    """Search every valid strategy; see `search` for the arguments. Returns the full `Outcome`."""
+         reliability: str | Path | dict | None = None, **task_fields: Any) -> Outcome:
+    """Search every valid strategy; see `search` for the arguments. Returns the full `Outcome`.
+
+    With `tokens` and a time, cost or energy objective, each simulated strategy carries its `time_to_train` (the
+    goodput model under `reliability`, default llama3-h100) and they rank by its expected wall clock; the
+    estimates before them rank by the ideal time (the same GPUs, model and state: goodput moves every candidate
+    alike but for its checkpoint interval's rounding)."""
     _check_stack(stack)
     ctx = prepare(model, system, num_gpus, task, global_batch, seq_len, dtype, calibration=calibration,
                   **{k: v for k, v in task_fields.items() if v is not None})
@@ -67,6 +94,10 @@ def find(model: Any, system: Any, num_gpus: int | None = None, task: Any = "pret
         if value is not None and value < 1:
             raise ConfigError(f"{name}={value} must be a positive integer")
     score = scorer(objective, ctx.system.with_costs(price, power), ctx.tokens, tokens)
+    goodput = tokens is not None and score.objective is not Objective.THROUGHPUT
+    if reliability is not None and not goodput:
+        raise ConfigError("reliability applies to the time to train a token budget; allowed: give tokens and "
+                          "objective time, cost or energy")
     experts = {"max_ep": max_ep, "max_etp": max_etp, "ep_overlap": ep_overlap}
     if not ctx.has_experts and (given := [name for name, value in experts.items() if value is not None]):
         raise ConfigError(f"{given[0]} applies to mixture-of-experts models; {ctx.spec.name} has no routed experts; "
@@ -82,7 +113,8 @@ def find(model: Any, system: Any, num_gpus: int | None = None, task: Any = "pret
             raise ConfigError(f"{given[0]} applies to transformer searches; {ctx.spec.name} has embedding tables "
                               "and is searched over emb, emb_group and zero; allowed: omit it")
         limits = TableLimits(emb=_embs(emb), zero=_zeros(zero), hybrid=hybrid, max_tp=max_tp or 1)
-        return run_table_search(ctx, limits, score, workers=workers)
+        outcome = run_table_search(ctx, limits, score, workers=workers)
+        return with_goodput(outcome, reliability) if goodput else outcome
     if emb is not None:
         raise ConfigError(f"emb={list(emb)} applies to models with embedding tables; {ctx.spec.name} has none; "
                           "allowed: omit it")
@@ -93,12 +125,14 @@ def find(model: Any, system: Any, num_gpus: int | None = None, task: Any = "pret
     rows = enumerate_rows(problem, limits)
     options = {"refine_count": refine, "exact": exact, "workers": workers}
     if rows.valid > EXHAUSTIVE:  # too many to evaluate each: rows bounded below, the best first
-        return run_bounded(ctx, problem, limits, rows, score, **options,
-                           timings={"enumerate": time.perf_counter() - start})
+        outcome = run_bounded(ctx, problem, limits, rows, score, **options,
+                              timings={"enumerate": time.perf_counter() - start})
+        return with_goodput(outcome, reliability) if goodput else outcome
     space = Space(columns=expand(problem, limits, rows), enumerated=rows.enumerated, rejected=rows.rejected,
                   orders=limits.orders)
     timings = {"enumerate": time.perf_counter() - start}
-    return run_search(ctx, space, score, **options, timings=timings)
+    outcome = run_search(ctx, space, score, **options, timings=timings)
+    return with_goodput(outcome, reliability) if goodput else outcome
 
 
 def _limits(max_tp, max_pp, max_cp, max_vp, max_mbs, zero, recompute, sp, hybrid, orders) -> Limits:
@@ -193,7 +227,9 @@ def search(model: Any, system: Any, num_gpus: int | None = None, task: Any = "pr
     Same model/system/task arguments as `madmax.simulate` (the global batch is required). Options:
     objective ('throughput' default, 'time', 'cost', 'energy'; see `search.objective` for the power
     model; price, USD per GPU-hour, and power, W per GPU, replace the system's for them), tokens (to train;
-    default one iteration), top (strategies reported, default 10), exact
+    default one iteration; with time, cost or energy the simulated strategies' values are the expected wall
+    clock's with failures, checkpoints, restarts and stragglers under `reliability`, docs/goodput.md), top
+    (strategies reported, default 10), exact
     (how many of the best by the step replay are simulated, default max(20, 2*top)), refine (how many
     of the best by the closed form are replayed step by step, default 2000), filters max_tp, max_pp,
     max_cp, max_vp, max_mbs, zero=[...], recompute=[...], sp=[...], hybrid (enumerate hybrid sharding
@@ -238,9 +274,11 @@ def to_frame(outcome: Outcome):
     exposed = np.full(len(order), np.nan)
     mfu = outcome.model_flops[order] / t / (outcome.ctx.system.gpu.flops_per_s[outcome.ctx.dtype]
                                             * outcome.ctx.num_gpus)
+    objective = np.asarray(outcome.scorer.value(t), dtype=float).copy()
     for pos in np.flatnonzero(sim):
         r = outcome.exact[int(order[pos])]
         peak[pos], exposed[pos], mfu[pos] = r.peak_memory_bytes, r.breakdown["exposed_communication_s"], r.mfu
+        objective[pos] = outcome.objective_value(int(order[pos]))
     strategies = strategy_strings(cols, outcome.space.orders, outcome.ctx.fp8_params)
     frame = pd.DataFrame({
         "strategy": strategies, "tp": cols["tp"], "pp": cols["pp"], "dp": cols["dp"], "cp": cols["cp"],
@@ -251,7 +289,7 @@ def to_frame(outcome: Outcome):
         "simulated": sim, "estimated_iteration_time_s": est, "iteration_time_s": t,
         "tokens_per_s_per_gpu": outcome.ctx.tokens / t / outcome.ctx.num_gpus, "mfu": mfu,
         "peak_memory_bytes": peak, "exposed_communication_s": exposed,
-        "objective": outcome.scorer.value(t),
+        "objective": objective,
     })
     if outcome.ctx.has_experts:  # a mixture-of-experts model: its expert degrees after cp
         at = frame.columns.get_loc("cp") + 1

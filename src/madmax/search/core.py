@@ -82,6 +82,14 @@ class Outcome:
             t[i] = r.iteration_time_s
         return t
 
+    def objective_value(self, i: int) -> float:
+        """Candidate i's simulated objective; with a `time_to_train` (`api.with_goodput`) its expected wall clock's:
+        time, cost and energy are each proportional to the time, so the ideal value scales by wall / ideal."""
+        r = self.exact[i]
+        value = float(self.scorer.value(r.iteration_time_s))
+        t = r.time_to_train
+        return value if t is None else value * t["wall_s"] / t["breakdown_s"]["ideal"]
+
     def top(self, k: int) -> list[int]:
         """Indices of the best k simulated candidates that fit."""
         return [int(i) for i in self.ranked if int(i) in self.exact and self.exact[int(i)].fits][:k]
@@ -285,6 +293,6 @@ def summary(outcome: Outcome, i: int) -> dict[str, Any]:
     r = outcome.exact[i]
     return {**r.to_dict(), "strategy": outcome.strategy(i),
             "objective": {"name": outcome.scorer.objective.value, "unit": outcome.scorer.unit,
-                          "value": float(outcome.scorer.value(r.iteration_time_s))},
+                          "value": outcome.objective_value(i)},
             "estimated_iteration_time_s": float(outcome.refined_s[i] if not np.isnan(outcome.refined_s[i])
                                                 else outcome.estimate_s[i])}

@@ -94,9 +94,14 @@ def print_search(outcome: Outcome, top: int, wall_s: float, console: Console | N
                f"{per_gpu(r):,.0f}", f"{r.mfu:.1%}", f"{r.peak_memory_bytes / GIB:,.1f}",
                f"{r.breakdown['exposed_communication_s'] * 1e3:,.1f}"]
         if len(columns) > len(row):
-            row.append(_objective(float(score.value(r.iteration_time_s)), score.unit))
+            row.append(_objective(outcome.objective_value(i), score.unit))
         table.add_row(*row)
     console.print(table)
+    block = outcome.exact[best[0]].time_to_train
+    if block is not None and len(columns) > 7:
+        console.print(f"[dim]{columns[-1]}: over the expected wall clock with failures, checkpoints, restarts and "
+                      f"stragglers (reliability {block['profile']}, goodput {block['goodput']:.1%} for #1; "
+                      "docs/goodput.md)[/dim]", soft_wrap=True)
 
 
 def print_serving_search(search, top: int, wall_s: float, console: Console | None = None) -> None:

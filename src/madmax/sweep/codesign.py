@@ -4,7 +4,12 @@ For each setting (model x system x cluster size x task x strategy input), the ga
 
     gain = throughput(what-if) / throughput(baseline) = T_baseline / T_what-if
 
-at the same global batch. Linear scaling is gain = k. MAD-Max (Hsia et al., ISCA 2024, Sec. VI) finds
+at the same global batch; with a `train` amount, the gain is in the time to train it instead (its expected wall
+clock with failures, checkpoints and restarts, so the reliability what-ifs have a gain too):
+
+    gain = time_to_train(baseline) / time_to_train(what-if)
+
+Linear scaling is gain = k. MAD-Max (Hsia et al., ISCA 2024, Sec. VI) finds
 that improving one resource alone saturates (the others become the bottleneck) and only balanced
 scaling of compute, memory and network gives gains close to linear.
 """
@@ -15,14 +20,30 @@ SETTING = ["group_name", "model", "system", "num_gpus", "task", "global_batch", 
            "strategy_input"]
 
 
-def codesign_table(df, metric: str = "samples_per_s"):
+TRAIN_SPEED = "train_speed"  # 1 / time_to_train_s: the gain metric of sweeps with a train amount
+
+
+def gain_metric(df) -> str:
+    """The column a co-design gain compares: the time to train (as its inverse, `TRAIN_SPEED`) when every
+    compared row trains an amount with the goodput model, else samples_per_s."""
+    ok = df[df["status"] == "ok"] if "status" in df.columns else df
+    if "goodput" in ok.columns and len(ok) and ok["goodput"].notna().all():
+        return TRAIN_SPEED
+    return "samples_per_s"
+
+
+def codesign_table(df, metric: str | None = None):
     """One row per what-if with `resource`, `factor` (improvement), `metric`, `gain` over the baseline.
+    metric: a column where higher is better; default `gain_metric(df)`.
 
     Only rows with `whatif_resource` of a single resource, 'all' or 'baseline' and status 'ok' are
     used; a setting without a baseline row is dropped. `fits` tells whether the what-if fits in memory.
     """
     import pandas as pd
 
+    metric = metric or gain_metric(df)
+    if metric == TRAIN_SPEED:
+        df = df.assign(**{TRAIN_SPEED: 1.0 / df["time_to_train_s"]})
     ok = df[(df["status"] == "ok") & df["whatif_resource"].notna() & ~df["whatif_resource"].str.contains(r"\+")]
     empty = pd.DataFrame(columns=["setting", *SETTING, "resource", "factor", metric, "gain", "fits", "strategy"])
     if ok.empty:

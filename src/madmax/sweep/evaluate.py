@@ -4,6 +4,9 @@ Time, GPU-hours, cost and energy to train N tokens (or S samples = S x seq_len t
 search's `Scorer` (madmax.search.objective), so sweeps and searches share one cost and power model:
 
     time_to_train_s = N T / (B s)           T: iteration time (s), B s: tokens per iteration
+                      / goodput             with a `train` amount: the expected wall clock with failures,
+                                            checkpoints, restarts and stragglers (madmax.results.goodput; its
+                                            reliability profile and what-ifs), N T / (B s) in ideal_time_to_train_s
     gpu_hours       = G time_to_train_s / 3600
     cost_usd        = price_per_gpu_hour_usd x gpu_hours
     energy_j        = P time_to_train_s      P: node_power_w x nodes (else GPU TDP x G), constant at load
@@ -23,7 +26,7 @@ from typing import Any
 
 from madmax.errors import MadmaxError
 from madmax.sweep.spec import Point
-from madmax.sweep.whatif import RESOURCES, apply_whatif
+from madmax.sweep.whatif import RESOURCES, apply_reliability_whatif, apply_whatif
 
 # Column -> type of every row; breakdown columns (compute_<kind>_s, exposed_<kind>_s, overlapped_<kind>_s)
 # are added per collective or kernel kind, as float64.
@@ -41,6 +44,8 @@ COLUMNS = {
     "compute_s": "float64", "communication_s": "float64", "exposed_communication_s": "float64",
     "overlapped_communication_s": "float64", "pipeline_bubble_s": "float64",
     "time_to_train_s": "float64", "gpu_hours": "float64", "cost_usd": "float64", "energy_j": "float64",
+    "ideal_time_to_train_s": "float64", "goodput": "float64", "interruptions": "float64", "reliability": "string",
+    "checkpoint_interval_s": "float64",
     "search_evaluated": "int64", "search_top_json": "string", "breakdown_json": "string", "assumptions": "string",
 }
 BREAKDOWN_PREFIXES = ("compute_", "exposed_", "overlapped_")
@@ -110,7 +115,26 @@ def _evaluate(p: Point) -> dict[str, Any]:
     out.update(_result_columns(result), strategy=_full_strategy(result.strategy, strategy))
     out.update(training_columns(system, result.global_batch * result.seq_len, result.iteration_time_s,
                                 p.train_tokens, p.train_samples, result.seq_len))
+    if p.train_tokens is not None or p.train_samples is not None:
+        out.update(goodput_columns(result, system, p))
     return out
+
+
+def goodput_columns(result: Any, system: Any, p: Point) -> dict[str, Any]:
+    """Time, GPU-hours, cost and energy to train the point's amount with failures, checkpoints, restarts and
+    stragglers (`madmax.results.goodput`, the point's reliability profile and reliability what-ifs), and the
+    goodput terms beside them; the ideal time stays in ideal_time_to_train_s."""
+    from madmax.config.reliability import load_reliability
+    from madmax.results.goodput import time_to_train
+
+    tokens = p.train_tokens if p.train_tokens is not None else p.train_samples * result.seq_len
+    profile = apply_reliability_whatif(load_reliability(p.reliability), dict(p.scales))
+    t = time_to_train(result, system, tokens, profile)
+    return {"time_to_train_s": t["wall_s"], "gpu_hours": t["gpu_hours"],
+            "cost_usd": math.nan if t["cost_usd"] is None else t["cost_usd"], "energy_j": t["energy_j"],
+            "ideal_time_to_train_s": t["breakdown_s"]["ideal"], "goodput": t["goodput"],
+            "interruptions": t["interruptions"], "reliability": profile.name,
+            "checkpoint_interval_s": math.nan if t["checkpoint_interval_s"] is None else t["checkpoint_interval_s"]}
 
 
 def search_best(kwargs: dict[str, Any], p: Point) -> tuple[Any, str | None, list[dict[str, Any]], int]:

@@ -52,6 +52,9 @@ class WhatIf(_Strict):
     nvlink_latency: float = Field(1, gt=0, description="Multiplier of the scale-up latency.")
     nic_bandwidth: float = Field(1, gt=0, description="Multiplier of the scale-out bandwidth.")
     nic_latency: float = Field(1, gt=0, description="Multiplier of the scale-out latency.")
+    failure_rate: float = Field(1, gt=0, description="Multiplier of every interruption rate (time to train).")
+    checkpoint_bandwidth: float = Field(1, gt=0, description="Multiplier of the checkpoint bandwidths.")
+    restart_time: float = Field(1, gt=0, description="Multiplier of the restart, repair and warm-up times.")
 
     def scales(self) -> dict[str, float]:
         return {r: float(getattr(self, r)) for r in RESOURCES if getattr(self, r) != 1}
@@ -84,6 +87,9 @@ class Train(_Strict):
 
     tokens: PositiveFloat | None = Field(None, description="Tokens to train.")
     samples: PositiveFloat | None = Field(None, description="Samples (sequences) to train.")
+    reliability: str | dict | None = Field(None, description="Reliability profile of the time to train: a catalog "
+                                                             "name (default llama3-h100; ideal: none), a file or a "
+                                                             "mapping (docs/goodput.md).")
 
     @model_validator(mode="after")
     def _one(self) -> Train:

@@ -12,7 +12,8 @@
     strategies: ["tp=8,pp=4"]    # simulate: one point each; search: the candidates (default: every strategy)
     whatifs: [{}, {name: fast-nic, nic_bandwidth: 2}]       # multipliers of catalog numbers (see whatif)
     codesign: {resources: [flops, nic_bandwidth], factors: [0.5, 2, 4], together: true}
-    train: {tokens: 2.0e12}      # or {samples: 5.0e9}: time, GPU-hours, cost and energy to train this much
+    train: {tokens: 2.0e12}      # or {samples: 5.0e9}: time, GPU-hours, cost and energy to train this much,
+                                 # with failures, checkpoints, restarts and stragglers (reliability: llama3-h100)
     price_per_gpu_hour_usd: {p5.48xlarge: 9.8}                # or one number for every system
     search: {objective: throughput, top: 3, refine: 200}
     groups:                      # optional sub-sweeps; each overrides the fields above
@@ -67,6 +68,7 @@ class Point:
     price: float | None
     search: tuple[tuple[str, Any], ...]
     power: float | None = None  # W per GPU at load (`--power`), over the system's node power
+    reliability: str | dict | None = None  # the train amount's reliability profile (catalog name, file or mapping)
 
 
 @dataclass(frozen=True)
@@ -149,9 +151,33 @@ def _resolve_group(spec: SweepSpec, group: Group | None, i: int, base: Path) -> 
                       for k, v in enumerate(out["systems"])]
     _check_strategies(out)
     _check_prices(out)
+    out["reliability"] = _check_reliability(out["train"], out["where"]["train"], base) if out["train"] else None
     if out["mode"] is Mode.SEARCH:
         _check_search(out)
     return out
+
+
+def _check_reliability(train: Any, where: str, base: Path) -> tuple[str | dict, Any]:
+    """(the reliability profile to load, its identity for the key) of a `train` amount, or ConfigError naming it."""
+    from madmax.config.checks import is_file
+    from madmax.config.reliability import load_reliability, reliability_names
+
+    value = train.reliability
+    if value is None:
+        value = reliability_names()[0]
+    if isinstance(value, str) and value.strip().lower() not in reliability_names():
+        path = Path(value) if Path(value).is_absolute() else base / value
+        if is_file(path):
+            value = str(path)
+    try:
+        loaded = load_reliability(value)
+    except MadmaxError as exc:
+        raise ConfigError(f"{where}.reliability: {exc}") from None
+    if isinstance(value, dict):
+        return value, {"inline": value}
+    if value.strip().lower() in reliability_names():
+        return loaded.name, {"catalog": loaded.name}
+    return value, {"file": Path(value).name, "sha256": hashlib.sha256(Path(value).read_bytes()).hexdigest()}
 
 
 def _check_input(kind: str, value: str | dict, where: str, base: Path) -> tuple[str | dict, Any, str]:
@@ -278,7 +304,10 @@ def _group_points(g: dict[str, Any], sweep: Sweep, start: int) -> Iterator[Point
         ident = {"mode": mode.value, "model": model[1], "system": system[1], "num_gpus": n, "task": task,
                  "global_batch": gb, "seq_len": seq, "dtype": dtype, "strategy": canon,
                  "candidates": list(candidates), "scales": scales,
-                 "train": train.model_dump() if train else None, "price": price, "search": search}
+                 "train": train.model_dump(exclude={"reliability"}) if train else None, "price": price,
+                 "search": search}
+        if train:  # the time to train carries the goodput model's terms, by this profile
+            ident["reliability"] = g["reliability"][1]
         if power is not None:  # only then: the keys of sweeps without --power stay as they were
             ident["power"] = power
         key = hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:20]
@@ -288,4 +317,5 @@ def _group_points(g: dict[str, Any], sweep: Sweep, start: int) -> Iterator[Point
                     candidates=candidates, scales=scales, whatif=w.name or describe(dict(scales)),
                     whatif_resource=resource, whatif_factor=factor,
                     train_tokens=train.tokens if train else None, train_samples=train.samples if train else None,
-                    price=price, search=search, power=power)
+                    price=price, search=search, power=power,
+                    reliability=g["reliability"][0] if g["reliability"] else None)

@@ -10,6 +10,12 @@ Each resource is one number of the system (or all FLOP/s peaks of its GPU); a wh
     nic_bandwidth     scale-out bandwidth per GPU per direction (scale_out.bytes_per_s)
     nic_latency       scale-out latency of one message, s       (scale_out.latency_s)
 
+and, for the time to train a `train` amount, of the reliability profile (`madmax.results.goodput.scaled`):
+
+    failure_rate          every interruption rate                (lower is better)
+    checkpoint_bandwidth  the nodes' and the file system's checkpoint bandwidth
+    restart_time          restart, repair and warm-up times      (lower is better)
+
 A what-if keeps the system's name, price and power (the catalog's node power at load): it asks how fast
 the same cluster would be, not what a faster part would cost. Efficiencies stay fractions of the scaled
 peaks (the compute and network models key their caches by the numbers, not by the name).
@@ -23,9 +29,12 @@ from collections.abc import Mapping
 from madmax.config.hardware import System
 from madmax.errors import ConfigError
 
-RESOURCES = ("flops", "hbm_bandwidth", "hbm_capacity", "nvlink_bandwidth", "nvlink_latency", "nic_bandwidth",
-             "nic_latency")
-LATENCIES = frozenset({"nvlink_latency", "nic_latency"})
+SYSTEM_RESOURCES = ("flops", "hbm_bandwidth", "hbm_capacity", "nvlink_bandwidth", "nvlink_latency", "nic_bandwidth",
+                    "nic_latency")
+RELIABILITY_RESOURCES = ("failure_rate", "checkpoint_bandwidth", "restart_time")
+RESOURCES = SYSTEM_RESOURCES + RELIABILITY_RESOURCES
+# Resources that get better as their number falls: a what-if improving one k times divides it by k.
+LATENCIES = frozenset({"nvlink_latency", "nic_latency", "failure_rate", "restart_time"})
 
 
 def improvement(resource: str, multiplier: float) -> float:
@@ -45,7 +54,7 @@ def apply_whatif(system: System, scales: Mapping[str, float]) -> System:
             raise ConfigError(f"whatif.{name} is not a resource; allowed: {', '.join(RESOURCES)}")
         if not 0 < factor < math.inf:
             raise ConfigError(f"whatif.{name}={factor} must be a positive, finite multiplier")
-    s = {r: float(scales.get(r, 1)) for r in RESOURCES}
+    s = {r: float(scales.get(r, 1)) for r in SYSTEM_RESOURCES}
     if all(v == 1 for v in s.values()):
         return system
     gpu = system.gpu.model_copy(update={
@@ -59,6 +68,13 @@ def apply_whatif(system: System, scales: Mapping[str, float]) -> System:
     out = system.scale_out.model_copy(update={"bytes_per_s": system.scale_out.bytes_per_s * s["nic_bandwidth"],
                                               "latency_s": system.scale_out.latency_s * s["nic_latency"]})
     return system.model_copy(update={"gpu": gpu, "scale_up": up, "scale_out": out})
+
+
+def apply_reliability_whatif(profile, scales: Mapping[str, float]):
+    """The reliability profile with the what-if's reliability resources applied (`madmax.results.goodput.scaled`)."""
+    from madmax.results.goodput import scaled
+
+    return scaled(profile, **{r: float(scales[r]) for r in RELIABILITY_RESOURCES if r in scales})
 
 
 def describe(scales: Mapping[str, float]) -> str:

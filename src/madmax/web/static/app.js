@@ -7,10 +7,11 @@ const UPLOAD = "__upload__";
 const MAX_UPLOAD_BYTES = 2 ** 20;  // the server's body limit (GET /health max_body_bytes)
 // Form fields kept in the URL (#model=...&system=...), so a view can be shared.
 const STATE_FIELDS = ["model", "system", "num_gpus", "task", "global_batch", "seq_len", "prompt_len", "output_len",
-                      "batch", "strategy", "price", "power", "objective", "top", "max_tp", "max_pp", "time_limit_s"];
+                      "batch", "strategy", "price", "power", "tokens", "reliability", "objective", "top", "max_tp",
+                      "max_pp", "time_limit_s"];
 const INT_FIELDS = new Set(["num_gpus", "global_batch", "seq_len", "prompt_len", "output_len", "batch", "top",
                             "max_tp", "max_pp"]);
-const FLOAT_FIELDS = new Set(["price", "power", "time_limit_s"]);
+const FLOAT_FIELDS = new Set(["price", "power", "tokens", "time_limit_s"]);
 // The result table: key, label, unit (formatting); training and serving results.
 const TRAINING_ROWS = [
   ["model", "Model", "text"], ["system", "System", "text"], ["num_gpus", "GPUs", "int"],
@@ -32,6 +33,12 @@ const COST_ROWS = [
   ["usd_per_million_output_tokens", "USD per million output tokens", "num"],
   ["power_w", "Cluster power, W", "num"], ["joules_per_token", "Joules per token", "num"],
   ["joules_per_output_token", "Joules per output token", "num"]];
+// The result's time_to_train block (`madmax.results.goodput`), present when tokens to train are given.
+const TIME_TO_TRAIN_ROWS = [
+  ["wall_s", "Time to train (expected)", "duration"], ["goodput", "Goodput", "pct"],
+  ["effective_training_time_ratio", "Effective training time", "pct"], ["interruptions", "Expected interruptions", "num"],
+  ["checkpoint_interval_s", "Checkpoint interval", "duration"], ["gpu_hours", "GPU-hours", "num"],
+  ["cost_usd", "Cost, USD", "num"]];
 
 // Twenty distinguishable colours; on each plot, each part or kernel category keeps its colour.
 const PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
@@ -56,6 +63,8 @@ function format(value, unit) {
     case "pct": return `${(value * 100).toFixed(2)} %`;
     case "gib": return `${(value / GIB).toFixed(2)} GiB`;
     case "int": return String(value);
+    case "duration": return value >= 2 * 86400 ? `${(value / 86400).toPrecision(4)} days`
+      : value >= 7200 ? `${(value / 3600).toPrecision(4)} h` : `${(value / 60).toPrecision(4)} min`;
     case "num": return value.toPrecision(5);
     case "bool": return value ? "yes" : "no";
     default: return String(value);
@@ -133,9 +142,9 @@ function requestBody(fields) {
 }
 
 const SIMULATE_FIELDS = ["model", "system", "num_gpus", "task", "global_batch", "seq_len", "prompt_len",
-                         "output_len", "batch", "strategy", "price", "power"];
+                         "output_len", "batch", "strategy", "price", "power", "tokens", "reliability"];
 const SEARCH_FIELDS = ["model", "system", "num_gpus", "task", "global_batch", "seq_len", "prompt_len",
-                       "output_len", "objective", "top", "max_tp", "max_pp", "time_limit_s"];
+                       "output_len", "objective", "top", "max_tp", "max_pp", "time_limit_s", "tokens", "reliability"];
 
 // --- simulate --------------------------------------------------------------------------------------
 
@@ -179,10 +188,20 @@ function showResult(view) {
     tr.insertCell().outerHTML = `<th>${label}</th>`;
     tr.insertCell().textContent = format(cost[key], unit);
   }
+  const train = result.time_to_train || {};
+  for (const [key, label, unit] of TIME_TO_TRAIN_ROWS) {
+    if (!(key in train)) continue;
+    const tr = body.insertRow();
+    tr.dataset.key = key;
+    tr.dataset.unit = unit;
+    tr.dataset.train = "1";
+    tr.insertCell().outerHTML = `<th>${label}</th>`;
+    tr.insertCell().textContent = format(train[key], unit);
+  }
   const reason = $("fits-reason");
   reason.textContent = result.fits_reason || "";
   reason.hidden = !result.fits_reason;
-  $("assumptions").replaceChildren(...(result.assumptions || []).map((text) => {
+  $("assumptions").replaceChildren(...[...(result.assumptions || []), ...(train.assumptions || [])].map((text) => {
     const li = document.createElement("li");
     li.textContent = text;
     return li;
