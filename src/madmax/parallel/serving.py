@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 from madmax.collective import Collective, Span
 from madmax.config.base import DType
@@ -269,8 +270,7 @@ class ServingPlan:
             return self._attention(unit.block.ops, calls, self.kv_width)
         prefill = tuple(c for c in calls if c.q_len > 1)
         decode = tuple(c for c in calls if c.q_len == 1)
-        expanded = [_expanded(op) if op.kind is OpKind.ATTENTION else op for op in unit.block.ops]
-        absorbed = [_absorbed(op, *unit.latent) if op.kind is OpKind.ATTENTION else op for op in unit.block.ops]
+        expanded, absorbed = _latent_forms(unit.block, unit.latent)
         # The expanded K and V are computed in the activations' format; the absorbed kernel reads the
         # latent (r + d_r elements per key) where a head of width d would read 2d.
         d = next(op.head_dim for op in absorbed if op.kind is OpKind.ATTENTION)
@@ -397,3 +397,22 @@ def _latent(block: Block) -> tuple[int, int] | None:
     if down is None or up is None:
         return None
     return up.k, down.n - up.k
+
+
+# A latent-attention block's ops in the expanded (prefill) and absorbed (decode) forms, by block: they depend on the
+# block only, and every step of every serving simulation asks for them. The entry keeps its block alive, so no
+# other block can take its id while it is cached.
+_LATENT_FORMS: dict[tuple[int, tuple[int, ...]], tuple[Any, tuple, tuple]] = {}
+
+
+def _latent_forms(block, latent: tuple[int, ...]) -> tuple[tuple, tuple]:
+    """(expanded ops, absorbed ops) of a latent-attention `block` (`_expanded`, `_absorbed`), computed once."""
+    key = (id(block), latent)
+    entry = _LATENT_FORMS.get(key)
+    if entry is None or entry[0] is not block:
+        expanded = tuple(_expanded(op) if op.kind is OpKind.ATTENTION else op for op in block.ops)
+        absorbed = tuple(_absorbed(op, *latent) if op.kind is OpKind.ATTENTION else op for op in block.ops)
+        if len(_LATENT_FORMS) > 256:
+            _LATENT_FORMS.clear()
+        entry = _LATENT_FORMS[key] = (block, expanded, absorbed)
+    return entry[1], entry[2]

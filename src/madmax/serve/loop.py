@@ -231,7 +231,9 @@ class Engine(Clocked):
         self.decode_keys = 0.0  # keys the decoders read at their next step, summed
         self.decode_steps = 0
         self.used = 0.0  # KV tokens held (reserved or computed)
-        self.held: dict[int, float] = {}  # per request
+        self.held: dict[int, float] = {}  # per request, besides the tokens its decode steps added (on-demand caches)
+        self.grown_from: dict[int, int] = {}  # decode steps done when a decoder of an on-demand cache started
+        self.finish_at: dict[int, int] = {}  # decode steps done when a decoder finishes
         self.recompute: dict[int, int] = {}  # tokens a preempted request had generated, to recompute
         self.epoch = 0
         self.preemptions = 0
@@ -314,7 +316,10 @@ class Engine(Clocked):
         self.held[request] = self.held.get(request, 0.0) + tokens
 
     def _release(self, request: int) -> None:
-        self.used -= self.held.pop(request, 0.0)
+        """Free the request's KV tokens: those it was given, and (on-demand caches) one per decode step it took."""
+        start = self.grown_from.pop(request, None)
+        self.used -= self.held.pop(request, 0.0) + (0 if start is None else self.decode_steps - start)
+        self.finish_at.pop(request, None)
 
     def _prefill_work(self, admit: bool = True) -> tuple[list[tuple[int, int, int]], list[int]]:
         """This step's prompt chunks as (request, tokens already prefilled, tokens now) and the requests
@@ -404,6 +409,9 @@ class Engine(Clocked):
             return
         self.epoch += 1
         heapq.heappush(self.decoders, (self.decode_steps + left, request, self.epoch))
+        self.finish_at[request] = self.decode_steps + left
+        if not self.s.reserve_full:  # its cache grows a token a step, counted when it is released
+            self.grown_from[request] = self.decode_steps
         self.decoding[request] = self.epoch
         self.admitted.append(request)
         self.num_decoding += 1
@@ -444,9 +452,8 @@ class Engine(Clocked):
         while self.admitted and self.admitted[-1] not in self.decoding:
             self.admitted.pop()
         request = self.admitted.pop()
-        epoch = self.decoding.pop(request)
-        finish = next(f for f, r, e in self.decoders if r == request and e == epoch)
-        generated = int(self.r.output[request]) - (finish - self.decode_steps)
+        self.decoding.pop(request)  # its heap entry is stale from now (`_drop_stale`)
+        generated = int(self.r.output[request]) - (self.finish_at[request] - self.decode_steps)
         self.num_decoding -= 1
         self.decode_keys -= int(self.r.prompt[request]) + generated
         self._release(request)
@@ -493,9 +500,7 @@ class Engine(Clocked):
         self.r.itl.add((first_s + last_s) / 2, k * d)
         self.decode_steps += k
         self.decode_keys += k * d
-        if not self.s.reserve_full:
-            for request in self.decoding:
-                self.held[request] = self.held.get(request, 0.0) + k
+        if not self.s.reserve_full:  # each decoder's cache grows k tokens (`_release` frees them)
             self.used += k * d
         while self.decoders and self.decoders[0][0] <= self.decode_steps:
             _, request, epoch = heapq.heappop(self.decoders)
