@@ -159,34 +159,35 @@ def _resolve_group(spec: SweepSpec, group: Group | None, i: int, base: Path) -> 
 
 def _check_reliability(train: Any, where: str, base: Path) -> tuple[str | dict, Any]:
     """(the reliability profile to load, its identity for the key) of a `train` amount, or ConfigError naming it."""
-    from madmax.config.checks import is_file
     from madmax.config.reliability import load_reliability, reliability_names
 
-    value = train.reliability
-    if value is None:
-        value = reliability_names()[0]
-    if isinstance(value, str) and value.strip().lower() not in reliability_names():
-        path = Path(value) if Path(value).is_absolute() else base / value
-        if is_file(path):
-            value = str(path)
-    try:
-        loaded = load_reliability(value)
-    except MadmaxError as exc:
-        raise ConfigError(f"{where}.reliability: {exc}") from None
-    if isinstance(value, dict):
-        return value, {"inline": value}
-    if value.strip().lower() in reliability_names():
-        return loaded.name, {"catalog": loaded.name}
-    return value, {"file": Path(value).name, "sha256": hashlib.sha256(Path(value).read_bytes()).hexdigest()}
+    def in_catalog(name: str) -> str | None:
+        return name.strip().lower() if name.strip().lower() in reliability_names() else None
+
+    value = reliability_names()[0] if train.reliability is None else train.reliability
+    value, ident, loaded = _resolve(value, f"{where}.reliability", base, load_reliability, in_catalog)
+    return (loaded.name if "catalog" in ident else value), ident
 
 
 def _check_input(kind: str, value: str | dict, where: str, base: Path) -> tuple[str | dict, Any, str]:
     """(the value to load, its identity for the key, its name), or ConfigError naming `where`."""
-    from madmax.config.checks import is_file
     from madmax.config.loaders import find_in_catalog, load_model, load_system
 
-    loader = load_model if kind == "models" else load_system
-    if isinstance(value, str) and find_in_catalog(kind, value) is None:
+    def in_catalog(name: str) -> str | None:
+        entry = find_in_catalog(kind, name)
+        return None if entry is None else entry["name"]
+
+    value, ident, loaded = _resolve(value, where, base, load_model if kind == "models" else load_system, in_catalog)
+    return value, ident, loaded.name
+
+
+def _resolve(value: str | dict, where: str, base: Path, loader: Any, in_catalog: Any) -> tuple[str | dict, Any, Any]:
+    """A catalog name, a file (relative to the sweep file) or a mapping: (the value to load, its identity for the
+    key: the catalog name, the file's name and hash, or the mapping, and what `loader` made of it), or
+    ConfigError naming `where`."""
+    from madmax.config.checks import is_file
+
+    if isinstance(value, str) and in_catalog(value) is None:
         path = Path(value) if Path(value).is_absolute() else base / value
         if is_file(path):
             value = str(path)
@@ -196,11 +197,11 @@ def _check_input(kind: str, value: str | dict, where: str, base: Path) -> tuple[
         raise ConfigError(f"{where}: {exc}") from None
     if isinstance(value, dict):
         ident: Any = {"inline": value}
-    elif find_in_catalog(kind, value) is not None:
-        ident = {"catalog": find_in_catalog(kind, value)["name"]}
+    elif (name := in_catalog(value)) is not None:
+        ident = {"catalog": name}
     else:
         ident = {"file": Path(value).name, "sha256": hashlib.sha256(Path(value).read_bytes()).hexdigest()}
-    return value, ident, loaded.name
+    return value, ident, loaded
 
 
 def _check_strategies(g: dict[str, Any]) -> None:

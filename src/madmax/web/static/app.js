@@ -178,26 +178,9 @@ function showResult(view) {
     const cell = tr.insertCell();
     cell.textContent = format(result[key], unit);
   }
-  const cost = result.cost || {};
-  for (const [key, label, unit] of COST_ROWS) {
-    if (!(key in cost)) continue;
-    const tr = body.insertRow();
-    tr.dataset.key = key;
-    tr.dataset.unit = unit;
-    tr.dataset.cost = "1";
-    tr.insertCell().outerHTML = `<th>${label}</th>`;
-    tr.insertCell().textContent = format(cost[key], unit);
-  }
+  addBlockRows(body, COST_ROWS, result.cost || {}, "cost");
   const train = result.time_to_train || {};
-  for (const [key, label, unit] of TIME_TO_TRAIN_ROWS) {
-    if (!(key in train)) continue;
-    const tr = body.insertRow();
-    tr.dataset.key = key;
-    tr.dataset.unit = unit;
-    tr.dataset.train = "1";
-    tr.insertCell().outerHTML = `<th>${label}</th>`;
-    tr.insertCell().textContent = format(train[key], unit);
-  }
+  addBlockRows(body, TIME_TO_TRAIN_ROWS, train, "train");
   const reason = $("fits-reason");
   reason.textContent = result.fits_reason || "";
   reason.hidden = !result.fits_reason;
@@ -212,6 +195,19 @@ function showResult(view) {
   plotBreakdown(view.bars);
   plotMemory(view.memory_per_stage, result.memory.capacity);
   plotTimeline(view.timeline);
+}
+
+// The rows of a block of the result (cost, time_to_train) that it holds, each marked data-<flag>="1".
+function addBlockRows(body, rows, block, flag) {
+  for (const [key, label, unit] of rows) {
+    if (!(key in block)) continue;
+    const tr = body.insertRow();
+    tr.dataset.key = key;
+    tr.dataset.unit = unit;
+    tr.dataset[flag] = "1";
+    tr.insertCell().outerHTML = `<th>${label}</th>`;
+    tr.insertCell().textContent = format(block[key], unit);
+  }
 }
 
 function stacked(plot, groups, categories, scale) {
