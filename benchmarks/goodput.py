@@ -42,11 +42,12 @@ def tables() -> str:
         note = "in-sample: the profile's rates come from this figure" if row["in_sample"] else "independent"
         out.append(f"| {row['name']} | {row['gpus']:,} | {row['hours'] / 24:g} | {', '.join(row['components'])} | "
                    f"{row['measured']:,} | {predicted:,.1f} | {_ratio(predicted, row['measured'])} | {note} |")
-    out += ["", "**Mean time between interruptions of a job** (Meta's A100 research clusters)", "",
+    out += ["", "**Mean time between failures of a job** (Meta's A100 research clusters)", "",
             "| GPUs | measured | predicted | predicted / measured |", "|---|---|---|---|"]
     for row in data["mtbf"]:
         nodes = -(-row["gpus"] // row["gpus_per_node"])
-        mtbf_h = 1 / sum(failure_rates(profile, row["gpus"], nodes).values()) / 3600
+        planned = {f.component for f in profile.failures if f.planned}  # failures only: planned stops are not
+        mtbf_h = 1 / sum(r for c, r in failure_rates(profile, row["gpus"], nodes).items() if c not in planned) / 3600
         out.append(f"| {row['gpus']:,} | {row['measured_h']:,g} h | {mtbf_h:,.1f} h | "
                    f"{_ratio(mtbf_h, row['measured_h'])} |")
     out += ["", "**Effective training time ratio** (time spent training / wall clock)", "",

@@ -102,6 +102,25 @@ def test_stragglers_follow_the_expected_slowest_of_the_gpus():
     assert goodput(job(16384), excluded, 1e12).straggler_slowdown == pytest.approx(1 + 0.01 * 2.3263, abs=1e-4)
 
 
+def test_a_planned_stop_saves_a_checkpoint_first_and_loses_no_work():
+    data = profile(0.0, stall_s=2.0).model_dump(mode="json")
+    data["failures"] = [{"component": "maintenance", "per": "node", "rate_per_hour": 1e-3, "planned": True}]
+    g = goodput(job(), load_reliability(data), 4e12)
+    # 128 nodes x 1e-3 per node-hour; each stop: 2 s stall + a 1 s write + 601 s of restart
+    lam_p = 128 * 1e-3 / 3600
+    assert g.wall_s == pytest.approx(2e6 / (1 - lam_p * 604), rel=1e-12)
+    assert g.lost_work_s == 0 and g.checkpoint_interval_s is None and g.mtbf_s == math.inf
+    assert g.interruptions == pytest.approx(lam_p * g.wall_s)
+    assert g.checkpoint_s == pytest.approx(g.interruptions * 3) and g.restart_s == pytest.approx(g.interruptions * 601)
+    # beside failures, the stops add their share to the denominator and the chosen interval still wins
+    data["failures"].append({"component": "gpu", "per": "gpu", "rate_per_hour": 1e-5})
+    both = goodput(job(), load_reliability(data), 4e12)
+    alone = goodput(job(), profile(1e-5, stall_s=2.0), 4e12)
+    assert both.wall_s > alone.wall_s and both.mtbf_s == pytest.approx(alone.mtbf_s)
+    parts = both.ideal_s + both.stragglers_s + both.checkpoint_s + both.lost_work_s + both.restart_s
+    assert parts == pytest.approx(both.wall_s, rel=1e-12)
+
+
 def test_without_spares_a_restart_waits_for_the_repair():
     spare = goodput(job(), profile(spare=True, interval_s=600), 1e12)
     none = goodput(job(), profile(spare=False, repair_s=3600, interval_s=600), 1e12)

@@ -35,6 +35,8 @@ class FailureClass(Schema):
     component: str = Field(min_length=1, description="What fails, e.g. gpu, host, network, software.")
     per: Per = Field(description="gpu: the rate is per GPU-hour; node: per node-hour.")
     rate_per_hour: Rate = Field(description="Interruptions per component-hour (>= 0).")
+    planned: bool = Field(False, description="A planned stop (maintenance, upgrades): the job saves a checkpoint "
+                                             "first, so no work is lost, and restarts.")
     source: str = Field("", description="Where the rate comes from.")
 
 

@@ -141,7 +141,7 @@ def _print_time_to_train(t: dict[str, Any], num_gpus: int, console: Console) -> 
                   "")
     mtbf = t["mtbf_s"]
     table.add_row("expected interruptions", f"{t['interruptions']:,.0f}",
-                  f"one every {_duration(mtbf)}" if mtbf is not None else "")
+                  f"a failure every {_duration(mtbf)}" if mtbf is not None else "")
     interval = t["checkpoint_interval_s"]
     if interval is not None:
         how = "optimal" if t["checkpoint_interval_chosen"] else "given"

@@ -5,20 +5,21 @@ For a job of G GPUs in n nodes, an iteration of T seconds making B tokens, and N
 
     ideal      W0 = N T / B                          the simulated iterations, back to back
     stragglers W  = W0 (1 + sigma z_G)               z_G: expected largest of G standard normals (Blom)
-    failures   lambda = sum_c rate_c x (G or n)      Poisson interruptions per second of the job
+    failures   lambda = sum_c rate_c x (G or n)      Poisson failures per second of the job; planned stops lambda_p
     checkpoint C bytes: the weights and optimizer state of the trainable parameters; written by every rank at
                once at b = min(n x node_bytes_per_s, filesystem_bytes_per_s): w = C / b; the step stalls
                delta = stall_s + w (synchronous) or stall_s + the copy of a rank's share C / G over its host
                link (asynchronous)
     restart    R = restart_s (+ repair_s without spares) + load (weights and state / b) + warmup_s
     lost work  L = (tau + delta) / 2 (+ w asynchronous: the write in flight is not yet a checkpoint)
-    wall       T_wall = W (1 + delta / tau) / (1 - lambda (R + L))
+    planned    P = stall_s + w + R: a planned stop saves a checkpoint first (nothing is lost), then restarts
+    wall       T_wall = W (1 + delta / tau) / (1 - lambda (R + L) - lambda_p P)
 
 Every failure costs R + L, and failures arrive at lambda over the whole wall time (restarts fail too), hence the
 denominator. The interval tau that minimises T_wall solves tau^2 + 2 delta tau = 2 delta a / lambda with
-a = 1 - lambda (R + delta / 2 + w_async) (Young's sqrt(2 delta / lambda) when lambda R and delta are small); it is
-rounded to whole iterations and kept at least one iteration and one write long. The model is first order: it
-assumes tau and R much shorter than the mean time between interruptions 1 / lambda, and exponential failures.
+a = 1 - lambda (R + delta / 2 + w_async) - lambda_p P (Young's sqrt(2 delta / lambda) when lambda R and delta are
+small); it is rounded to whole iterations and kept at least one iteration and one write long. The model is first
+order: it assumes tau and R much shorter than the mean time between failures 1 / lambda, and exponential failures.
 """
 
 from __future__ import annotations
@@ -127,10 +128,11 @@ def failure_rates(profile: Reliability, num_gpus: int, nodes: int) -> dict[str, 
             for f in profile.failures}
 
 
-def _wall(work_s: float, tau: float, stall: float, lam: float, fixed: float) -> float:
+def _wall(work_s: float, tau: float, stall: float, lam: float, fixed: float, planned: float = 0.0) -> float:
     """Expected wall time for `work_s` of training checkpointed every `tau` s of training (inf when failures
-    outpace progress). fixed: the per-failure cost that does not depend on tau (R, plus w when asynchronous)."""
-    loss = lam * (fixed + (tau + stall) / 2)
+    outpace progress). fixed: the per-failure cost that does not depend on tau (R, plus w when asynchronous);
+    planned: the planned stops' share of the wall clock (lambda_p P)."""
+    loss = lam * (fixed + (tau + stall) / 2) + planned
     return work_s * (1 + stall / tau) / (1 - loss) if loss < 1 else math.inf
 
 
@@ -140,7 +142,9 @@ def goodput(job: JobState, profile: Reliability, tokens: float) -> Goodput:
     MadmaxError when interruptions come faster than the job can recover from them."""
     nodes = job.nodes
     rates = failure_rates(profile, job.num_gpus, nodes)
-    lam = sum(rates.values())
+    planned_classes = {f.component for f in profile.failures if f.planned}
+    lam = sum(r for c, r in rates.items() if c not in planned_classes)
+    lam_p = sum(r for c, r in rates.items() if c in planned_classes)
     slow = straggler_slowdown(profile, job.num_gpus)
     ideal = tokens / job.tokens_per_iteration * job.iteration_time_s
     work = ideal * slow
@@ -150,8 +154,9 @@ def goodput(job: JobState, profile: Reliability, tokens: float) -> Goodput:
     stall = ck.stall_s + (write if not ck.asynchronous else job.checkpoint_bytes / job.num_gpus / job.host_bytes_per_s)
     restart = rs.restart_s + (0.0 if rs.spare_nodes else rs.repair_s) + job.restore_bytes / bandwidth + rs.warmup_s
     fixed = restart + (write if ck.asynchronous else 0.0)
+    stop = ck.stall_s + write + restart  # a planned stop: a final, complete checkpoint, then the restart
     assumptions = [f"reliability profile {profile.name}: {profile.description}".rstrip(": ")]
-    if lam > 0 and not ck.enabled:
+    if lam + lam_p > 0 and not ck.enabled:
         raise ConfigError(f"reliability {profile.name!r} has failures but checkpoint.enabled=false: every interruption "
                           "would restart from the first iteration; allowed: checkpoints enabled, or rates of 0")
     if not ck.enabled and ck.interval_s is not None:
@@ -159,7 +164,7 @@ def goodput(job: JobState, profile: Reliability, tokens: float) -> Goodput:
                           f" {profile.name!r} has checkpoint.enabled=false; allowed: a profile that checkpoints")
     shortest = max(job.iteration_time_s, write)
     tau: float | None
-    if not ck.enabled or (lam == 0 and ck.interval_s is None):
+    if not ck.enabled or (lam == 0 and ck.interval_s is None):  # nothing to checkpoint against
         tau, chosen, stall_total = None, False, 0.0
     else:
         if ck.interval_s is not None:
@@ -171,38 +176,44 @@ def goodput(job: JobState, profile: Reliability, tokens: float) -> Goodput:
                                   f"{shortest:.3g} s")
             tau, chosen = ck.interval_s, False
         else:
-            tau, chosen = _best_interval(work, stall, lam, fixed, job.iteration_time_s, shortest), True
+            tau, chosen = _best_interval(work, stall, lam, fixed, job.iteration_time_s, shortest,
+                                         lam_p * stop), True
         stall_total = work * stall / tau
-    wall = _wall(work, tau, stall, lam, fixed) if tau is not None else work  # no checkpoints: no failures either
+    if tau is None:  # no failures to checkpoint against (planned stops may remain)
+        wall = work / (1 - lam_p * stop) if lam_p * stop < 1 else math.inf
+    else:
+        wall = _wall(work, tau, stall, lam, fixed, lam_p * stop)
     if not math.isfinite(wall):
-        mtbf_h = 1 / lam / SECONDS_PER_HOUR
+        mtbf_h = 1 / (lam + lam_p) / SECONDS_PER_HOUR
         raise MadmaxError(f"interruptions every {mtbf_h:.3g} h on average (the profile's rates over {job.num_gpus:,} "
                           f"GPUs) come faster than the job recovers ({restart / SECONDS_PER_HOUR:.3g} h to restart, "
                           "plus the work lost): it never finishes; lower the rates, restart faster or use fewer GPUs")
-    count = lam * wall
+    count, stops = lam * wall, lam_p * wall
     lost = count * ((tau + stall) / 2 + (write if ck.asynchronous else 0.0)) if tau is not None else 0.0
     return Goodput(
-        tokens=tokens, profile=profile.name, ideal_s=ideal, stragglers_s=work - ideal, checkpoint_s=stall_total,
-        lost_work_s=lost, restart_s=count * restart, wall_s=wall, interruptions=count,
+        tokens=tokens, profile=profile.name, ideal_s=ideal, stragglers_s=work - ideal,
+        checkpoint_s=stall_total + stops * (stop - restart), lost_work_s=lost, restart_s=(count + stops) * restart,
+        wall_s=wall, interruptions=count + stops,
         interruptions_by_component={c: r * wall for c, r in rates.items()},
         mtbf_s=1 / lam if lam > 0 else math.inf, checkpoint_bytes=job.checkpoint_bytes, checkpoint_write_s=write,
         checkpoint_stall_s=stall if tau is not None else 0.0, checkpoint_interval_s=tau,
         checkpoint_interval_chosen=chosen, restart_each_s=restart, straggler_slowdown=slow, assumptions=assumptions)
 
 
-def _best_interval(work: float, stall: float, lam: float, fixed: float, iteration: float, shortest: float) -> float:
+def _best_interval(work: float, stall: float, lam: float, fixed: float, iteration: float, shortest: float,
+                   planned: float = 0.0) -> float:
     """The checkpoint interval, in whole iterations and at least `shortest`, that minimises the expected wall time.
 
-    The continuous optimum solves tau^2 + 2 stall tau = 2 stall a / lam, a = 1 - lam (fixed + stall / 2); the
-    whole-iteration intervals on either side of it are compared (the wall time is unimodal in tau)."""
+    The continuous optimum solves tau^2 + 2 stall tau = 2 stall a / lam, a = 1 - lam (fixed + stall / 2) - planned;
+    the whole-iteration intervals on either side of it are compared (the wall time is unimodal in tau)."""
     if lam == 0:
         return math.inf
-    a = 1 - lam * (fixed + stall / 2)
+    a = 1 - lam * (fixed + stall / 2) - planned
     best = -stall + math.sqrt(stall * stall + 2 * stall * max(a, 0.0) / lam) if stall > 0 else shortest
     least = math.ceil(shortest / iteration - 1e-9)
     k = max(best / iteration, least)
     candidates = {max(least, math.floor(k)), max(least, math.ceil(k))}
-    return min((c * iteration for c in candidates), key=lambda t: _wall(work, t, stall, lam, fixed))
+    return min((c * iteration for c in candidates), key=lambda t: _wall(work, t, stall, lam, fixed, planned))
 
 
 # A GPU's copy to host memory when the system names no host link: PCIe Gen4 x16, 64 GB/s both directions / 2
