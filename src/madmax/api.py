@@ -81,8 +81,7 @@ def simulate(model: str | Path | dict | ModelSpec, system: str | Path | dict | S
     (`madmax.results.goodput`) under the `reliability` profile (catalog name, mapping or YAML file; default
     llama3-h100; "ideal" for none), checkpointing every `checkpoint_interval` seconds (default: the optimum).
     """
-    if tokens is not None or reliability is not None or checkpoint_interval is not None:
-        _check_training_only(task, tokens, reliability, checkpoint_interval)
+    _check_time_to_train(task, tokens, reliability, checkpoint_interval)
     requested = parse_strategy(strategy)
     request = resolve_request(model, system, num_gpus, task, calibration=calibration, flash=requested.flash,
                               global_batch=global_batch, seq_len=seq_len, dtype=dtype, batch=batch,
@@ -113,24 +112,24 @@ def simulate(model: str | Path | dict | ModelSpec, system: str | Path | dict | S
     result = _with_cost(result, request.system, power is not None, result.tokens_per_s, "tokens")
     if tokens is not None:
         result = _with_time_to_train(result, request.system, tokens, reliability, checkpoint_interval)
-    elif reliability is not None or checkpoint_interval is not None:
-        from madmax.errors import ConfigError
-
-        given = "reliability" if reliability is not None else "checkpoint_interval"
-        raise ConfigError(f"{given} applies to the time to train a token budget; allowed: give tokens too")
     return result
 
 
-def _check_training_only(task: Any, tokens: Any, reliability: Any, checkpoint_interval: Any) -> None:
-    """ConfigError when a time-to-train option is given for serving (it would be silently dropped)."""
+def _check_time_to_train(task: Any, tokens: Any, reliability: Any, checkpoint_interval: Any) -> None:
+    """ConfigError, before any simulation, when a time-to-train option would be silently dropped: given for
+    serving, or reliability / checkpoint_interval without tokens."""
     from madmax.errors import ConfigError
 
+    given = [n for n, v in (("tokens", tokens), ("reliability", reliability),
+                            ("checkpoint_interval", checkpoint_interval)) if v is not None]
+    if not given:
+        return
     kind = task.get("kind") if isinstance(task, dict) else getattr(task, "kind", task)
     if str(getattr(kind, "value", kind)).lower() == "inference":
-        given = next(n for n, v in (("tokens", tokens), ("reliability", reliability),
-                                    ("checkpoint_interval", checkpoint_interval)) if v is not None)
-        raise ConfigError(f"{given} applies to training (the time to train a token budget); allowed with "
+        raise ConfigError(f"{given[0]} applies to training (the time to train a token budget); allowed with "
                           "task=inference: the serving options")
+    if tokens is None:
+        raise ConfigError(f"{given[0]} applies to the time to train a token budget; allowed: give tokens too")
 
 
 def _with_time_to_train(result: Result, system: System, tokens: float, reliability: Any,
@@ -158,7 +157,7 @@ def _simulate_training(run: TrainingRequest, keep_schedule: bool) -> Result:
     """Plan, write the iteration's program, schedule it and read the result off the timeline."""
     from madmax.hardware.collectives import network_model
     from madmax.hardware.compute import compute_model
-    from madmax.parallel.memory import runtime_reserve, stage_memory
+    from madmax.parallel.memory import checkpoint_state_bytes, runtime_reserve, stage_memory
     from madmax.program.costs import device_floor_s
     from madmax.program.training import build_training
     from madmax.results.training import TrainingRun, training_result
@@ -202,18 +201,7 @@ def _simulate_training(run: TrainingRequest, keep_schedule: bool) -> Result:
                        sample_name=request.spec.sample_name,
                        forward_flops_per_token=request.workload.forward_flops_per_token(request.seq_len))
     result = training_result(info, plan, built, timeline, memories, band, keep_schedule)
-    return dataclasses.replace(result, **state_bytes(plan, request.workload.total_params))
-
-
-def state_bytes(plan, total_params: float) -> dict[str, float]:
-    """What a checkpoint of the job writes (the trainable parameters' weights and optimizer state: frozen weights
-    are read again from the base model) and what a restart reads (every weight and that state), in bytes."""
-    units = plan.units.values()
-    params = sum(u.params for u in units)
-    trainable = total_params * (sum(u.trainable_params for u in units) / params if params else 1.0)
-    weight, optimizer = plan.data.weight_bytes, plan.data.optimizer_bytes
-    return {"checkpoint_bytes": trainable * (weight + optimizer),
-            "restore_bytes": total_params * weight + trainable * optimizer}
+    return dataclasses.replace(result, **checkpoint_state_bytes(plan, request.workload.total_params))
 
 
 def _has_attention(plan) -> bool:

@@ -132,6 +132,18 @@ class StageMemory:
 RESERVE_PARTS = ("reserved_context", "reserved_communicators", "reserved_fragmentation")
 
 
+def checkpoint_state_bytes(plan: Plan, total_params: float) -> dict[str, float]:
+    """What a checkpoint of the whole job writes (the trainable parameters' weights and optimizer state: frozen
+    weights are read again from the base model) and what a restart reads (every weight and that state), in bytes;
+    the trainable share is the plan's units'."""
+    units = plan.units.values()
+    params = sum(u.params for u in units)
+    trainable = total_params * (sum(u.trainable_params for u in units) / params if params else 1.0)
+    weight, optimizer = plan.data.weight_bytes, plan.data.optimizer_bytes
+    return {"checkpoint_bytes": trainable * (weight + optimizer),
+            "restore_bytes": total_params * weight + trainable * optimizer}
+
+
 def stage_memory(plan: Plan, stage: int, reserve: Reserve | float) -> StageMemory:
     """Peak memory of one rank of `stage`; reserve: the software stack's (a number: a flat reserve)."""
     if not isinstance(reserve, Reserve):

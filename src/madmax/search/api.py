@@ -35,21 +35,15 @@ def _check_stack(stack: str | None) -> None:
                           f"{default_training_stack()}; allowed: omit it, or simulate a chosen strategy with stack")
 
 
-def with_goodput(outcome: Outcome, reliability: str | Path | dict | None) -> Outcome:
-    """`outcome` with each simulated strategy's `time_to_train` under `reliability`, the simulated ones re-ranked
-    by the expected wall clock (`Outcome.objective_value`)."""
+def with_goodput(outcome: Outcome, system: Any, reliability: str | Path | dict | None) -> Outcome:
+    """`outcome` with each simulated strategy's `time_to_train` on `system` (the search's, with its price and
+    power) under `reliability`, the simulated ones re-ranked by the expected wall clock (`Outcome.objective_value`)."""
     from madmax.config.reliability import load_reliability
     from madmax.results.goodput import time_to_train
 
     profile = load_reliability(reliability)
-    score = outcome.scorer
-    exact = {}
-    for i, r in outcome.exact.items():
-        block = time_to_train(r, outcome.ctx.system, score.tokens, profile)
-        price = score.price_per_gpu_hour_usd  # the search's price and power (--price, --power) over the catalog's
-        block.update(cost_usd=None if price is None else price * block["gpu_hours"],
-                     energy_j=score.power_w * block["wall_s"])
-        exact[i] = replace(r, time_to_train=block)
+    exact = {i: replace(r, time_to_train=time_to_train(r, system, outcome.scorer.tokens, profile))
+             for i, r in outcome.exact.items()}
     outcome = replace(outcome, exact=exact)
     simulated = [int(i) for i in outcome.ranked if int(i) in exact]
     order = sorted(simulated, key=lambda i: (not exact[i].fits, outcome.objective_value(i)))
@@ -93,7 +87,8 @@ def find(model: Any, system: Any, num_gpus: int | None = None, task: Any = "pret
     for name, value in (("max_tp", max_tp), ("max_pp", max_pp), ("max_cp", max_cp)):
         if value is not None and value < 1:
             raise ConfigError(f"{name}={value} must be a positive integer")
-    score = scorer(objective, ctx.system.with_costs(price, power), ctx.tokens, tokens)
+    costed = ctx.system.with_costs(price, power)
+    score = scorer(objective, costed, ctx.tokens, tokens)
     goodput = tokens is not None and score.objective is not Objective.THROUGHPUT
     if reliability is not None and not goodput:
         raise ConfigError("reliability applies to the time to train a token budget; allowed: give tokens and "
@@ -114,7 +109,7 @@ def find(model: Any, system: Any, num_gpus: int | None = None, task: Any = "pret
                               "and is searched over emb, emb_group and zero; allowed: omit it")
         limits = TableLimits(emb=_embs(emb), zero=_zeros(zero), hybrid=hybrid, max_tp=max_tp or 1)
         outcome = run_table_search(ctx, limits, score, workers=workers)
-        return with_goodput(outcome, reliability) if goodput else outcome
+        return with_goodput(outcome, costed, reliability) if goodput else outcome
     if emb is not None:
         raise ConfigError(f"emb={list(emb)} applies to models with embedding tables; {ctx.spec.name} has none; "
                           "allowed: omit it")
@@ -127,12 +122,12 @@ def find(model: Any, system: Any, num_gpus: int | None = None, task: Any = "pret
     if rows.valid > EXHAUSTIVE:  # too many to evaluate each: rows bounded below, the best first
         outcome = run_bounded(ctx, problem, limits, rows, score, **options,
                               timings={"enumerate": time.perf_counter() - start})
-        return with_goodput(outcome, reliability) if goodput else outcome
+        return with_goodput(outcome, costed, reliability) if goodput else outcome
     space = Space(columns=expand(problem, limits, rows), enumerated=rows.enumerated, rejected=rows.rejected,
                   orders=limits.orders)
     timings = {"enumerate": time.perf_counter() - start}
     outcome = run_search(ctx, space, score, **options, timings=timings)
-    return with_goodput(outcome, reliability) if goodput else outcome
+    return with_goodput(outcome, costed, reliability) if goodput else outcome
 
 
 def _limits(max_tp, max_pp, max_cp, max_vp, max_mbs, zero, recompute, sp, hybrid, orders) -> Limits:

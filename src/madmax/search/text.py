@@ -98,7 +98,7 @@ def print_search(outcome: Outcome, top: int, wall_s: float, console: Console | N
         table.add_row(*row)
     console.print(table)
     block = outcome.exact[best[0]].time_to_train
-    if block is not None and len(columns) > 7:
+    if block is not None:  # a time, cost or energy objective over a token budget: its column is the last
         console.print(f"[dim]{columns[-1]}: over the expected wall clock with failures, checkpoints, restarts and "
                       f"stragglers (reliability {block['profile']}, goodput {block['goodput']:.1%} for #1; "
                       "docs/goodput.md)[/dim]", soft_wrap=True)

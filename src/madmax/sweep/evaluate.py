@@ -113,9 +113,10 @@ def _evaluate(p: Point) -> dict[str, Any]:
     if result is None:
         return {**out, "status": "no_fit", "fits": False}
     out.update(_result_columns(result), strategy=_full_strategy(result.strategy, strategy))
-    out.update(training_columns(system, result.global_batch * result.seq_len, result.iteration_time_s,
-                                p.train_tokens, p.train_samples, result.seq_len))
-    if p.train_tokens is not None or p.train_samples is not None:
+    if p.train_tokens is None and p.train_samples is None:  # one iteration: no run for failures to interrupt
+        out.update(training_columns(system, result.global_batch * result.seq_len, result.iteration_time_s,
+                                    None, None, result.seq_len))
+    else:
         out.update(goodput_columns(result, system, p))
     return out
 
