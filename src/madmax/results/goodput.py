@@ -185,9 +185,11 @@ def goodput(job: JobState, profile: Reliability, tokens: float) -> Goodput:
         wall = _wall(work, tau, stall, lam, fixed, lam_p * stop)
     if not math.isfinite(wall):
         mtbf_h = 1 / (lam + lam_p) / SECONDS_PER_HOUR
+        lost_h = 0.0 if tau is None else ((tau + stall) / 2 + (write if ck.asynchronous else 0.0)) / SECONDS_PER_HOUR
         raise MadmaxError(f"interruptions every {mtbf_h:.3g} h on average (the profile's rates over {job.num_gpus:,} "
-                          f"GPUs) come faster than the job recovers ({restart / SECONDS_PER_HOUR:.3g} h to restart, "
-                          "plus the work lost): it never finishes; lower the rates, restart faster or use fewer GPUs")
+                          f"GPUs) come faster than the job recovers ({restart / SECONDS_PER_HOUR:.3g} h to restart "
+                          f"and {lost_h:.3g} h of work lost each, half a checkpoint interval): it never finishes; "
+                          "lower the rates, restart faster, checkpoint more often or use fewer GPUs")
     count, stops = lam * wall, lam_p * wall
     lost = count * ((tau + stall) / 2 + (write if ck.asynchronous else 0.0)) if tau is not None else 0.0
     return Goodput(

@@ -35,7 +35,7 @@ def _check_stack(stack: str | None) -> None:
                           f"{default_training_stack()}; allowed: omit it, or simulate a chosen strategy with stack")
 
 
-def with_goodput(outcome: Outcome, system: Any, reliability: str | Path | dict | None) -> Outcome:
+def with_goodput(outcome: Outcome, system: Any, reliability: Any) -> Outcome:
     """`outcome` with each simulated strategy's `time_to_train` on `system` (the search's, with its price and
     power) under `reliability`, the simulated ones re-ranked by the expected wall clock (`Outcome.objective_value`)."""
     from madmax.config.reliability import load_reliability
@@ -93,6 +93,10 @@ def find(model: Any, system: Any, num_gpus: int | None = None, task: Any = "pret
     if reliability is not None and not goodput:
         raise ConfigError("reliability applies to the time to train a token budget; allowed: give tokens and "
                           "objective time, cost or energy")
+    if goodput:  # a bad profile is refused before the search runs
+        from madmax.config.reliability import load_reliability
+
+        reliability = load_reliability(reliability)
     experts = {"max_ep": max_ep, "max_etp": max_etp, "ep_overlap": ep_overlap}
     if not ctx.has_experts and (given := [name for name, value in experts.items() if value is not None]):
         raise ConfigError(f"{given[0]} applies to mixture-of-experts models; {ctx.spec.name} has no routed experts; "
