@@ -203,7 +203,7 @@ def _result(request: Request, dep: modes.Deployment, fmt: Formats, stack: Servin
     memory, fits, reason = _memory(request, rep, shown, stack, static)
     closed = t.mode in (ServingMode.CONCURRENCY, ServingMode.SATURATION)
     held = [] if static else limits(dep, outcome, batch or in_flight, int(prompt), int(output), prefill_s, closed,
-                                    t.request_rate)
+                                    outcome.arrival_rate)
     tokens_per_s = outcome.output_tokens_per_s + outcome.prompt_tokens_per_s
     peak = sysm.gpu.flops_per_s[fmt.gemm] * n
     # Every token passes the layers; the LM head and sampling run once per generated token.

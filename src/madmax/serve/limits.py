@@ -32,8 +32,8 @@ def limits(dep: modes.Deployment, outcome: modes.Outcome, batch: int, prompt: in
     """Sentences naming the limits that queue the requests, the largest first (empty when none shows).
     `closed`: clients that send again as soon as they are answered (concurrency, saturation), whose
     throughput can be held against one request served alone; arrivals at a rate set their own, and a
-    deployment busy all the time that serves fewer requests per second than arrive (`arrival_rate`) is
-    overloaded."""
+    deployment busy all the time that serves fewer requests per second than arrive (`arrival_rate`, the rate of
+    the simulated arrivals: a Poisson sample's own, a trace's) is overloaded."""
     stack = dep.runtime.stack
     ttft = outcome.mean("ttft_s")
     overload = []

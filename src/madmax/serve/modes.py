@@ -75,6 +75,9 @@ class Outcome:
     # share of the engines' step time during which a waiting request was held, by the limit that held it
     blocked: dict[str, float] = field(default_factory=dict)
     busy_fraction: float = 0.0  # of the open loop's engines x span, the time they were taking steps
+    # requests per second that arrived (open loop): (requests - 1) / (last arrival - first arrival), the rate
+    # the simulated requests were drawn at, not the nominal one (a Poisson sample of 1,000 strays by +-3%)
+    arrival_rate: float | None = None
 
     def mean(self, name: str) -> float:
         values = getattr(self, name)
@@ -314,6 +317,9 @@ def _combine_open(groups: list[tuple[Requests, int]], frontend_s: float = 0.0, r
     out.output_tokens_per_s = sum(float(r.output[d].sum()) for r, d in done) / span
     out.prompt_tokens_per_s = sum(float(r.prompt[d].sum()) for r, d in done) / span
     out.requests_per_s = sum(int(d.sum()) for _, d in done) / span
+    arrivals = np.concatenate([r.arrival for r, _ in groups])
+    if len(arrivals) > 1 and np.ptp(arrivals) > 0:
+        out.arrival_rate = (len(arrivals) - 1) / float(np.ptp(arrivals))
     engines = ranks * sum(count for _, count in groups)
     out.busy_fraction = sum(r.busy_s for r, _ in groups) / (span * engines) if span > 0 else 0.0
     return out
@@ -371,4 +377,6 @@ def disaggregated(dis: Disaggregated, arrival: np.ndarray | None, concurrency: i
     run_engines([*prefillers, *decoders])
     out = _combine_open([(reqs, 1)], round_trip)
     out.batch = concurrency
+    if closed:  # clients that wait for their answers set no arrival rate of their own
+        out.arrival_rate = None
     return out
