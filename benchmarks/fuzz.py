@@ -627,13 +627,41 @@ def case_sweep(rng: random.Random) -> Case:
     return _case("sweep_specs", {"sweep.yaml": _serialize(spec, ".yaml")}, argv=argv)
 
 
+def case_capacity(rng: random.Random) -> Case:
+    """The capacity search's inputs: request rates, SLO texts, lengths, system lists, objectives and caps, each
+    valid most of the time so that the search itself runs."""
+    def pick(good: tuple[str, ...], bad: tuple[str, ...]) -> str:
+        return rng.choice(good) if rng.random() < 0.93 else rng.choice(bad)
+
+    slo = ",".join(pick(("p99_ttft", "p90_tpot", "mean_e2e", "p50_itl", "P99_TTFT"), ("p95_ttft", "ttft", ""))
+                   + pick(("=1", "=50ms", "=2 s", "=1e308", "=0.001"), ("=0", "=-1", "=nan", "=inf", "=", "", "=x"))
+                   for _ in range(rng.randint(1, 3)))
+    argv = ["search", "-m", pick(("tiny.yaml", "llama-3.1-8b"), ("tiny-dlrm.yaml", "x")), "-s",
+            pick(("dgx-h100", "dgx-h100,dgx-a100"), (",", "dgx-h100,nope", "x")), "--task", "inference",
+            "--prompt-len", pick(("64", "128"), ("0", "-1", "x", "100000000")), "--output-len",
+            pick(("8", "16"), ("1", "0", "x")), "--num-requests", pick(("20", "40"), ("0", "-1", "x")),
+            "--exact", "1", "--top", "1", "--max-tp", "1", "--max-pp", "1", "--no-progress"]
+    if rng.random() < 0.95:
+        argv += ["--request-rate", pick(("1", "50", "1e-3"), ("0", "-1", "nan", "inf", "1e300", "x", "1e-300"))]
+    if rng.random() < 0.95:
+        argv += ["--slo", slo]
+    for option, values in (("--objective", ("throughput", "cost", "energy", "time", "x")),
+                           ("--num-gpus", ("1", "0", "-1", "x")), ("--price", ("1", "-1", "nan")),
+                           ("--mode", ("rate", "static")), ("--global-batch", ("8",)), ("--dtypes", ("fp8", "x"))):
+        if rng.random() < 0.1:
+            argv += [option, rng.choice(values)]
+    if rng.random() < 0.3:
+        argv.append("--json")
+    return _case("capacity", argv=argv)
+
+
 CASES: dict[str, Callable[[random.Random], Case]] = {
     "long_name": case_long_name, "deep_nesting": case_deep_nesting, "huge_int": case_huge_int,
     "model_file_types": case_model_file, "hf_config_types": case_hf_config, "system_file_types": case_system_file,
     "dlrm_file": case_dlrm, "calibrate_kernels": case_calibrate_kernels, "calibrate_other": case_calibrate_other,
     "validate_files": case_validate, "big_sizes": case_big_sizes, "nonfinite": case_nonfinite,
     "api_types": case_api_types, "random_cli": case_random_cli, "strategy_strings": case_strategy,
-    "sweep_specs": case_sweep,
+    "sweep_specs": case_sweep, "capacity": case_capacity,
 }
 
 

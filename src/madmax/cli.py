@@ -533,6 +533,14 @@ def search(
     max_ttft: Annotated[float | None, typer.Option(help="Time-to-first-token limit (inference), s.")] = None,
     max_tpot: Annotated[float | None, typer.Option(help="Time-per-output-token limit (inference), s.")] = None,
     max_batch: Annotated[int | None, typer.Option(help="Largest batch per replica (inference).")] = None,
+    request_rate: Annotated[float | None, typer.Option(help="Requests per second to serve (inference capacity "
+                                                            "search: the deployments that meet --slo; --system "
+                                                            "may list several, comma-separated).")] = None,
+    slo: Annotated[str | None, typer.Option(help='Latency objectives of a capacity search, e.g. '
+                                                 '"p99_ttft=1,p99_tpot=50ms": mean|p50|p90|p99 of '
+                                                 'ttft|tpot|itl|e2e, seconds or ms.')] = None,
+    num_requests: Annotated[int | None, typer.Option(help="Requests simulated per replica at each rate a capacity "
+                                                          "search tries (default 1000).")] = None,
     progress: Annotated[bool, typer.Option(help="Show a progress bar of the strategies simulated (on a "
                                                 "terminal).")] = True,
 ) -> None:
@@ -552,6 +560,21 @@ def search(
     serving_only = {"prompt_len": prompt_len, "output_len": output_len, "mode": None if mode == "static" else mode,
                     "dtypes": dtypes, "kv_dtypes": kv_dtypes, "max_ttft": max_ttft,
                     "max_tpot": max_tpot, "max_batch": max_batch}
+    if task == "inference" and (request_rate is not None or slo is not None):
+        capacity_refuses = {**{k: v for k, v in training_only.items() if k not in ("objective", "price", "power")},
+                            "mode": serving_only["mode"], "max_ttft": max_ttft, "max_tpot": max_tpot,
+                            "max_batch": max_batch}
+        if given := [name for name, value in capacity_refuses.items() if value is not None]:
+            _fail(f"{given[0]} does not apply to a capacity search (--request-rate, --slo); allowed: prompt_len, "
+                  "output_len, slo, stack, dtypes, kv_dtypes, max_tp, max_pp, num_gpus (the most GPUs), objective "
+                  "(throughput, cost, energy), price, power, top, exact, num_requests, calibration, json")
+        _search_capacity(model, system, num_gpus, prompt_len, output_len, request_rate=request_rate, slo=slo,
+                         stack=stack, dtypes=dtypes, kv_dtypes=kv_dtypes, max_tp=max_tp, max_pp=max_pp,
+                         objective=objective, top=top, exact=exact, num_requests=num_requests, price=price,
+                         power=power, calibration=calibration, as_json=as_json, progress=progress)
+        return
+    if num_requests is not None:
+        _fail("num_requests applies to a capacity search; allowed: --task inference with --request-rate and --slo")
     if task == "inference":
         if given := [name for name, value in training_only.items() if value is not None]:
             _fail(f"{given[0]} applies to training searches; allowed with --task inference: "
@@ -611,6 +634,37 @@ def search(
                     "results": [summary(outcome, i) for i in outcome.top(top)]})
         return
     print_search(outcome, top, wall)
+
+
+def _search_capacity(model, system, num_gpus, prompt_len, output_len, *, request_rate: float | None, as_json: bool,
+                     dtypes: str | None, kv_dtypes: str | None, progress: bool, top: int, **options) -> None:
+    """`madmax search --task inference --request-rate R --slo ...`: the deployments that serve R within the
+    SLOs (madmax.search.capacity)."""
+    import time
+
+    from madmax.search.capacity import find_capacity, summary
+    from madmax.search.text import print_capacity
+    from madmax.terminal import shown
+
+    if request_rate is None:
+        _fail("slo needs request_rate: a capacity search finds the deployments that serve --request-rate "
+              "requests/s within the SLOs; allowed: --request-rate R with --slo")
+    systems = [s.strip() for s in system.split(",") if s.strip()] if "," in system else system
+    try:
+        start = time.perf_counter()
+        with shown("capacity search", "simulations", enabled=progress):
+            found = find_capacity(model, systems, request_rate=request_rate, prompt_len=prompt_len,
+                                  output_len=output_len, max_gpus=num_gpus, top=top,
+                                  dtypes=dtypes.split(",") if dtypes else None,
+                                  kv_dtypes=kv_dtypes.split(",") if kv_dtypes else None, **options)
+        wall = time.perf_counter() - start
+    except MadmaxError as exc:
+        _fail(str(exc))
+        return
+    if as_json:
+        _emit_json({**summary(found, top), "wall_s": wall})
+        return
+    print_capacity(found, top, wall)
 
 
 def _search_serving(model, system, num_gpus, prompt_len, output_len, *, as_json: bool, dtypes: str | None,

@@ -253,8 +253,70 @@ def search(model: Any, system: Any, num_gpus: int | None = None, task: Any = "pr
     hybrid (one-node shard groups) filter it; every candidate is simulated, so exact and refine do not
     apply, and max_vp, max_mbs, recompute, sp and orders are errors. Its frame adds the columns `emb`
     and `emb_group` (0: all ranks); its tokens are samples (sequence length 1).
+
+    task="inference" searches serving. With request_rate (requests/s) and slo ("p99_ttft=1,p99_tpot=50ms" or
+    {"p99_ttft": 1.0, ...}, seconds) it is a capacity search (`search.capacity`): the deployments that serve
+    the rate within the SLOs, one row per replica layout and format (simulated rows first, best first;
+    columns system, replica, replicas, num_gpus, rate_per_replica, meets, missed, one `<slo>_s` column
+    each, usd_per_hour, usd_per_million_output_tokens, power_w); options prompt_len, output_len, stack, dtypes,
+    kv_dtypes, max_tp, max_pp, objective (throughput: fewest GPUs, cost, energy), price, power, top, exact,
+    num_requests, seed; `system` may be a list and num_gpus caps the GPUs. `df.attrs["confirm"]` is the simulate
+    command of the best. Without request_rate: the serving layouts of num_gpus GPUs (`search.serving`), by
+    output tokens/s per GPU within max_ttft and max_tpot.
     """
+    if str(getattr(task, "value", task)).strip().lower() == "inference":
+        return _serving_frame(model, system, num_gpus, global_batch, seq_len, dtype, options)
     return to_frame(find(model, system, num_gpus, task, global_batch, seq_len, dtype, **options))
+
+
+def _serving_frame(model: Any, system: Any, num_gpus: int | None, global_batch: int | None, seq_len: int | None,
+                   dtype: str | None, options: dict[str, Any]):
+    """`search(task="inference")`: with request_rate (and slo) the capacity search's deployments
+    (`search.capacity`, num_gpus the most GPUs), else the serving layouts of num_gpus (`search.serving`)."""
+    import pandas as pd
+
+    given = [n for n, v in (("global_batch", global_batch), ("seq_len", seq_len)) if v is not None]
+    if dtype is not None:
+        given.append("dtype (give dtypes=[...], the weight formats to try)")
+    if given:
+        raise ConfigError(f"{given[0]} applies to training searches; allowed with task=inference: prompt_len, "
+                          "output_len, request_rate, slo, dtypes, kv_dtypes and the serving search's options")
+    if options.get("request_rate") is not None or options.get("slo") is not None:
+        from madmax.search.capacity import find_capacity, rows
+
+        if options.get("request_rate") is None:
+            raise ConfigError("slo needs request_rate: a capacity search finds the deployments that serve "
+                              "request_rate requests/s within the SLOs; allowed: request_rate with slo")
+        found = find_capacity(model, system, max_gpus=num_gpus, **options)
+        frame = pd.DataFrame(rows(found))
+        frame.attrs.update({"request_rate": found.request_rate, "slo": dict(found.slos),
+                            "objective": found.objective, "enumerated": found.enumerated,
+                            "rejected": dict(found.rejected), "timings_s": dict(found.timings_s)})
+        best = found.meeting()
+        frame.attrs["confirm"] = found.confirm_command(best[0]) if best else None
+        return frame
+    from madmax.search.serving import find_serving
+
+    found = find_serving(model, system, num_gpus, **options)
+    records = []
+    for c, r in found.exact:
+        records.append({"strategy": c.strategy, "tp": c.tp, "pp": c.pp, "dp": c.dp, "ep": c.ep, "etp": c.etp,
+                        "dtype": c.dtype, "kv_dtype": c.kv_dtype, "batch": c.batch, "simulated": True,
+                        "fits": r.fits, "ttft_s": r.ttft_s, "tpot_s": r.tpot_s,
+                        "output_tokens_per_s_per_gpu": r.output_tokens_per_s_per_gpu,
+                        "peak_memory_bytes": r.peak_memory_bytes})
+    simulated = {id(c) for c, _ in found.exact}
+    for c in found.candidates:
+        if id(c) not in simulated:
+            records.append({"strategy": c.strategy, "tp": c.tp, "pp": c.pp, "dp": c.dp, "ep": c.ep, "etp": c.etp,
+                            "dtype": c.dtype, "kv_dtype": c.kv_dtype, "batch": c.batch, "simulated": False,
+                            "fits": True, "ttft_s": c.ttft_s, "tpot_s": c.tpot_s,
+                            "output_tokens_per_s_per_gpu": c.output_tokens_per_s_per_gpu,
+                            "peak_memory_bytes": None})
+    frame = pd.DataFrame(records)
+    frame.attrs.update({"mode": found.mode, "limits": dict(found.limits), "enumerated": found.enumerated,
+                        "rejected": dict(found.rejected), "timings_s": dict(found.timings_s)})
+    return frame
 
 
 def to_frame(outcome: Outcome):

@@ -122,7 +122,7 @@ def find_serving(model: Any, system: Any, num_gpus: int | None = None, *, prompt
     for name, value in (("max_tp", max_tp), ("max_pp", max_pp), ("max_batch", max_batch)):
         if value is not None and value < 1:
             raise ConfigError(f"{name}={value} must be a positive integer")
-    formats = _formats(base, dtypes, kv_dtypes)
+    formats = formats_to_try(base, dtypes, kv_dtypes)
     limits = {"max_ttft_s": max_ttft, "max_tpot_s": max_tpot}
     candidates, enumerated, rejected = _evaluate(base, stack_spec, formats, limits, max_tp, max_pp,
                                                  min(max_batch or MAX_BATCH, MAX_BATCH))
@@ -139,7 +139,7 @@ def find_serving(model: Any, system: Any, num_gpus: int | None = None, *, prompt
                          rejected=rejected, timings_s=timings)
 
 
-def _formats(base, dtypes: list[str] | None, kv_dtypes: list[str] | None) -> list[tuple[str, str]]:
+def formats_to_try(base, dtypes: list[str] | None, kv_dtypes: list[str] | None) -> list[tuple[str, str]]:
     """(weights, KV cache) formats to try: by default every weight format the GPU has (bf16, else fp16;
     fp8; fp4), each with a 16-bit cache and, where the GPU has fp8, an fp8 cache."""
     gpu = base.system.gpu
@@ -226,7 +226,7 @@ def _evaluate(base, stack, formats, limits, max_tp, max_pp, max_batch) -> tuple[
             dep = modes.Deployment(rep, runtime, strategy.dp, p + o)
             top_batch = min(rep.max_sequences, max_batch)
             for batch in modes.batch_ladder(top_batch):
-                ttft, tpot = _estimate(dep, batch, p, o)
+                ttft, tpot = static_estimate(dep, batch, p, o)
                 if not _meets(ttft, tpot, limits):
                     break  # a larger batch only lengthens the prefill and the decode step
                 rate = strategy.dp * batch * o / (ttft + (o - 1) * tpot) / base.num_gpus
@@ -235,22 +235,26 @@ def _evaluate(base, stack, formats, limits, max_tp, max_pp, max_batch) -> tuple[
     return out, enumerated, rejected
 
 
-def _estimate(dep, batch: int, prompt: int, output: int) -> tuple[float, float]:
+def static_estimate(dep, batch: int, prompt: int, output: int, mid_decode: bool = False) -> tuple[float, float]:
     """TTFT and TPOT of a static batch by the fast closed form: the prefill of each micro-batch in steps
-    within the token budget, drained through the pipeline, and the mean decode step."""
+    within the token budget, drained through the pipeline, and the mean decode step (`mid_decode`: the step at
+    the mean context, prompt + output / 2, one evaluation; exact where a step's time is linear in the context)."""
     from madmax.parallel.serving import Step
     from madmax.program.serving import stage_times
     from madmax.serve import modes
 
     per_engine = math.ceil(batch / dep.pp)
-    sizes = modes.prefill_rounds(per_engine, dep.runtime.stack.prompts_per_step(prompt))
-    ttft = sum(dep.step_s(modes.prefill_step(s, prompt)) for s in sizes[:-1])
+    fit = dep.runtime.stack.prompts_per_step(prompt)
+    sizes = modes.prefill_rounds(per_engine, fit)
+    ttft = (len(sizes) - 1) * dep.step_s(modes.prefill_step(fit, prompt)) if len(sizes) > 1 else 0.0
     last: Step = modes.prefill_step(sizes[-1], prompt)
     if dep.pp == 1:
         ttft += dep.step_s(last)
     else:
         stages = [stage_times(dep.replica.plan, dep.runtime, s, last).total_s for s in range(dep.pp)]
         ttft += sum(stages) + (dep.pp - 1) * max(stages)
+    if mid_decode:
+        return ttft, dep.step_s(modes.decode_step(per_engine, prompt + output / 2)) if output > 1 else 0.0
     return ttft, modes.mean_decode_s(dep, per_engine, prompt, output)
 
 

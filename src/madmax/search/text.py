@@ -130,6 +130,63 @@ def print_serving_search(search, top: int, wall_s: float, console: Console | Non
     console.print(table)
 
 
+def print_capacity(found, top: int, wall_s: float, console: Console | None = None) -> None:
+    """A capacity search: its inputs and counts, the best deployments that meet the SLOs (each simulated, the
+    best confirmed whole), or the closest units and the SLO each misses."""
+    from madmax.search.capacity import closest, confirm_requests, measured
+
+    console = console or make_console()
+    slos = ", ".join(f"{k} {_latency(v)}" for k, v in found.slos.items())
+    cap = f", at most {found.max_gpus:,} GPUs" if found.max_gpus else ""
+    console.print(f"[bold]{found.model}[/bold] on {', '.join(found.systems)} (inference, {found.request_rate:g} "
+                  f"requests/s, stack {found.stack}), {found.prompt_len} in + {found.output_len} out tokens; "
+                  f"SLOs {slos}{cap}", soft_wrap=True)
+    console.print(_counts([("replica layouts x formats", f"{found.enumerated:,}"),
+                           *((f"  rejected: {rule}", f"{n:,}") for rule, n in found.rejected.items()),
+                           ("screened (closed form)", f"{len(found.screened):,}"),
+                           ("simulated (rate mode)", f"{len(found.plans):,}"),
+                           ("simulations", f"{sum(p.simulations for p in found.plans):,}"),
+                           ("wall time", f"{wall_s:,.2f} s")]))
+    best = found.meeting()[:top]
+    if not best:
+        console.print("[red]no deployment in the space meets the SLOs[/red]; the closest:")
+        near = Table(show_header=True)
+        for name in ("system", "replica", "weights/kv", "misses"):
+            near.add_column(name, no_wrap=name != "misses")
+        for unit, misses in closest(found, top):
+            near.add_row(unit.system.name, unit.label, f"{unit.dtype}/{unit.kv_dtype}", "; ".join(misses))
+        console.print(near)
+        return
+    by = {"throughput": "GPUs", "cost": "USD per hour", "energy": "power"}[found.objective]
+    table = Table(title=f"Top {len(best)} deployments by {by}", title_justify="left")
+    heads = ["system", "replica", "weights/kv", "replicas", "GPUs", "req/s per replica",
+             *(f"{k.replace('_', ' ')} ms" for k in found.slos), "$/h", "$/1M out"]
+    for name in heads:
+        table.add_column(name, justify="left" if name in ("system", "replica", "weights/kv") else "right",
+                         no_wrap=True)
+    for plan in best:
+        u, result = plan.unit, plan.confirmed or plan.result
+        price = u.system.price_per_gpu_hour_usd
+        per_hour = plan.num_gpus * price if price is not None else None
+        per_million = per_hour / (found.request_rate * found.output_len * 3600) * 1e6 if per_hour else None
+        served = f"{plan.rate_per_replica:,.2f}" + (f" (<{plan.rate_missed:,.2f})" if plan.rate_missed else "")
+        table.add_row(u.system.name, u.label, f"{u.dtype}/{u.kv_dtype}", f"{plan.replicas:,}", f"{plan.num_gpus:,}",
+                      served, *(f"{(measured(result, k) or 0) * 1e3:,.1f}" for k in found.slos),
+                      f"{per_hour:,.2f}" if per_hour is not None else "-",
+                      f"{per_million:,.2f}" if per_million is not None else "-")
+    console.print(table)
+    first = best[0]
+    console.print(f"req/s per replica: what each serves at the rate (and, after <, the rate with one replica fewer, "
+                  f"which misses an SLO). The first deployment simulated whole at {found.request_rate:g} "
+                  f"requests/s over {confirm_requests(found.num_requests, first.replicas):,} requests "
+                  f"({'meets' if first.confirmed is not None else 'not run'}); to run it again:", soft_wrap=True)
+    console.print(found.confirm_command(first), soft_wrap=True, markup=False, highlight=False)
+
+
+def _latency(seconds: float) -> str:
+    return f"{seconds * 1e3:,.0f} ms" if seconds < 1 else f"{seconds:,.3g} s"
+
+
 DEFAULTS = {"cp=1", "ep=1", "vp=1"}
 TABLE_FIXED = {"tp=1", "pp=1", "recompute=none", "sp=0"}  # the same in every candidate of a table search
 

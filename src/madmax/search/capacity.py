@@ -1,0 +1,612 @@
+"""Capacity planning for serving: the deployments that serve a request rate within latency objectives (SLOs),
+ranked by GPUs, dollars or watts, and the highest rate one replica layout serves within them.
+
+A deployment is k replicas of one *unit*: tp x pp GPUs (times a attention-data-parallel ranks when a
+mixture-of-experts model spreads its experts over ep = a tp GPUs), in one weight and KV-cache format, under
+one serving stack. Requests arrive as a Poisson process at the rate asked for and are spread round-robin over
+the replicas, each running its own continuous-batching engine (`simulate --mode rate`).
+
+An SLO names a statistic and a latency: `p99_ttft=1` (seconds), with statistics mean, p50, p90, p99 of
+ttft (time to first token), tpot (time per output token of a request), itl (inter-token latency, pooled
+over tokens) and e2e (end-to-end latency), as `simulate --mode rate` reports them.
+
+1. Units: every (tp, pp) the serving search allows (tp splits the model within one scale-up domain,
+   pp <= layers and `max_pp`), each expert layout of an MoE model (`search.serving.expert_layouts` with up to
+   `MAX_ATTENTION_DP` attention-data-parallel ranks), each weight and KV format; a unit whose weights,
+   workspace and reserve leave no KV room for one request is rejected (`memory`).
+2. Screen (closed form, `search.serving.static_estimate`): a unit whose latency of one request alone misses
+   an SLO misses it at every rate (`slo at zero load`). The others get an estimated capacity: the most
+   requests/s of a static batch whose TPOT and end-to-end latency meet the SLOs, B a / (TTFT_B + (o - 1)
+   TPOT_B), and rank by the GPUs per request/s it implies.
+3. The `exact` best units of each system are simulated: the fewest replicas k whose one replica, at Poisson arrivals of
+   rate / k (`simulate --mode rate`), meets every SLO; an exponential search from the estimate's k, then
+   bisection on k (more replicas, a lower rate each: latencies never grow). One seed for every rate: the
+   arrival times at rate r are those at rate 1 divided by r, so the latencies move with the rate, not with
+   the sample. The rate of one replica fewer, which misses, is reported beside it. A Poisson stream split
+   round-robin over k replicas reaches each more evenly than a Poisson stream of rate / k, so k is on the
+   safe side.
+4. The best deployment is simulated whole at the full rate, as `simulate --mode rate` runs it (its `confirm`
+   command), a replica added while it misses an SLO (at most MAX_GROWTH).
+
+Ranked by GPUs (objective throughput: the most requests/s per GPU), cost (USD per hour: the system's price
+or `price`) or energy (W at load). When no unit meets the SLOs the result lists the closest units and the
+SLO each misses, not nothing.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from madmax.config.strategy import Strategy
+from madmax.errors import ConfigError, MadmaxError
+from madmax.results.serving import ServingResult
+
+STATISTICS = ("mean", "p50", "p90", "p99")
+METRICS = {"ttft": "ttft_s", "tpot": "tpot_s", "itl": "itl_s", "e2e": "e2e_latency_s"}
+OBJECTIVES = {"throughput": "num_gpus", "cost": "usd_per_hour", "energy": "power_w"}
+# Requests simulated per replica for each rate tried: simulate --mode rate's default, so a p99 rests on 10.
+DEFAULT_REQUESTS = 1000
+MAX_PP = 4
+MAX_ATTENTION_DP = 8
+DEFAULT_EXACT = 6
+# The whole deployment's confirming simulation runs `num_requests` per replica up to this many in all.
+CONFIRM_MAX_REQUESTS = 20_000
+# Replicas added, at most, when the whole deployment's simulation misses an SLO.
+MAX_GROWTH = 3
+# Plans whose whole deployment is simulated, at most, until one meets the SLOs.
+MAX_CONFIRMS = 3
+
+
+def parse_slos(slo: str | dict[str, Any] | None) -> dict[str, float]:
+    """`{"p99_ttft": 1.0, ...}` (seconds) from "p99_ttft=1,p99_tpot=50ms" or a mapping; ConfigError naming
+    the SLO and what is allowed otherwise."""
+    if slo is None:
+        return {}
+    allowed = (f"SLOs named <statistic>_<latency> with statistic {', '.join(STATISTICS)} and latency "
+               f"{', '.join(METRICS)}, each a time in seconds (or with ms), e.g. p99_ttft=1,p99_tpot=50ms")
+    if isinstance(slo, str):
+        items = []
+        for part in (p.strip() for p in slo.split(",") if p.strip()):
+            name, sep, value = part.partition("=")
+            if not sep:
+                raise ConfigError(f"slo={part!r} has no value; allowed: {allowed}")
+            items.append((name.strip(), value.strip()))
+    elif isinstance(slo, dict):
+        items = list(slo.items())
+    else:
+        raise ConfigError(f"slo={slo!r} must be text or a mapping; allowed: {allowed}")
+    out: dict[str, float] = {}
+    for name, value in items:
+        key = str(name).strip().lower()
+        stat, _, metric = key.partition("_")
+        if stat not in STATISTICS or metric not in METRICS:
+            raise ConfigError(f"slo {name!r} is unknown; allowed: {allowed}")
+        seconds = _seconds(value)
+        if seconds is None:
+            raise ConfigError(f"slo {key}={value!r} must be a positive, finite time; allowed: {allowed}")
+        if key in out:
+            raise ConfigError(f"slo {key} is given twice; allowed: each SLO once")
+        out[key] = seconds
+    if not out:
+        raise ConfigError(f"slo is empty; allowed: {allowed}")
+    return out
+
+
+def _seconds(value: Any) -> float | None:
+    text = str(value).strip().lower()
+    match = re.fullmatch(r"([0-9.eE+-]+)\s*(ms|s)?", text)
+    if isinstance(value, bool) or match is None:
+        return None
+    try:
+        number = float(match.group(1))
+    except ValueError:
+        return None
+    seconds = number / 1000 if match.group(2) == "ms" else number
+    return seconds if math.isfinite(seconds) and seconds > 0 else None
+
+
+def missed(result: ServingResult, slos: dict[str, float]) -> list[str]:
+    """The SLOs `result` (a rate-mode result, with latency percentiles) misses, e.g. 'p99_ttft 1.42 s > 1 s';
+    a run that does not fit in memory misses them all."""
+    if not result.fits:
+        return [f"memory: {result.fits_reason}"]
+    out = []
+    for key, limit in slos.items():
+        value = measured(result, key)
+        if value is None or value > limit:
+            out.append(f"{key} {_fmt(value)} > {_fmt(limit)}")
+    return out
+
+
+def measured(result: ServingResult, key: str) -> float | None:
+    """The value of SLO `key` (e.g. p99_ttft) in a rate-mode result, None where there is none."""
+    stat, _, metric = key.partition("_")
+    return (result.latency or {}).get(METRICS[metric], {}).get(stat)
+
+
+def _fmt(seconds: float | None) -> str:
+    if seconds is None:
+        return "none"
+    return f"{seconds * 1e3:,.1f} ms" if seconds < 1 else f"{seconds:,.2f} s"
+
+
+@dataclass(frozen=True)
+class Unit:
+    """What one replica is: its system, layout (tp, pp, experts), formats, and the closed-form screen."""
+
+    system: Any = field(repr=False)  # madmax.config.hardware.System, priced
+    tp: int
+    pp: int
+    ep: int
+    etp: int
+    dtype: str
+    kv_dtype: str
+    max_batch_by_memory: int
+    estimated_rate: float  # requests/s of one replica by the closed form
+    zero_load: dict[str, float]  # SLO -> the closed form's latency of one request alone
+
+    @property
+    def attention_dp(self) -> int:
+        return self.ep // self.tp if self.ep > self.tp else 1
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp * self.attention_dp
+
+    def strategy(self, replicas: int = 1) -> str:
+        experts = f",ep={self.ep},etp={self.etp}" if self.ep * self.etp > 1 else ""
+        return f"tp={self.tp},pp={self.pp},dp={replicas * self.attention_dp}{experts}"
+
+    @property
+    def label(self) -> str:
+        experts = f",ep={self.ep}" if self.ep > 1 else (f",etp={self.etp}" if self.etp > 1 else "")
+        return f"tp={self.tp},pp={self.pp}" + (f",dp={self.attention_dp}" if self.attention_dp > 1 else "") + experts
+
+
+@dataclass
+class Plan:
+    """A unit's highest rate within the SLOs and the deployment of it that serves the rate asked for."""
+
+    unit: Unit
+    rate_per_replica: float  # requests/s each replica serves within the SLOs (0: none at any rate tried)
+    replicas: int
+    result: ServingResult | None  # one replica at rate / replicas (None: the unit serves no rate)
+    misses: list[str]  # the SLOs `result` misses (or, without a rate, the lowest rate's)
+    simulations: int
+    confirmed: ServingResult | None = None  # the whole deployment at the rate, for the best plan
+    rate_missed: float | None = None  # the rate per replica of one replica fewer, which misses an SLO
+
+    @property
+    def num_gpus(self) -> int:
+        return self.replicas * self.unit.gpus
+
+
+@dataclass
+class Capacity:
+    """What a capacity search found: the simulated plans (best first), the screened units, and counts."""
+
+    model: str
+    systems: list[str]
+    request_rate: float
+    prompt_len: int
+    output_len: int
+    stack: str
+    slos: dict[str, float]
+    objective: str
+    max_gpus: int | None
+    plans: list[Plan]
+    screened: list[Unit]  # every unit that fits, best estimate first
+    closest: list[tuple[Unit, list[str]]]  # units that miss an SLO even alone, the closest first
+    enumerated: int
+    rejected: dict[str, int]
+    timings_s: dict[str, float] = field(default_factory=dict)
+    num_requests: int = DEFAULT_REQUESTS  # simulated per replica at each rate
+    spec: Any = field(default=None, repr=False)  # the model as loaded, simulated
+    model_arg: str | None = None  # the model as the user named it (a catalog name or a file), for the command
+
+    def meeting(self) -> list[Plan]:
+        """The plans that meet every SLO within the GPU cap, best first."""
+        return [p for p in self.plans if p.result is not None and not p.misses and self._within(p)]
+
+    def _within(self, plan: Plan) -> bool:
+        return self.max_gpus is None or plan.num_gpus <= self.max_gpus
+
+    def confirm_command(self, plan: Plan) -> str:
+        """The `madmax simulate` command line that runs `plan`'s deployment at the rate."""
+        u, n = plan.unit, confirm_requests(self.num_requests, plan.replicas)
+        return (f"madmax simulate -m {self.model_arg or self.model} -s {u.system.name} --num-gpus {plan.num_gpus} "
+                f"--task inference --mode rate --request-rate {self.request_rate:g} --prompt-len {self.prompt_len} "
+                f"--output-len {self.output_len} --dtype {u.dtype} --kv-dtype {u.kv_dtype} --stack {self.stack} "
+                f"--strategy {u.strategy(plan.replicas)} --num-requests {n}")
+
+
+def confirm_requests(per_replica: int, replicas: int) -> int:
+    return min(per_replica * replicas, max(per_replica, CONFIRM_MAX_REQUESTS))
+
+
+def find_capacity(model: Any, systems: Any, *, request_rate: float, slo: str | dict | None,
+                  prompt_len: int | None = None, output_len: int | None = None, max_gpus: int | None = None,
+                  stack: Any = None, dtypes: list[str] | None = None, kv_dtypes: list[str] | None = None,
+                  max_tp: int | None = None, max_pp: int | None = None, objective: str = "throughput",
+                  top: int = 5, exact: int | None = None, num_requests: int | None = None, seed: int = 0,
+                  price: float | None = None, power: float | None = None, calibration: Any = None) -> Capacity:
+    """Search the deployments that serve `request_rate` requests/s within `slo` (see the module docstring).
+    `systems`: one system or a list; `max_gpus` caps a deployment's GPUs. Raises `MadmaxError` on bad input."""
+    from madmax import terminal
+    from madmax.config.stack import load_stack
+
+    start = time.perf_counter()
+    slos = parse_slos(slo)
+    if not slos:
+        raise ConfigError("a capacity search needs at least one SLO; allowed: slo such as p99_ttft=1,p99_tpot=50ms")
+    rate = _positive(request_rate, "request_rate", "requests per second")
+    if objective not in OBJECTIVES:
+        raise ConfigError(f"objective={objective!r} is not a serving objective; allowed: "
+                          f"{', '.join(OBJECTIVES)} (fewest GPUs, USD per hour, W)")
+    for name, value in (("top", top), ("exact", exact), ("max_gpus", max_gpus), ("max_tp", max_tp),
+                        ("max_pp", max_pp), ("num_requests", num_requests)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ConfigError(f"{name}={value!r} must be a positive integer")
+    exact = max(DEFAULT_EXACT, top) if exact is None else exact
+    if exact < top:
+        raise ConfigError(f"exact={exact} must be at least top={top} (the reported deployments are simulated)")
+    per_replica = num_requests or DEFAULT_REQUESTS
+    stack_spec = load_stack(stack)
+    system_list = systems if isinstance(systems, list | tuple) else [systems]
+    if not system_list:
+        raise ConfigError("systems is empty; allowed: one or more catalog systems or files")
+    rejected = {"tp_divides_model": 0, "pp_layers": 0, "memory": 0, "slo at zero load": 0}
+    units: list[Unit] = []
+    closest: list[tuple[Unit, list[str]]] = []
+    enumerated = 0
+    spec = None
+    lengths = (prompt_len, output_len)
+    for system in system_list:
+        base = _base(model, system, prompt_len, output_len, rate, calibration, price, power, objective)
+        spec = base.spec
+        lengths = (base.task.prompt_len, base.task.output_len)
+        decoding = [k for k in slos if k.endswith(("_tpot", "_itl"))]
+        if decoding and lengths[1] < 2:
+            raise ConfigError(f"slo {', '.join(decoding)} needs a second output token; output_len={lengths[1]}; "
+                              "allowed: output_len >= 2")
+        n, found, near = _screen(base, stack_spec, slos, dtypes, kv_dtypes, max_tp, max_pp, max_gpus, rejected)
+        enumerated += n
+        units += found
+        closest += near
+    units.sort(key=lambda u: _estimated_key(u, rate, objective))
+    closest.sort(key=lambda un: _worst_ratio(un[0].zero_load, slos))
+    timings = {"screen": time.perf_counter() - start}
+    clock = time.perf_counter()
+    by_system: dict[int, int] = {}
+    chosen = []  # the `exact` best of each system, so that systems are compared on simulated plans
+    for u in units:
+        if by_system.get(id(u.system), 0) < exact:
+            by_system[id(u.system)] = by_system.get(id(u.system), 0) + 1
+            chosen.append(u)
+    terminal.expect(len(chosen) * 8)
+    plans = [_plan(spec, u, rate, slos, stack_spec, lengths, per_replica, seed, calibration) for u in chosen]
+    plans.sort(key=lambda p: _rank(p, objective, max_gpus, slos))
+    timings["simulate"] = time.perf_counter() - clock
+    model_arg = str(model) if isinstance(model, str | Path) else None
+    found = Capacity(model=spec.name, systems=[s if isinstance(s, str) else getattr(s, "name", "system")
+                                               for s in system_list],
+                     request_rate=rate, prompt_len=lengths[0], output_len=lengths[1], stack=stack_spec.name,
+                     slos=slos, objective=objective, max_gpus=max_gpus, plans=plans, screened=units,
+                     closest=closest[:top], enumerated=enumerated, rejected=rejected, timings_s=timings,
+                     num_requests=per_replica, spec=spec, model_arg=model_arg)
+    clock = time.perf_counter()
+    for _ in range(MAX_CONFIRMS):  # the best that the whole deployment's simulation confirms
+        best = found.meeting()
+        if not best or _confirm(found, best[0], stack_spec, calibration, seed):
+            break
+        found.plans.sort(key=lambda p: _rank(p, objective, max_gpus, slos))
+    timings["confirm"] = time.perf_counter() - clock
+    return found
+
+
+def _positive(value: Any, name: str, unit: str) -> float:
+    from madmax.config.checks import positive_number
+
+    return positive_number(value, name, unit)
+
+
+def _base(model, system, prompt_len, output_len, rate, calibration, price, power, objective):
+    """The request of one node of `system` (its price and power replaced where given), checked."""
+    from madmax.request import resolve_request
+
+    base = resolve_request(model, system, None, "inference", calibration=calibration, prompt_len=prompt_len,
+                           output_len=output_len, mode="rate", request_rate=rate)
+    if not base.workload.generates_tokens:
+        raise ConfigError(f"a capacity search plans the serving of models that generate tokens; {base.spec.name} "
+                          "runs one forward pass per batch; allowed: simulate --task inference --batch B")
+    if base.task.prompt_len is None or base.task.output_len is None:
+        raise ConfigError("a capacity search needs prompt_len and output_len (tokens per request); allowed: "
+                          "positive integers")
+    costed = base.system.with_costs(price, power)
+    if objective == "cost" and costed.price_per_gpu_hour_usd is None:
+        raise ConfigError(f"objective cost needs a price for system {costed.name}, which has none; allowed: "
+                          "price (USD per GPU-hour), or objective throughput")
+    return _with_system(base, costed)
+
+
+def _with_system(base, system):
+    return replace(base, system=system)
+
+
+def _screen(base, stack, slos, dtypes, kv_dtypes, max_tp, max_pp, max_gpus, rejected):
+    """Every unit of one system, screened in closed form: (enumerated, units that may meet the SLOs, units
+    that miss one alone with what they miss)."""
+    from madmax.config.loaders import load_system
+    from madmax.config.stack import launched
+    from madmax.request import resolve_request
+    from madmax.search.serving import expert_layouts, formats_to_try, static_estimate
+    from madmax.serve import modes
+    from madmax.serve.deployment import formats as formats_of
+    from madmax.serve.deployment import replica, runtime_of, tp_splits
+
+    spec, system = base.spec, base.system
+    p, o = base.task.prompt_len, base.task.output_len
+    domain = system.scale_up_domain
+    layouts = []
+    enumerated = 0
+    pps = [d for d in (1, 2, 4, 8, 16) if d <= (max_pp or MAX_PP)]
+    for tp in (d for d in range(1, domain + 1) if domain % d == 0 and d <= (max_tp or domain)):
+        for pp in pps:
+            enumerated += 1
+            if not tp_splits(spec, tp):
+                rejected["tp_divides_model"] += 1
+            elif pp > spec.num_layers:
+                rejected["pp_layers"] += 1
+            else:
+                layouts += [(tp, pp, ep, etp) for ep, etp in expert_layouts(spec, tp, MAX_ATTENTION_DP)]
+    found, near = [], []
+    requests: dict[tuple[str, str], Any] = {}
+    for dtype, kv in formats_to_try(base, dtypes, kv_dtypes):
+        for tp, pp, ep, etp in layouts:
+            a = ep // tp if ep > tp else 1
+            gpus = tp * pp * a
+            if max_gpus is not None and gpus > max_gpus:
+                continue
+            if (dtype, kv) not in requests:  # the workload depends on the formats, not on the GPU count
+                requests[dtype, kv] = resolve_request(spec, system, gpus, "inference", calibration=base.calibration,
+                                                      prompt_len=p, output_len=o, dtype=dtype, kv_dtype=kv,
+                                                      mode="rate", request_rate=base.task.request_rate)
+            request = replace(requests[dtype, kv], system=load_system(system, gpus))
+            engine, _ = launched(stack, request.task.launch, stack.max_batch, p, "agg")
+            strategy = Strategy(tp=tp, pp=pp, dp=a, ep=ep, etp=etp)
+            rep = replica(request, strategy, engine, formats_of(request), engine.max_num_tokens,
+                          min(engine.max_batch, engine.max_num_tokens), p + o)
+            if rep.max_sequences < 1:
+                rejected["memory"] += 1
+                continue
+            dep = modes.Deployment(rep, runtime_of(request, engine), a, p + o)
+            ttft, tpot = static_estimate(dep, 1, p, o, mid_decode=True)
+            alone = _latencies(ttft + engine.frontend_s, tpot, o)
+            unit = Unit(system, tp, pp, ep, etp, dtype, kv, rep.max_sequences, 0.0,
+                        {k: alone[k.partition("_")[2]] for k in slos})
+            if any(unit.zero_load[k] > limit for k, limit in slos.items()):
+                rejected["slo at zero load"] += 1
+                near.append((unit, [f"{k} {_fmt(unit.zero_load[k])} > {_fmt(v)} with one request alone"
+                                    for k, v in slos.items() if unit.zero_load[k] > v]))
+                continue
+            rate = _estimated_rate(dep, engine, slos, p, o, min(rep.max_sequences, engine.max_batch * pp))
+            found.append(Unit(system, tp, pp, ep, etp, dtype, kv, rep.max_sequences,
+                              rate or 1 / (ttft + (o - 1) * tpot), unit.zero_load))
+    return enumerated * max(1, len(formats_to_try(base, dtypes, kv_dtypes))), found, near
+
+
+def _estimated_rate(dep, engine, slos: dict[str, float], prompt: int, output: int, cap: int) -> float:
+    """Requests/s of one replica by the closed form: the largest static batch on the ladder to `cap` whose
+    decode step and end-to-end latency meet the SLOs other than TTFT's (a served TTFT is the queue's, not a
+    static batch's prefill), found by bisection (both grow with the batch), served at a B / (TTFT_B + (o - 1)
+    TPOT_B) with a the unit's attention-data-parallel ranks; 0 when even one request misses."""
+    from madmax.search.serving import static_estimate
+    from madmax.serve import modes
+
+    def rate(batch: int) -> float | None:
+        ttft, tpot = static_estimate(dep, batch, prompt, output, mid_decode=True)
+        at = _latencies(ttft + engine.frontend_s, tpot, output)
+        if any(at[k.partition("_")[2]] > v for k, v in slos.items() if "ttft" not in k):
+            return None
+        return dep.replicas * batch / (ttft + (output - 1) * tpot)
+
+    ladder = modes.batch_ladder(max(1, cap))
+    lo, hi = -1, len(ladder)  # ladder[lo] meets, ladder[hi] misses
+    best = 0.0
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        value = rate(ladder[mid])
+        if value is None:
+            hi = mid
+        else:
+            lo, best = mid, max(best, value)
+    return best
+
+
+def _latencies(ttft: float, tpot: float, output: int) -> dict[str, float]:
+    return {"ttft": ttft, "tpot": tpot, "itl": tpot, "e2e": ttft + (output - 1) * tpot}
+
+
+def _worst_ratio(latency: dict[str, float], slos: dict[str, float]) -> float:
+    return max(latency[k] / v for k, v in slos.items())
+
+
+def _plan(model: Any, unit: Unit, rate: float, slos: dict[str, float], stack, lengths, per_replica: int, seed: int,
+          calibration) -> Plan:
+    """The fewest replicas of `unit` whose one replica, at rate / replicas, meets every SLO: an exponential
+    search from the estimate's count, then bisection on the integer count (more replicas, a lower rate each,
+    never a higher latency). The unit serves no rate when one replica misses an SLO at a rate below
+    `idle_rate` (a request every ten latencies of one alone)."""
+    from madmax import terminal
+
+    count = [0]
+    cache: dict[int, ServingResult] = {}
+
+    def meets(k: int) -> bool:
+        if k not in cache:
+            cache[k] = _simulate(model, unit, 1, rate / k, stack, lengths, per_replica, seed, calibration)
+            count[0] += 1
+            terminal.advance()
+        return not missed(cache[k], slos)
+
+    idle_rate = 0.1 / max(unit.zero_load.get(k, 0.0) for k in slos) if slos else 0.0
+    guess = max(1, math.ceil(rate / unit.estimated_rate * (1 - 1e-12)))
+    step = 1
+    if meets(guess):
+        hi, lo = guess, 0
+        while hi - step >= 1:
+            if not meets(hi - step):
+                lo = hi - step
+                break
+            hi, step = hi - step, 2 * step
+    else:
+        lo = guess
+        while True:
+            k = lo + step
+            if rate / k < idle_rate and not meets(k):
+                return Plan(unit, 0.0, 0, None, missed(cache[k], slos), count[0])
+            if meets(k):
+                hi = k
+                break
+            lo, step = k, 2 * step
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if meets(mid):
+            hi = mid
+        else:
+            lo = mid
+    return Plan(unit, rate / hi, hi, cache[hi], [], count[0], rate_missed=rate / lo if lo else None)
+
+
+def _simulate(model: Any, unit: Unit, replicas: int, rate: float, stack, lengths, num_requests: int, seed: int,
+              calibration) -> ServingResult:
+    from madmax.api import simulate
+
+    try:
+        return simulate(model, unit.system, unit.gpus * replicas, task="inference", mode="rate", request_rate=rate,
+                        prompt_len=lengths[0], output_len=lengths[1], dtype=unit.dtype, kv_dtype=unit.kv_dtype,
+                        strategy=unit.strategy(replicas), stack=stack, num_requests=num_requests, seed=seed,
+                        calibration=calibration)
+    except MadmaxError as exc:  # a unit the screen kept but simulate refuses is a search bug
+        raise AssertionError(f"the capacity search kept a layout simulate refuses: {exc}") from exc
+
+
+def _confirm(found: Capacity, plan: Plan, stack, calibration, seed: int) -> bool:
+    """The plan's whole deployment simulated at the full rate, a replica added while it misses an SLO; whether
+    it met them (else the plan carries the whole deployment's misses and leaves the meeting plans)."""
+    lengths = (found.prompt_len, found.output_len)
+    for _ in range(MAX_GROWTH + 1):
+        n = confirm_requests(found.num_requests, plan.replicas)
+        whole = _simulate(found.spec, plan.unit, plan.replicas, found.request_rate, stack, lengths, n, seed,
+                          calibration)
+        plan.confirmed = whole
+        if not (misses := missed(whole, found.slos)):
+            return True
+        plan.replicas += 1
+    plan.replicas -= 1
+    plan.misses = [f"the whole deployment: {m}" for m in misses]
+    return False
+
+
+def _rank(plan: Plan, objective: str, max_gpus: int | None, slos: dict[str, float]) -> tuple:
+    """Plans that serve the rate within the SLOs and the GPU cap first, by the objective, then by the slack of
+    their tightest SLO (the largest measured / limit, smallest first); then the others by GPUs."""
+    ok = plan.result is not None and not plan.misses and (max_gpus is None or plan.num_gpus <= max_gpus)
+    if not ok:
+        return (True, math.inf, plan.num_gpus if plan.replicas else math.inf)
+    return (False, _value(plan, objective), max((measured(plan.result, k) or 0.0) / v for k, v in slos.items()))
+
+
+def _estimated_key(unit: Unit, rate: float, objective: str) -> tuple[float, float]:
+    """A screened unit's rank: the objective of the replicas its estimate needs for `rate` (whole replicas: a
+    2-GPU unit that serves the rate alone beats a 4-GPU one with more to spare), then GPUs per request/s."""
+    replicas = math.ceil(rate / unit.estimated_rate * (1 - 1e-12))
+    plan = Plan(unit, rate / replicas, replicas, None, [], 0)
+    return _value(plan, objective), unit.gpus / unit.estimated_rate
+
+
+def _value(plan: Plan, objective: str) -> float:
+    if objective == "cost":
+        return plan.num_gpus * plan.unit.system.price_per_gpu_hour_usd
+    if objective == "energy":
+        return _power_w(plan) or math.inf
+    return plan.num_gpus
+
+
+def _power_w(plan: Plan) -> float | None:
+    s = plan.unit.system
+    return s.node_power_w / s.gpus_per_node * plan.num_gpus if s.node_power_w else None
+
+
+def rows(found: Capacity) -> list[dict[str, Any]]:
+    """One row per simulated plan (best first), then per screened unit not simulated: the frame's records."""
+    out = []
+    simulated = {id(p.unit) for p in found.plans}
+    for p in found.plans:
+        result = p.confirmed or p.result
+        out.append(_row(found, p.unit, simulated=True, rate=p.rate_per_replica, rate_missed=p.rate_missed,
+                        replicas=p.replicas or None,
+                        result=result, misses=missed(result, found.slos) if result is not None else p.misses,
+                        confirmed=p.confirmed is not None))
+    for u in found.screened:
+        if id(u) not in simulated:
+            replicas = math.ceil(found.request_rate / u.estimated_rate)
+            out.append(_row(found, u, simulated=False, rate=None, rate_missed=None, replicas=replicas, result=None,
+                            misses=[], confirmed=False))
+    return out
+
+
+def _row(found: Capacity, u: Unit, *, simulated: bool, rate: float | None, rate_missed: float | None,
+         replicas: int | None,
+         result: ServingResult | None, misses: list[str], confirmed: bool) -> dict[str, Any]:
+    gpus = replicas * u.gpus if replicas else None
+    price = u.system.price_per_gpu_hour_usd
+    per_hour = gpus * price if gpus and price is not None else None
+    tokens_per_hour = found.request_rate * found.output_len * 3600
+    watts = u.system.node_power_w / u.system.gpus_per_node * gpus if gpus and u.system.node_power_w else None
+    row = {"system": u.system.name, "replica": u.label, "tp": u.tp, "pp": u.pp, "ep": u.ep, "etp": u.etp,
+           "attention_dp": u.attention_dp, "dtype": u.dtype, "kv_dtype": u.kv_dtype, "gpus_per_replica": u.gpus,
+           "simulated": simulated, "estimated_rate_per_replica": u.estimated_rate,
+           "rate_per_replica": rate, "rate_missed_per_replica": rate_missed, "replicas": replicas,
+           "num_gpus": gpus,
+           "meets": simulated and result is not None and not misses
+           and (found.max_gpus is None or (gpus or 0) <= found.max_gpus),
+           "missed": "; ".join(misses) if simulated else None, "confirmed": confirmed,
+           "usd_per_hour": per_hour,
+           "usd_per_million_output_tokens": per_hour / tokens_per_hour * 1e6 if per_hour is not None else None,
+           "power_w": watts}
+    for key in found.slos:
+        row[f"{key}_s"] = measured(result, key) if result is not None else None
+    return row
+
+
+def summary(found: Capacity, top: int) -> dict[str, Any]:
+    """The search's inputs, counts and best plans, for --json."""
+    best = found.meeting()[:top]
+    return {"model": found.model, "systems": found.systems, "task": "inference", "mode": "rate",
+            "request_rate": found.request_rate, "prompt_len": found.prompt_len, "output_len": found.output_len,
+            "stack": found.stack, "slo": found.slos, "objective": found.objective, "max_gpus": found.max_gpus,
+            "enumerated": found.enumerated, "rejected": found.rejected, "screened": len(found.screened),
+            "simulated": len(found.plans), "timings_s": found.timings_s,
+            "deployments": [r for r in rows(found) if r["meets"]][:top],
+            "confirm": found.confirm_command(best[0]) if best else None,
+            "closest": [] if best else [{"system": u.system.name, "replica": u.label, "dtype": u.dtype,
+                                         "kv_dtype": u.kv_dtype, "missed": misses}
+                                        for u, misses in closest(found, top)]}
+
+
+def closest(found: Capacity, top: int) -> list[tuple[Unit, list[str]]]:
+    """When nothing meets the SLOs: the simulated units and those that miss alone, the closest first, each with
+    the SLOs it misses (at the lowest rate tried, or with one request alone)."""
+    simulated = [(p.unit, p.misses) for p in found.plans if p.misses or p.result is None]
+    over = [(p.unit, [f"needs {p.num_gpus:,} GPUs; allowed: at most max_gpus={found.max_gpus:,}"])
+            for p in found.plans if p.result is not None and not p.misses and not found._within(p)]
+    return (over + simulated + found.closest)[:top]
+
+
+__all__ = ["Capacity", "Plan", "Unit", "find_capacity", "missed", "parse_slos", "rows", "summary"]

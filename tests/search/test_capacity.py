@@ -1,0 +1,194 @@
+"""The capacity search (madmax.search.capacity): SLO parsing, the fewest replicas that meet the SLOs (checked
+against rate-mode simulations), the closest units when nothing meets, and the CLI and API surfaces."""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from madmax import api
+from madmax.cli import app
+from madmax.errors import ConfigError
+from madmax.search.capacity import closest, find_capacity, missed, parse_slos, rows
+
+# Llama-3.1-8B in fp8 on H100, 512 in + 64 out tokens; 200 requests per simulation keep each under a second.
+SMALL = {"prompt_len": 512, "output_len": 64, "dtypes": ["fp8"], "kv_dtypes": ["fp8"], "max_pp": 1,
+         "num_requests": 200}
+
+
+def test_slos_parse_in_seconds_from_text_or_a_mapping():
+    assert parse_slos("p99_ttft=1, p99_tpot=50ms,mean_e2e=2.5s") == {"p99_ttft": 1.0, "p99_tpot": 0.05,
+                                                                     "mean_e2e": 2.5}
+    assert parse_slos({"P90_ITL": "20 ms"}) == {"p90_itl": 0.02}
+    assert parse_slos(None) == {}
+
+
+@pytest.mark.parametrize("text, names", [
+    ("p95_ttft=1", "'p95_ttft' is unknown"), ("p99_latency=1", "'p99_latency' is unknown"),
+    ("p99_ttft=0", "positive, finite"), ("p99_ttft=-1", "positive, finite"), ("p99_ttft=nan", "positive, finite"),
+    ("p99_ttft=inf", "positive, finite"), ("p99_ttft=1h", "positive, finite"), ("p99_ttft", "has no value"),
+    ("p99_ttft=1,p99_ttft=2", "given twice"), (",", "empty")])
+def test_a_bad_slo_is_one_sentence_naming_it(text, names):
+    with pytest.raises(ConfigError, match=names) as err:
+        parse_slos(text)
+    assert "\n" not in str(err.value) and "allowed" in str(err.value)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=40))
+def test_any_slo_text_parses_or_is_refused(text):
+    try:
+        slos = parse_slos(text)
+    except ConfigError:
+        return
+    assert slos and all(math.isfinite(v) and v > 0 for v in slos.values())
+
+
+@pytest.fixture(scope="module")
+def found():
+    return find_capacity("llama-3.1-8b", "dgx-h100", request_rate=120, slo="p99_ttft=300ms,p99_tpot=15ms",
+                         max_tp=2, exact=2, top=2, **SMALL)
+
+
+def one_replica(found, plan, rate):
+    u = plan.unit
+    return api.simulate("llama-3.1-8b", "dgx-h100", u.gpus, task="inference", mode="rate", request_rate=rate,
+                        prompt_len=512, output_len=64, dtype=u.dtype, kv_dtype=u.kv_dtype, strategy=u.strategy(),
+                        num_requests=200)
+
+
+def test_the_fewest_replicas_meet_the_slos_and_one_fewer_misses(found):
+    best = found.meeting()[0]
+    assert best.replicas > 1  # the rate needs several replicas: the search had something to find
+    at_rate = one_replica(found, best, found.request_rate / best.replicas)
+    assert missed(at_rate, found.slos) == []
+    assert at_rate.latency == best.result.latency  # the row's numbers are simulate's
+    fewer = one_replica(found, best, found.request_rate / (best.replicas - 1))
+    assert missed(fewer, found.slos)  # e.g. ['p99_tpot 16.2 ms > 15.0 ms']
+    assert best.rate_missed == pytest.approx(found.request_rate / (best.replicas - 1))
+
+
+def test_the_best_is_confirmed_by_the_printed_simulate_command(found):
+    best = found.meeting()[0]
+    assert best.confirmed is not None and missed(best.confirmed, found.slos) == []
+    command = shlex.split(found.confirm_command(best))
+    assert command[:2] == ["madmax", "simulate"]
+    result = CliRunner().invoke(app, [*command[1:], "--json"])
+    assert result.exit_code == 0, result.output
+    run = json.loads(result.output)
+    assert run["num_gpus"] == best.num_gpus
+    assert run["latency"]["ttft_s"]["p99"] == pytest.approx(best.confirmed.latency["ttft_s"]["p99"])
+
+
+def test_rows_rank_meeting_deployments_by_gpus_then_the_screened_rest(found):
+    table = rows(found)
+    simulated = [r for r in table if r["simulated"]]
+    assert [r["simulated"] for r in table] == sorted((r["simulated"] for r in table), reverse=True)
+    meeting = [r for r in simulated if r["meets"]]
+    assert meeting and [r["num_gpus"] for r in meeting] == sorted(r["num_gpus"] for r in meeting)
+    assert all(r["p99_ttft_s"] <= 0.3 and r["p99_tpot_s"] <= 0.015 for r in meeting)
+    assert meeting[0]["num_gpus"] == meeting[0]["replicas"] * meeting[0]["gpus_per_replica"]
+    # 10.2 kW per DGX H100 node of 8 GPUs
+    assert meeting[0]["power_w"] == pytest.approx(10_200 / 8 * meeting[0]["num_gpus"])
+
+
+def test_unreachable_slos_list_the_closest_units_and_what_each_misses():
+    found = find_capacity("llama-3.1-8b", "dgx-h100", request_rate=5, slo="p99_ttft=5ms", max_tp=2, **SMALL)
+    assert found.meeting() == [] and found.plans == []
+    assert found.rejected["slo at zero load"] == 2
+    near = closest(found, 5)
+    assert [u.tp for u, _ in near] == [2, 1]  # tp=2 prefills a prompt faster: closer
+    assert all(m[0].startswith("p99_ttft ") and m[0].endswith("> 5.0 ms with one request alone") for _, m in near)
+
+
+def test_a_gpu_cap_below_the_need_names_the_gpus_needed():
+    found = find_capacity("llama-3.1-8b", "dgx-h100", request_rate=120, slo="p99_ttft=300ms,p99_tpot=15ms",
+                          max_tp=1, exact=1, top=1, max_gpus=1, **SMALL)
+    assert found.meeting() == []
+    (_, misses), = closest(found, 3)
+    assert misses[0].startswith("needs ") and misses[0].endswith("GPUs; allowed: at most max_gpus=1")
+
+
+def test_cost_needs_a_price_and_ranks_by_it():
+    with pytest.raises(ConfigError, match="objective cost needs a price for system dgx-h100"):
+        find_capacity("llama-3.1-8b", "dgx-h100", request_rate=5, slo="p99_ttft=1", objective="cost", **SMALL)
+    priced = find_capacity("llama-3.1-8b", "dgx-h100", request_rate=5, slo="p99_ttft=1", objective="cost",
+                           price=2.5, max_tp=1, exact=1, top=1, **SMALL)
+    best = rows(priced)[0]
+    assert best["usd_per_hour"] == pytest.approx(2.5 * best["num_gpus"])
+    per_million = best["usd_per_hour"] / (5 * 64 * 3600) * 1e6
+    assert best["usd_per_million_output_tokens"] == pytest.approx(per_million)
+
+
+@pytest.mark.parametrize("kwargs, names", [
+    ({"slo": None}, "needs at least one SLO"), ({"request_rate": 0}, "request_rate"),
+    ({"request_rate": float("nan")}, "request_rate"), ({"objective": "time"}, "not a serving objective"),
+    ({"top": 0}, "top=0"), ({"num_requests": -1}, "num_requests=-1"), ({"exact": 1, "top": 2}, "exact=1"),
+    ({"slo": "p99_tpot=10ms", "output_len": 1}, "needs a second output token")])
+def test_bad_inputs_are_refused(kwargs, names):
+    args = {"request_rate": 5.0, "slo": "p99_ttft=1", **SMALL, **kwargs}
+    with pytest.raises(ConfigError, match=names):
+        find_capacity("llama-3.1-8b", "dgx-h100", **args)
+
+
+def test_the_api_returns_a_frame_and_the_serving_layout_search_too():
+    frame = api_search(request_rate=5, slo={"p99_ttft": 1.0}, max_tp=1, exact=1, top=1)
+    assert frame.loc[0, "meets"] and frame.attrs["confirm"].startswith("madmax simulate")
+    layouts = api_search(num_gpus=2, prompt_len=512, output_len=64, dtypes=["fp8"], kv_dtypes=["fp8"], top=1,
+                         exact=1)
+    assert layouts.loc[0, "simulated"] and layouts.loc[0, "output_tokens_per_s_per_gpu"] > 0
+    with pytest.raises(ConfigError, match="slo needs request_rate"):
+        api_search(slo="p99_ttft=1")
+    with pytest.raises(ConfigError, match="global_batch applies to training searches"):
+        api_search(global_batch=8, request_rate=5, slo="p99_ttft=1")
+
+
+def api_search(num_gpus=None, **options):
+    import madmax
+
+    args = {**SMALL, **options} if "request_rate" in options or "slo" in options else options
+    return madmax.search("llama-3.1-8b", "dgx-h100", num_gpus, task="inference", **args)
+
+
+CLI = ["search", "-m", "llama-3.1-8b", "-s", "dgx-h100", "--task", "inference", "--prompt-len", "512",
+       "--output-len", "64", "--dtypes", "fp8", "--kv-dtypes", "fp8", "--max-pp", "1", "--max-tp", "1",
+       "--num-requests", "200", "--exact", "1", "--top", "1", "--no-progress"]
+
+
+def test_cli_prints_the_deployments_and_the_confirming_command():
+    result = CliRunner().invoke(app, [*CLI, "--request-rate", "5", "--slo", "p99_ttft=1,p99_tpot=20ms"])
+    assert result.exit_code == 0, result.output
+    assert "Top 1 deployments by GPUs" in result.output and "madmax simulate -m llama-3.1-8b" in result.output
+    out = CliRunner().invoke(app, [*CLI, "--request-rate", "5", "--slo", "p99_ttft=1", "--json"])
+    data = json.loads(out.output)
+    assert data["slo"] == {"p99_ttft": 1.0} and data["deployments"][0]["meets"] and data["closest"] == []
+
+
+@pytest.mark.parametrize("extra, names", [
+    (["--slo", "p99_ttft=1"], "slo needs request_rate"),
+    (["--request-rate", "5", "--slo", "p95_ttft=1"], "'p95_ttft' is unknown"),
+    (["--request-rate", "5", "--slo", "p99_ttft=1", "--mode", "saturation"], "mode does not apply"),
+    (["--request-rate", "5", "--slo", "p99_ttft=1", "--max-ttft", "1"], "max_ttft does not apply"),
+    (["--request-rate", "5", "--slo", "p99_ttft=1", "--objective", "time"], "not a serving objective"),
+    (["--request-rate", "-5", "--slo", "p99_ttft=1"], "request_rate")])
+def test_cli_bad_capacity_inputs_exit_2_in_one_line(extra, names):
+    result = CliRunner().invoke(app, [*CLI, *extra])
+    assert result.exit_code == 2 and names in result.output
+    assert "Traceback" not in result.output
+
+
+def test_a_model_file_is_searched_and_its_command_names_the_file(tmp_path):
+    # The search simulated the model by its name, which only the catalog knows: a file's model was refused.
+    path = tmp_path / "tiny.yaml"
+    path.write_text("name: tiny\nnum_layers: 4\nhidden_size: 512\nnum_heads: 8\nnum_kv_heads: 4\n"
+                    "ffn_hidden_size: 1024\nvocab_size: 1024\nmax_seq_len: 2048\n")
+    found = find_capacity(str(path), "dgx-h100", request_rate=1, slo="p99_ttft=1", prompt_len=64, output_len=8,
+                          max_tp=1, max_pp=1, exact=1, top=1, num_requests=20)
+    best = found.meeting()[0]
+    assert found.model == "tiny" and f"-m {path} " in found.confirm_command(best)
