@@ -652,6 +652,12 @@ def case_capacity(rng: random.Random) -> Case:
             argv += [option, rng.choice(values)]
     if rng.random() < 0.3:
         argv.append("--json")
+    if rng.random() < 0.35:  # simulate holding a rate (or the highest one) against the SLOs
+        argv = ["simulate", "-m", argv[2], "-s", pick(("dgx-h100",), ("dgx-h100,dgx-a100", "x")), "--num-gpus", "1",
+                "--task", pick(("inference",), ("pretrain",)), "--mode", pick(("rate",), ("static", "concurrency")),
+                "--prompt-len", "64", "--output-len", pick(("8",), ("1",)), "--num-requests", "20",
+                "--slo", slo, *(["--request-rate", pick(("2", "1e-3"), ("0", "x"))] if rng.random() < 0.5 else []),
+                *(["--seed", "1"] if rng.random() < 0.1 else []), *(["--json"] if rng.random() < 0.3 else [])]
     return _case("capacity", argv=argv)
 
 

@@ -41,7 +41,7 @@ def simulate(model: str | Path | dict | ModelSpec, system: str | Path | dict | S
              keep_schedule: bool = False, price: float | None = None,
              power: float | None = None, tokens: float | None = None,
              reliability: str | Path | dict | None = None,
-             checkpoint_interval: float | None = None) -> Result | ServingResult:
+             checkpoint_interval: float | None = None, slo: str | dict | None = None) -> Result | ServingResult:
     """Predict one training iteration, or a serving deployment, of `model` on `system` with `strategy`.
 
     Mirrors `madmax simulate`: names are catalog names or files; `strategy` uses the grammar
@@ -59,7 +59,11 @@ def simulate(model: str | Path | dict | ModelSpec, system: str | Path | dict | S
     ("max_num_tokens=16384,chunked_prefill=1");
     `dtype` bf16, fp16, fp8, fp4 (NVFP4) or int4 (weight-only), `kv_dtype` bf16 or fp8; rate mode takes
     `request_rate` (requests/s) or an `arrivals` CSV (arrival_s, prompt_len, output_len), and
-    `max_ttft`/`max_tpot` (s) for goodput. Returns a `ServingResult`.
+    `max_ttft`/`max_tpot` (s) for goodput. `slo` ("p99_ttft=1,p99_tpot=50ms" or {"p99_ttft": 1.0}: mean, p50,
+    p90 or p99 of ttft, tpot, itl or e2e, seconds) holds a rate-mode result against latency objectives (its `slo`
+    block: each measured value, met, missed); without `request_rate` or `arrivals` it finds the highest
+    Poisson rate the deployment serves within them (`madmax.search.capacity.highest_rate`) and returns the
+    result at that rate. Returns a `ServingResult`.
 
     Training takes `stack`, the training framework (`madmax.config.training_stack`): megatron-core
     (default), megatron-lm-2021, pytorch, fsdp2, deepspeed, megatron-deepspeed, automodel, torchtitan,
@@ -82,6 +86,8 @@ def simulate(model: str | Path | dict | ModelSpec, system: str | Path | dict | S
     llama3-h100; "ideal" for none), checkpointing every `checkpoint_interval` seconds (default: the optimum).
     """
     _check_time_to_train(task, tokens, reliability, checkpoint_interval)
+    if slo is not None:
+        return _simulate_slo(locals())
     requested = parse_strategy(strategy)
     request = resolve_request(model, system, num_gpus, task, calibration=calibration, flash=requested.flash,
                               global_batch=global_batch, seq_len=seq_len, dtype=dtype, batch=batch,
@@ -113,6 +119,41 @@ def simulate(model: str | Path | dict | ModelSpec, system: str | Path | dict | S
     if tokens is not None:
         result = _with_time_to_train(result, request.system, tokens, reliability, checkpoint_interval)
     return result
+
+
+def _simulate_slo(call: dict[str, Any]) -> ServingResult:
+    """`simulate(..., slo=...)`: a rate-mode run held against the SLOs, or, without a rate or arrivals, the
+    highest rate that meets them (`madmax.search.capacity`)."""
+    from madmax.errors import ConfigError
+    from madmax.search.capacity import highest_rate, parse_slos, slo_block
+
+    slos = parse_slos(call.pop("slo"))
+    if not slos:
+        raise ConfigError("slo is empty; allowed: SLOs such as p99_ttft=1,p99_tpot=50ms")
+    kind = call["task"].get("kind") if isinstance(call["task"], dict) else getattr(call["task"], "kind",
+                                                                                   call["task"])
+    if str(getattr(kind, "value", kind)).lower() != "inference" or call["mode"] != "rate":
+        raise ConfigError("slo holds a served deployment's latency percentiles against limits; allowed: "
+                          "task=inference with mode=rate")
+    if call["keep_schedule"]:
+        raise ConfigError("slo does not keep a schedule (it may run many simulations); allowed: omit one of them")
+    if call["request_rate"] is not None or call["arrivals"] is not None:
+        result = simulate(**call)
+        return dataclasses.replace(result, slo=slo_block(result, slos))
+    if call["seed"] is not None:
+        raise ConfigError("seed draws the Poisson arrivals of a request_rate; the highest-rate search uses the "
+                          "default seed at every rate; allowed: omit seed, or give request_rate")
+
+    def run(rate: float) -> ServingResult:
+        return simulate(**{**call, "request_rate": rate})
+
+    best, block = highest_rate(run, slos)
+    if best is None:
+        from madmax.search.capacity import MIN_RATE
+
+        raise ConfigError(f"no request rate down to {MIN_RATE:g}/s meets the SLOs: "
+                          f"{'; '.join(block['missed_at_rate_missed'])}; allowed: looser SLOs or another layout")
+    return dataclasses.replace(best, slo=block)
 
 
 def _check_time_to_train(task: Any, tokens: Any, reliability: Any, checkpoint_interval: Any) -> None:

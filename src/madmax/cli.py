@@ -193,6 +193,9 @@ def simulate(
     max_ttft: Annotated[float | None, typer.Option(help="Time-to-first-token limit for goodput, seconds.")] = None,
     max_tpot: Annotated[float | None, typer.Option(help="Time-per-output-token limit for goodput, seconds.")] = None,
     seed: Annotated[int | None, typer.Option(help="Seed of the Poisson arrivals (rate mode).")] = None,
+    slo: Annotated[str | None, typer.Option(help='Latency objectives (rate mode), e.g. "p99_ttft=1,p99_tpot=50ms": '
+                                                 "checked, or without --request-rate the highest rate that meets "
+                                                 "them is found.")] = None,
     stack: StackOpt = None,
     launch: LaunchOpt = None,
     engine: EngineOpt = None,
@@ -230,7 +233,7 @@ def simulate(
                               expert_load=expert_load, capacity_factor=capacity_factor,
                               calibration=calibration, keep_schedule=trace is not None, price=price,
                               power=power, tokens=tokens, reliability=reliability,
-                              checkpoint_interval=checkpoint_interval)
+                              checkpoint_interval=checkpoint_interval, slo=slo)
         if trace is not None:
             from madmax.report.trace import write_trace
 

@@ -31,8 +31,9 @@ def test_slos_parse_in_seconds_from_text_or_a_mapping():
 
 @pytest.mark.parametrize("text, names", [
     ("p95_ttft=1", "'p95_ttft' is unknown"), ("p99_latency=1", "'p99_latency' is unknown"),
-    ("p99_ttft=0", "positive, finite"), ("p99_ttft=-1", "positive, finite"), ("p99_ttft=nan", "positive, finite"),
-    ("p99_ttft=inf", "positive, finite"), ("p99_ttft=1h", "positive, finite"), ("p99_ttft", "has no value"),
+    ("p99_ttft=0", "positive time"), ("p99_ttft=-1", "positive time"), ("p99_ttft=nan", "positive time"),
+    ("p99_ttft=inf", "positive time"), ("p99_ttft=1h", "positive time"), ("p99_ttft=1e308", "up to 86,400 s"),
+    ("p99_ttft", "has no value"),
     ("p99_ttft=1,p99_ttft=2", "given twice"), (",", "empty")])
 def test_a_bad_slo_is_one_sentence_naming_it(text, names):
     with pytest.raises(ConfigError, match=names) as err:
@@ -192,3 +193,45 @@ def test_a_model_file_is_searched_and_its_command_names_the_file(tmp_path):
                           max_tp=1, max_pp=1, exact=1, top=1, num_requests=20)
     best = found.meeting()[0]
     assert found.model == "tiny" and f"-m {path} " in found.confirm_command(best)
+
+
+SERVE = {"task": "inference", "mode": "rate", "prompt_len": 512, "output_len": 64, "dtype": "fp8", "kv_dtype": "fp8",
+         "strategy": "tp=1", "num_requests": 200}
+
+
+def test_simulate_holds_a_rate_against_the_slos():
+    r = api.simulate("llama-3.1-8b", "dgx-h100", 1, request_rate=20, slo="p99_ttft=1,p99_tpot=5ms", **SERVE)
+    p99_ttft, p99_tpot = r.latency["ttft_s"]["p99"], r.latency["tpot_s"]["p99"]
+    assert r.slo["measured"] == {"p99_ttft": p99_ttft, "p99_tpot": p99_tpot}
+    assert p99_ttft < 1 < p99_tpot * 200  # the TTFT limit is met, the 5 ms TPOT one is not
+    assert not r.slo["met"] and r.slo["missed"] == [f"p99_tpot {p99_tpot * 1e3:,.1f} ms > 5.0 ms"]
+
+
+def test_simulate_without_a_rate_finds_the_highest_that_meets_the_slos():
+    r = api.simulate("llama-3.1-8b", "dgx-h100", 1, slo="p99_ttft=300ms,p99_tpot=15ms", **SERVE)
+    best, above = r.slo["highest_rate"], r.slo["rate_missed"]
+    assert r.slo["met"] and above / best <= 1.02 + 1e-9
+    at_best = api.simulate("llama-3.1-8b", "dgx-h100", 1, request_rate=best, **SERVE)
+    assert r.latency == at_best.latency  # the result is the run at that rate
+    missing = api.simulate("llama-3.1-8b", "dgx-h100", 1, request_rate=above, **SERVE)
+    slos = {"p99_ttft": 0.3, "p99_tpot": 0.015}
+    assert missed(at_best, slos) == [] and missed(missing, slos) == r.slo["missed_at_rate_missed"] != []
+
+
+@pytest.mark.parametrize("kwargs, names", [
+    ({"mode": "static"}, "task=inference with mode=rate"), ({"seed": 3}, "seed draws the Poisson arrivals"),
+    ({"slo": "p99_ttft=1us"}, "positive time"), ({"slo": "p99_ttft=1ms"}, "no request rate down to")])
+def test_simulate_refuses_slos_it_cannot_hold(kwargs, names):
+    with pytest.raises(ConfigError, match=names):
+        api.simulate("llama-3.1-8b", "dgx-h100", 1, **{**SERVE, "slo": "p99_ttft=1", **kwargs})
+
+
+def test_cli_simulate_prints_the_highest_rate_and_each_slo():
+    argv = ["simulate", "-m", "llama-3.1-8b", "-s", "dgx-h100", "--num-gpus", "1", "--task", "inference", "--mode",
+            "rate", "--prompt-len", "512", "--output-len", "64", "--dtype", "fp8", "--strategy", "tp=1",
+            "--num-requests", "200", "--slo", "p99_ttft=300ms,p99_tpot=15ms"]
+    out = CliRunner().invoke(app, argv)
+    assert out.exit_code == 0, out.output
+    assert "highest rate within the SLOs" in out.output and "slo p99_tpot" in out.output
+    bad = CliRunner().invoke(app, [*argv[:-1], "p99_ttft=1", "--task", "pretrain"])
+    assert bad.exit_code == 2 and "task=inference with mode=rate" in bad.output

@@ -185,6 +185,8 @@ def print_serving(result: ServingResult, console: Console | None = None) -> None
         rows.append(("goodput", f"{g['requests_per_s']:,.2f} requests/s ({g['fraction']:.0%} within the limits)"))
     if result.cost:
         rows.append(("cost", _cost_text(result.cost, "output_tokens")))
+    if result.slo:
+        rows += _slo_rows(result.slo)
     for key, value in rows:
         head.add_row(key, value)
     console.print(head)
@@ -219,6 +221,24 @@ def print_serving(result: ServingResult, console: Console | None = None) -> None
         console.print(f"[yellow]limited by: {note}[/yellow]")
     for note in result.assumptions:
         console.print(f"[dim]assumed: {note}[/dim]")
+
+
+def _slo_rows(slo: dict[str, Any]) -> list[tuple[str, str]]:
+    """The SLOs held against (each measured value and its limit), and the highest rate when searched."""
+    rows = []
+    if "highest_rate" in slo:
+        if slo["rate_missed"]:
+            text = (f"{slo['highest_rate']:,.3g} requests/s; {slo['rate_missed']:,.3g}/s misses "
+                    f"({'; '.join(slo['missed_at_rate_missed'])})")
+        else:
+            text = f"at least {slo['highest_rate']:,.3g} requests/s (the search's last rate; none it tried missed)"
+        rows.append(("highest rate within the SLOs", f"{text}; {slo['simulations']} simulations"))
+    for key, limit in slo["limits"].items():
+        value = slo["measured"][key]
+        ok = value is not None and value <= limit
+        shown = "-" if value is None else _ms(value)
+        rows.append((f"slo {key}", f"{shown} <= {_ms(limit)}" if ok else f"[red]{shown} > {_ms(limit)}[/red]"))
+    return rows
 
 
 def print_inspect(info: dict[str, Any], console: Console | None = None) -> None:

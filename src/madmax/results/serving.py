@@ -58,6 +58,7 @@ class ServingResult:
     goodput: dict[str, float] | None = None
     error_band: dict[str, Any] | None = None
     cost: dict[str, Any] | None = None  # per million output tokens (`madmax.results.cost.cost_of`), as Result's
+    slo: dict[str, Any] | None = None  # the SLOs held against (`madmax.search.capacity.slo_block`), highest rate
     schedule: Schedule | None = field(default=None, repr=False, compare=False)
     memory_timeline: dict[int, list[tuple[float, float]]] | None = field(default=None, repr=False, compare=False)
 
@@ -89,6 +90,8 @@ class ServingResult:
             out["goodput"] = self.goodput
         if self.cost is not None:
             out["cost"] = self.cost
+        if self.slo is not None:
+            out["slo"] = self.slo
         return out
 
 

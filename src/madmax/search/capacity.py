@@ -43,12 +43,15 @@ from pathlib import Path
 from typing import Any
 
 from madmax.config.strategy import Strategy
+from madmax.config.task import MIN_REQUEST_RATE
 from madmax.errors import ConfigError, MadmaxError
 from madmax.results.serving import ServingResult
 
 STATISTICS = ("mean", "p50", "p90", "p99")
 METRICS = {"ttft": "ttft_s", "tpot": "tpot_s", "itl": "itl_s", "e2e": "e2e_latency_s"}
 OBJECTIVES = {"throughput": "num_gpus", "cost": "usd_per_hour", "energy": "power_w"}
+# The longest latency an SLO may name: a day (a limit beyond it is no serving objective).
+MAX_SLO_S = 86_400
 # Requests simulated per replica for each rate tried: simulate --mode rate's default, so a p99 rests on 10.
 DEFAULT_REQUESTS = 1000
 MAX_PP = 4
@@ -88,7 +91,8 @@ def parse_slos(slo: str | dict[str, Any] | None) -> dict[str, float]:
             raise ConfigError(f"slo {name!r} is unknown; allowed: {allowed}")
         seconds = _seconds(value)
         if seconds is None:
-            raise ConfigError(f"slo {key}={value!r} must be a positive, finite time; allowed: {allowed}")
+            raise ConfigError(f"slo {key}={value!r} must be a positive time up to {MAX_SLO_S:,} s (a day); "
+                              f"allowed: {allowed}")
         if key in out:
             raise ConfigError(f"slo {key} is given twice; allowed: each SLO once")
         out[key] = seconds
@@ -107,7 +111,7 @@ def _seconds(value: Any) -> float | None:
     except ValueError:
         return None
     seconds = number / 1000 if match.group(2) == "ms" else number
-    return seconds if math.isfinite(seconds) and seconds > 0 else None
+    return seconds if math.isfinite(seconds) and 0 < seconds <= MAX_SLO_S else None
 
 
 def missed(result: ServingResult, slos: dict[str, float]) -> list[str]:
@@ -133,6 +137,62 @@ def _fmt(seconds: float | None) -> str:
     if seconds is None:
         return "none"
     return f"{seconds * 1e3:,.1f} ms" if seconds < 1 else f"{seconds:,.2f} s"
+
+
+# The highest-rate search: the rate first tried (requests/s), the factor of its bracketing steps, the ratio to
+# which it bisects, and the rates below which a deployment serves nothing within the SLOs and above which
+# it stops (a bound of the search, not of the deployment).
+FIRST_RATE = 1.0
+BRACKET_FACTOR = 4.0
+RATE_TOLERANCE = 0.02
+MIN_RATE = MIN_REQUEST_RATE  # the least a task takes
+MAX_RATE = 1e6
+
+
+def slo_block(result: ServingResult, slos: dict[str, float]) -> dict[str, Any]:
+    """A rate-mode result held against the SLOs: each limit, the value measured, and what is missed."""
+    misses = missed(result, slos)
+    return {"limits": dict(slos), "measured": {k: measured(result, k) for k in slos}, "met": not misses,
+            "missed": misses}
+
+
+def highest_rate(run, slos: dict[str, float]) -> tuple[ServingResult | None, dict[str, Any]]:
+    """The highest request rate at which `run(rate)` (a rate-mode simulation of one deployment) meets every
+    SLO: bracketed from FIRST_RATE by steps of BRACKET_FACTOR, then bisected geometrically to RATE_TOLERANCE
+    (latencies grow with the rate). Returns the result at that rate (None when even MIN_RATE misses) and the
+    block for it: slo_block's, with highest_rate, the lowest rate tried that misses (rate_missed, None when
+    MAX_RATE met), what it misses, and the simulations run."""
+    results: dict[float, ServingResult] = {}
+
+    def meets(rate: float) -> bool:
+        if rate not in results:
+            results[rate] = run(rate)
+        return not missed(results[rate], slos)
+
+    lo, hi, rate = 0.0, math.inf, FIRST_RATE
+    while MIN_RATE <= rate <= MAX_RATE:
+        if meets(rate):
+            lo, rate = rate, rate * BRACKET_FACTOR
+            if hi < math.inf:
+                break
+        else:
+            hi, rate = rate, rate / BRACKET_FACTOR
+            if lo:
+                break
+        if lo and hi < math.inf:
+            break
+    while lo and hi < math.inf and hi / lo > 1 + RATE_TOLERANCE:
+        mid = math.sqrt(lo * hi)
+        if meets(mid):
+            lo = mid
+        else:
+            hi = mid
+    best = results.get(lo)
+    block = slo_block(best, slos) if best is not None else {"limits": dict(slos), "met": False}
+    block.update({"highest_rate": lo or None, "rate_missed": hi if hi < math.inf else None,
+                  "missed_at_rate_missed": missed(results[hi], slos) if hi < math.inf else [],
+                  "simulations": len(results)})
+    return best, block
 
 
 @dataclass(frozen=True)
@@ -468,6 +528,9 @@ def _plan(model: Any, unit: Unit, rate: float, slos: dict[str, float], stack, le
         lo = guess
         while True:
             k = lo + step
+            if rate / k < MIN_RATE:  # even a replica with almost no requests misses: the unit serves no rate
+                last = cache[lo]
+                return Plan(unit, 0.0, 0, None, missed(last, slos), count[0])
             if rate / k < idle_rate and not meets(k):
                 return Plan(unit, 0.0, 0, None, missed(cache[k], slos), count[0])
             if meets(k):
@@ -609,4 +672,5 @@ def closest(found: Capacity, top: int) -> list[tuple[Unit, list[str]]]:
     return (over + simulated + found.closest)[:top]
 
 
-__all__ = ["Capacity", "Plan", "Unit", "find_capacity", "missed", "parse_slos", "rows", "summary"]
+__all__ = ["Capacity", "Plan", "Unit", "find_capacity", "highest_rate", "missed", "parse_slos", "rows", "slo_block",
+           "summary"]
