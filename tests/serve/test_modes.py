@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from madmax import api
@@ -242,6 +242,11 @@ WEB = dict(concurrency=st.integers(1, 12), prompts=st.lists(st.integers(1, 150),
 
 @settings(max_examples=40, deadline=None)
 @given(decode=st.integers(1, 4), ranks=st.sampled_from([1, 1, 2, 3]), **WEB)
+# Request 4 reaches its decoder at 14.5601 s, the start of the step that finishes request 3 there: taken one step
+# at a time the clock is 14.5601 and request 4 joins that step; after a stretch of steps it was 14.5601 + 2e-15,
+# and request 4 waited a step (0.22 s). Ties on the same grid of step times now join the step (`loop.TIE_S`).
+@example(decode=2, ranks=1, concurrency=4, prompts=[1, 16, 73, 103, 107, 150, 1, 1, 1, 1, 1, 1],
+         outputs=[39, 37, 1, 49, 1, 9, 1, 1, 1, 1, 1, 1], admit_lag=False, reserve_full=False)
 def test_engines_handing_requests_on_match_one_step_at_a_time(decode, ranks, concurrency, prompts, outputs, **rules):
     # run_engines lets an engine that only decodes run to its next completion at once. With one prefill worker
     # (which takes the requests in the order they come) every request's times are those of taking one step at a

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from madmax.config.stack import DPRouter
 from madmax.parallel.serving import Step
-from madmax.serve.loop import Clocked, Engine, Recent
+from madmax.serve.loop import TIE_S, Clocked, Engine, Recent
 
 GroupStepTime = Callable[[tuple[Step, ...]], float]
 # An idle rank's step while the others work: one decode token over a one-token cache.
@@ -86,7 +86,7 @@ class Group(Clocked):
 
     def _arrive(self) -> None:
         """Hand the requests that have reached the engine to the ranks the router picks."""
-        cutoff = self.cutoff if self.admit_lag else self.clock
+        cutoff = (self.cutoff if self.admit_lag else self.clock) + TIE_S
         while self.arrivals and self.arrivals[0][0] <= cutoff:
             self.ranks[self.router.pick(self.ranks)].waiting.append(heapq.heappop(self.arrivals)[1])
 

@@ -44,6 +44,12 @@ from madmax.parallel.serving import Step
 
 StepTime = Callable[[Step], float]
 
+# An arrival this close after a step's start counts as before it. A stretch of k decode steps adds k x their
+# mean where single steps add one at a time, so the two clocks differ by rounding (~1e-15 s); an arrival that
+# ties a step's start (as hand-overs on the same grid of step times do) would otherwise join one step in one
+# and the next in the other. A nanosecond is far below any step.
+TIE_S = 1e-9
+
 
 class Recent:
     """A step-time function that remembers its last few answers: a stretch of decode steps is timed by its
@@ -243,7 +249,7 @@ class Engine(Clocked):
     # -- input ----------------------------------------------------------------------------------------
 
     def _arrive(self) -> None:
-        cutoff = self.cutoff if self.s.admit_lag else self.clock
+        cutoff = (self.cutoff if self.s.admit_lag else self.clock) + TIE_S
         while self.arrivals and self.arrivals[0][0] <= cutoff:
             self.waiting.append(heapq.heappop(self.arrivals)[1])
 
@@ -526,7 +532,7 @@ def stretch_steps(k: int, first_s: float, slope_s: float, clock: float, until: f
     if until < math.inf:
         k = min(k, _steps_to_reach(until - clock, first_s, slope_s))
     if arrival is not None:
-        span = arrival - clock
+        span = arrival - clock - TIE_S  # an arrival at a step's start joins that step (`TIE_S`)
         reach = _steps_to_reach(span, first_s, slope_s) if span > 0 else 0
         k = min(k, max(1, reach + admit_lag))
     return k
