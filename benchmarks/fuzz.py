@@ -647,7 +647,8 @@ def case_capacity(rng: random.Random) -> Case:
         argv += ["--slo", slo]
     for option, values in (("--objective", ("throughput", "cost", "energy", "time", "x")),
                            ("--num-gpus", ("1", "0", "-1", "x")), ("--price", ("1", "-1", "nan")),
-                           ("--mode", ("rate", "static")), ("--global-batch", ("8",)), ("--dtypes", ("fp8", "x"))):
+                           ("--mode", ("rate", "static")), ("--global-batch", ("8",)), ("--dtypes", ("fp8", "x")),
+                           ("--scenario", ("server", "interactive", "offline", "x", ""))):
         if rng.random() < 0.1:
             argv += [option, rng.choice(values)]
     if rng.random() < 0.3:
@@ -657,7 +658,8 @@ def case_capacity(rng: random.Random) -> Case:
                 "--task", pick(("inference",), ("pretrain",)), "--mode", pick(("rate",), ("static", "concurrency")),
                 "--prompt-len", "64", "--output-len", pick(("8",), ("1",)), "--num-requests", "20",
                 "--slo", slo, *(["--request-rate", pick(("2", "1e-3"), ("0", "x"))] if rng.random() < 0.5 else []),
-                *(["--seed", "1"] if rng.random() < 0.1 else []), *(["--json"] if rng.random() < 0.3 else [])]
+                *(["--seed", "1"] if rng.random() < 0.1 else []), *(["--json"] if rng.random() < 0.3 else []),
+                *(["--scenario", rng.choice(("server", "offline", "x"))] if rng.random() < 0.2 else [])]
     return _case("capacity", argv=argv)
 
 

@@ -41,7 +41,8 @@ def simulate(model: str | Path | dict | ModelSpec, system: str | Path | dict | S
              keep_schedule: bool = False, price: float | None = None,
              power: float | None = None, tokens: float | None = None,
              reliability: str | Path | dict | None = None,
-             checkpoint_interval: float | None = None, slo: str | dict | None = None) -> Result | ServingResult:
+             checkpoint_interval: float | None = None, slo: str | dict | None = None,
+             scenario: str | None = None) -> Result | ServingResult:
     """Predict one training iteration, or a serving deployment, of `model` on `system` with `strategy`.
 
     Mirrors `madmax simulate`: names are catalog names or files; `strategy` uses the grammar
@@ -63,7 +64,9 @@ def simulate(model: str | Path | dict | ModelSpec, system: str | Path | dict | S
     p90 or p99 of ttft, tpot, itl or e2e, seconds) holds a rate-mode result against latency objectives (its `slo`
     block: each measured value, met, missed); without `request_rate` or `arrivals` it finds the highest
     Poisson rate the deployment serves within them (`madmax.search.capacity.highest_rate`) and returns the
-    result at that rate. Returns a `ServingResult`.
+    result at that rate. `scenario` runs an MLPerf Inference scenario (catalog/scenarios.yaml): offline (the
+    saturation mode), server or interactive (the rate mode within its benchmark's p99 TTFT and TPOT limits, for
+    the models a benchmark runs). Returns a `ServingResult`.
 
     Training takes `stack`, the training framework (`madmax.config.training_stack`): megatron-core
     (default), megatron-lm-2021, pytorch, fsdp2, deepspeed, megatron-deepspeed, automodel, torchtitan,
@@ -86,6 +89,8 @@ def simulate(model: str | Path | dict | ModelSpec, system: str | Path | dict | S
     llama3-h100; "ideal" for none), checkpointing every `checkpoint_interval` seconds (default: the optimum).
     """
     _check_time_to_train(task, tokens, reliability, checkpoint_interval)
+    if scenario is not None:
+        return _simulate_scenario(locals())
     if slo is not None:
         return _simulate_slo(locals())
     requested = parse_strategy(strategy)
@@ -119,6 +124,28 @@ def simulate(model: str | Path | dict | ModelSpec, system: str | Path | dict | S
     if tokens is not None:
         result = _with_time_to_train(result, request.system, tokens, reliability, checkpoint_interval)
     return result
+
+
+def _simulate_scenario(call: dict[str, Any]) -> ServingResult:
+    """`simulate(..., scenario=...)`: the MLPerf scenario's mode and SLOs (`config.scenarios`), its source noted."""
+    from madmax.config.scenarios import scenario
+    from madmax.errors import ConfigError
+
+    kind = call["task"].get("kind") if isinstance(call["task"], dict) else getattr(call["task"], "kind",
+                                                                                   call["task"])
+    if str(getattr(kind, "value", kind)).lower() != "inference":
+        raise ConfigError("scenario is an MLPerf Inference scenario; allowed: task=inference")
+    chosen = scenario(call.pop("scenario"), load_model(call["model"]).name)
+    if call["mode"] is not None and call["mode"] != chosen.mode:
+        raise ConfigError(f"mode={call['mode']} conflicts with scenario={chosen.name}, which runs mode {chosen.mode}; "
+                          "allowed: omit mode")
+    if chosen.slo is not None and call["slo"] is not None:
+        raise ConfigError(f"slo and scenario={chosen.name} both set the latency limits; allowed: one of them")
+    call["mode"] = chosen.mode
+    if chosen.slo is not None:
+        call["slo"] = chosen.slo
+    result = simulate(**call)
+    return dataclasses.replace(result, assumptions=[chosen.note, *result.assumptions])
 
 
 def _simulate_slo(call: dict[str, Any]) -> ServingResult:

@@ -152,6 +152,9 @@ ExpertLoadOpt = Annotated[str | None, typer.Option(help="MoE routing load: balan
                                                         "rank's tokens over the mean (e.g. 1.3), or zipf:ALPHA.")]
 CapacityFactorOpt = Annotated[float | None, typer.Option(help="MoE expert capacity over the mean share; tokens "
                                                               "beyond it are dropped (default: dropless).")]
+ScenarioOpt = Annotated[str | None, typer.Option(help="MLPerf Inference scenario: offline (saturation), server or "
+                                                      "interactive (rate mode within the benchmark's p99 TTFT and "
+                                                      "TPOT limits; catalog scenarios.yaml).")]
 PriceOpt = Annotated[float | None, typer.Option(help="USD per GPU-hour, overriding the system's price (cost "
                                                     "objective and the result's cost block).")]
 PowerOpt = Annotated[float | None, typer.Option(help="W per GPU at load, the rest of the node included, overriding "
@@ -196,6 +199,7 @@ def simulate(
     slo: Annotated[str | None, typer.Option(help='Latency objectives (rate mode), e.g. "p99_ttft=1,p99_tpot=50ms": '
                                                  "checked, or without --request-rate the highest rate that meets "
                                                  "them is found.")] = None,
+    scenario: ScenarioOpt = None,
     stack: StackOpt = None,
     launch: LaunchOpt = None,
     engine: EngineOpt = None,
@@ -233,7 +237,7 @@ def simulate(
                               expert_load=expert_load, capacity_factor=capacity_factor,
                               calibration=calibration, keep_schedule=trace is not None, price=price,
                               power=power, tokens=tokens, reliability=reliability,
-                              checkpoint_interval=checkpoint_interval, slo=slo)
+                              checkpoint_interval=checkpoint_interval, slo=slo, scenario=scenario)
         if trace is not None:
             from madmax.report.trace import write_trace
 
@@ -544,6 +548,7 @@ def search(
                                                  'ttft|tpot|itl|e2e, seconds or ms.')] = None,
     num_requests: Annotated[int | None, typer.Option(help="Requests simulated per replica at each rate a capacity "
                                                           "search tries (default 1000).")] = None,
+    scenario: ScenarioOpt = None,
     progress: Annotated[bool, typer.Option(help="Show a progress bar of the strategies simulated (on a "
                                                 "terminal).")] = True,
 ) -> None:
@@ -563,7 +568,7 @@ def search(
     serving_only = {"prompt_len": prompt_len, "output_len": output_len, "mode": None if mode == "static" else mode,
                     "dtypes": dtypes, "kv_dtypes": kv_dtypes, "max_ttft": max_ttft,
                     "max_tpot": max_tpot, "max_batch": max_batch}
-    if task == "inference" and (request_rate is not None or slo is not None):
+    if task == "inference" and (request_rate is not None or slo is not None or scenario is not None):
         capacity_refuses = {**{k: v for k, v in training_only.items() if k not in ("objective", "price", "power")},
                             "mode": serving_only["mode"], "max_ttft": max_ttft, "max_tpot": max_tpot,
                             "max_batch": max_batch}
@@ -572,12 +577,14 @@ def search(
                   "output_len, slo, stack, dtypes, kv_dtypes, max_tp, max_pp, num_gpus (the most GPUs), objective "
                   "(throughput, cost, energy), price, power, top, exact, num_requests, calibration, json")
         _search_capacity(model, system, num_gpus, prompt_len, output_len, request_rate=request_rate, slo=slo,
+                         scenario=scenario,
                          stack=stack, dtypes=dtypes, kv_dtypes=kv_dtypes, max_tp=max_tp, max_pp=max_pp,
                          objective=objective, top=top, exact=exact, num_requests=num_requests, price=price,
                          power=power, calibration=calibration, as_json=as_json, progress=progress)
         return
-    if num_requests is not None:
-        _fail("num_requests applies to a capacity search; allowed: --task inference with --request-rate and --slo")
+    if num_requests is not None or scenario is not None:
+        _fail(f"{'num_requests' if num_requests is not None else 'scenario'} applies to a capacity search; allowed: "
+              "--task inference with --request-rate and --slo or --scenario")
     if task == "inference":
         if given := [name for name, value in training_only.items() if value is not None]:
             _fail(f"{given[0]} applies to training searches; allowed with --task inference: "
@@ -650,8 +657,8 @@ def _search_capacity(model, system, num_gpus, prompt_len, output_len, *, request
     from madmax.terminal import shown
 
     if request_rate is None:
-        _fail("slo needs request_rate: a capacity search finds the deployments that serve --request-rate "
-              "requests/s within the SLOs; allowed: --request-rate R with --slo")
+        _fail("a capacity search (--slo, --scenario) needs request_rate: it finds the deployments that serve "
+              "--request-rate requests/s within the SLOs; allowed: --request-rate R with --slo or --scenario")
     systems = [s.strip() for s in system.split(",") if s.strip()] if "," in system else system
     try:
         start = time.perf_counter()

@@ -144,7 +144,7 @@ def test_the_api_returns_a_frame_and_the_serving_layout_search_too():
     layouts = api_search(num_gpus=2, prompt_len=512, output_len=64, dtypes=["fp8"], kv_dtypes=["fp8"], top=1,
                          exact=1)
     assert layouts.loc[0, "simulated"] and layouts.loc[0, "output_tokens_per_s_per_gpu"] > 0
-    with pytest.raises(ConfigError, match="slo needs request_rate"):
+    with pytest.raises(ConfigError, match="needs request_rate"):
         api_search(slo="p99_ttft=1")
     with pytest.raises(ConfigError, match="global_batch applies to training searches"):
         api_search(global_batch=8, request_rate=5, slo="p99_ttft=1")
@@ -172,7 +172,7 @@ def test_cli_prints_the_deployments_and_the_confirming_command():
 
 
 @pytest.mark.parametrize("extra, names", [
-    (["--slo", "p99_ttft=1"], "slo needs request_rate"),
+    (["--slo", "p99_ttft=1"], "needs request_rate"),
     (["--request-rate", "5", "--slo", "p95_ttft=1"], "'p95_ttft' is unknown"),
     (["--request-rate", "5", "--slo", "p99_ttft=1", "--mode", "saturation"], "mode does not apply"),
     (["--request-rate", "5", "--slo", "p99_ttft=1", "--max-ttft", "1"], "max_ttft does not apply"),
@@ -235,3 +235,36 @@ def test_cli_simulate_prints_the_highest_rate_and_each_slo():
     assert "highest rate within the SLOs" in out.output and "slo p99_tpot" in out.output
     bad = CliRunner().invoke(app, [*argv[:-1], "p99_ttft=1", "--task", "pretrain"])
     assert bad.exit_code == 2 and "task=inference with mode=rate" in bad.output
+
+
+def test_mlperf_scenarios_set_the_mode_and_the_benchmarks_p99_limits():
+    from madmax.config.scenarios import scenario
+
+    # mlcommons/inference loadgen/mlperf.conf: llama3_1-8b Server 2000/100 ms, interactive 500/30 ms; llama2-70b
+    # interactive 450/40 ms; deepseek-r1 (DeepSeek-V3's architecture) Server 2000/80 ms
+    assert scenario("server", "llama-3.1-8b").slo == {"p99_ttft": 2.0, "p99_tpot": 0.1}
+    assert scenario("interactive", "llama-3.1-8b").slo == {"p99_ttft": 0.5, "p99_tpot": 0.03}
+    assert scenario("Interactive", "llama-2-70b").slo == {"p99_ttft": 0.45, "p99_tpot": 0.04}
+    assert scenario("server", "deepseek-v3").slo == {"p99_ttft": 2.0, "p99_tpot": 0.08}
+    assert scenario("offline", "gpt-oss-120b").mode == "saturation"
+    with pytest.raises(ConfigError, match="no MLPerf Inference benchmark runs gpt-oss-120b"):
+        scenario("server", "gpt-oss-120b")
+    with pytest.raises(ConfigError, match="mixtral-8x7b has no interactive limits"):
+        scenario("interactive", "mixtral-8x7b")
+    with pytest.raises(ConfigError, match="scenario='singlestream' is unknown"):
+        scenario("singlestream", "llama-3.1-8b")
+
+
+def test_the_server_scenario_is_the_highest_rate_within_its_limits():
+    r = api.simulate("llama-3.1-8b", "dgx-h100", 1, scenario="interactive", **{**SERVE, "mode": None})
+    assert r.mode == "rate" and r.slo["limits"] == {"p99_ttft": 0.5, "p99_tpot": 0.03} and r.slo["met"]
+    assert r.assumptions[0].startswith("MLPerf Inference llama3_1-8b interactive scenario")
+    with pytest.raises(ConfigError, match="mode=static conflicts with scenario=interactive"):
+        api.simulate("llama-3.1-8b", "dgx-h100", 1, scenario="interactive", **{**SERVE, "mode": "static"})
+    with pytest.raises(ConfigError, match="both set the latency limits"):
+        api.simulate("llama-3.1-8b", "dgx-h100", 1, scenario="server", slo="p99_ttft=1", **{**SERVE, "mode": None})
+    found = find_capacity("llama-3.1-8b", "dgx-h100", request_rate=5, scenario="server", max_tp=1, exact=1, top=1,
+                          **SMALL)
+    assert found.slos == {"p99_ttft": 2.0, "p99_tpot": 0.1} and found.meeting()
+    with pytest.raises(ConfigError, match="no latency limits to plan capacity against"):
+        find_capacity("llama-3.1-8b", "dgx-h100", request_rate=5, scenario="offline", **SMALL)

@@ -260,8 +260,9 @@ def search(model: Any, system: Any, num_gpus: int | None = None, task: Any = "pr
     columns system, replica, replicas, num_gpus, rate_per_replica, meets, missed, one `<slo>_s` column
     each, usd_per_hour, usd_per_million_output_tokens, power_w); options prompt_len, output_len, stack, dtypes,
     kv_dtypes, max_tp, max_pp, objective (throughput: fewest GPUs, cost, energy), price, power, top, exact,
-    num_requests, seed; `system` may be a list and num_gpus caps the GPUs. `df.attrs["confirm"]` is the simulate
-    command of the best. Without request_rate: the serving layouts of num_gpus GPUs (`search.serving`), by
+    num_requests, seed, scenario (an MLPerf scenario's limits instead of slo); `system` may be a list and
+    num_gpus caps the GPUs. `df.attrs["confirm"]` is the simulate command of the best. Without request_rate:
+    the serving layouts of num_gpus GPUs (`search.serving`), by
     output tokens/s per GPU within max_ttft and max_tpot.
     """
     if str(getattr(task, "value", task)).strip().lower() == "inference":
@@ -281,12 +282,12 @@ def _serving_frame(model: Any, system: Any, num_gpus: int | None, global_batch: 
     if given:
         raise ConfigError(f"{given[0]} applies to training searches; allowed with task=inference: prompt_len, "
                           "output_len, request_rate, slo, dtypes, kv_dtypes and the serving search's options")
-    if options.get("request_rate") is not None or options.get("slo") is not None:
+    if any(options.get(k) is not None for k in ("request_rate", "slo", "scenario")):
         from madmax.search.capacity import find_capacity, rows
 
         if options.get("request_rate") is None:
-            raise ConfigError("slo needs request_rate: a capacity search finds the deployments that serve "
-                              "request_rate requests/s within the SLOs; allowed: request_rate with slo")
+            raise ConfigError("a capacity search (slo, scenario) needs request_rate: it finds the deployments that "
+                              "serve request_rate requests/s within the SLOs; allowed: request_rate with slo")
         found = find_capacity(model, system, max_gpus=num_gpus, **options)
         frame = pd.DataFrame(rows(found))
         frame.attrs.update({"request_rate": found.request_rate, "slo": dict(found.slos),

@@ -289,18 +289,22 @@ def confirm_requests(per_replica: int, replicas: int) -> int:
     return min(per_replica * replicas, max(per_replica, CONFIRM_MAX_REQUESTS))
 
 
-def find_capacity(model: Any, systems: Any, *, request_rate: float, slo: str | dict | None,
+def find_capacity(model: Any, systems: Any, *, request_rate: float, slo: str | dict | None = None,
                   prompt_len: int | None = None, output_len: int | None = None, max_gpus: int | None = None,
                   stack: Any = None, dtypes: list[str] | None = None, kv_dtypes: list[str] | None = None,
                   max_tp: int | None = None, max_pp: int | None = None, objective: str = "throughput",
                   top: int = 5, exact: int | None = None, num_requests: int | None = None, seed: int = 0,
-                  price: float | None = None, power: float | None = None, calibration: Any = None) -> Capacity:
-    """Search the deployments that serve `request_rate` requests/s within `slo` (see the module docstring).
-    `systems`: one system or a list; `max_gpus` caps a deployment's GPUs. Raises `MadmaxError` on bad input."""
+                  price: float | None = None, power: float | None = None, calibration: Any = None,
+                  scenario: str | None = None) -> Capacity:
+    """Search the deployments that serve `request_rate` requests/s within `slo` (see the module docstring), or
+    within an MLPerf `scenario`'s limits (server, interactive). `systems`: one system or a list; `max_gpus`
+    caps a deployment's GPUs. Raises `MadmaxError` on bad input."""
     from madmax import terminal
     from madmax.config.stack import load_stack
 
     start = time.perf_counter()
+    if scenario is not None:
+        slo = _scenario_slo(model, scenario, slo)
     slos = parse_slos(slo)
     if not slos:
         raise ConfigError("a capacity search needs at least one SLO; allowed: slo such as p99_ttft=1,p99_tpot=50ms")
@@ -367,6 +371,21 @@ def find_capacity(model: Any, systems: Any, *, request_rate: float, slo: str | d
         found.plans.sort(key=lambda p: _rank(p, objective, max_gpus, slos))
     timings["confirm"] = time.perf_counter() - clock
     return found
+
+
+def _scenario_slo(model: Any, name: str, slo: Any) -> dict[str, float]:
+    """The SLOs of MLPerf scenario `name` for `model`; offline (no latency limits) and a second set of limits
+    are refused."""
+    from madmax.config.loaders import load_model
+    from madmax.config.scenarios import scenario
+
+    chosen = scenario(name, load_model(model).name)
+    if chosen.slo is None:
+        raise ConfigError(f"scenario={chosen.name} has no latency limits to plan capacity against; allowed: server, "
+                          "interactive, or slo=...")
+    if slo is not None:
+        raise ConfigError(f"slo and scenario={chosen.name} both set the latency limits; allowed: one of them")
+    return chosen.slo
 
 
 def _positive(value: Any, name: str, unit: str) -> float:
