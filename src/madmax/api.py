@@ -171,10 +171,12 @@ def _simulate_slo(call: dict[str, Any]) -> ServingResult:
         raise ConfigError("seed draws the Poisson arrivals of a request_rate; the highest-rate search uses the "
                           "default seed at every rate; allowed: omit seed, or give request_rate")
 
-    def run(rate: float) -> ServingResult:
-        return simulate(**{**call, "request_rate": rate})
+    def run(rate: float, n: int) -> ServingResult:
+        return simulate(**{**call, "request_rate": rate, "num_requests": n})
 
-    best, block = highest_rate(run, slos)
+    from madmax.search.capacity import DEFAULT_REQUESTS
+
+    best, block = highest_rate(run, slos, call["num_requests"] or DEFAULT_REQUESTS)
     if best is None:
         from madmax.search.capacity import MIN_RATE
 

@@ -209,13 +209,23 @@ def test_simulate_holds_a_rate_against_the_slos():
 
 def test_simulate_without_a_rate_finds_the_highest_that_meets_the_slos():
     r = api.simulate("llama-3.1-8b", "dgx-h100", 1, slo="p99_ttft=300ms,p99_tpot=15ms", **SERVE)
-    best, above = r.slo["highest_rate"], r.slo["rate_missed"]
-    assert r.slo["met"] and above / best <= 1.02 + 1e-9
-    at_best = api.simulate("llama-3.1-8b", "dgx-h100", 1, request_rate=best, **SERVE)
+    best, above, n = r.slo["highest_rate"], r.slo["rate_missed"], r.slo["num_requests"]
+    assert r.slo["met"] and above / best <= 1.02 + 1e-9 and r.slo["missed_at_rate_missed"]
+    # each rate runs at least ten lifetimes of a request (its median end-to-end latency, ~0.3 s): more than 200
+    assert n > 200 and n >= best * 10 * 0.25
+    at_best = api.simulate("llama-3.1-8b", "dgx-h100", 1, request_rate=best, **{**SERVE, "num_requests": n})
     assert r.latency == at_best.latency  # the result is the run at that rate
-    missing = api.simulate("llama-3.1-8b", "dgx-h100", 1, request_rate=above, **SERVE)
     slos = {"p99_ttft": 0.3, "p99_tpot": 0.015}
-    assert missed(at_best, slos) == [] and missed(missing, slos) == r.slo["missed_at_rate_missed"] != []
+    assert missed(at_best, slos) == []
+    twice = api.simulate("llama-3.1-8b", "dgx-h100", 1, request_rate=2 * best, **{**SERVE, "num_requests": 2 * n})
+    assert missed(twice, slos)
+
+
+def test_a_rate_is_simulated_over_ten_lifetimes_of_a_request():
+    from madmax.search.capacity import steady_requests
+
+    assert steady_requests(400, 300, 0.8) == 3200  # 10 x 0.8 s at 400/s
+    assert steady_requests(1, 300, 0.8) == 300 and steady_requests(1e5, 300, 10) == 20_000
 
 
 @pytest.mark.parametrize("kwargs, names", [

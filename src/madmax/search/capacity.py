@@ -57,7 +57,13 @@ DEFAULT_REQUESTS = 1000
 MAX_PP = 4
 MAX_ATTENTION_DP = 8
 DEFAULT_EXACT = 6
-# The whole deployment's confirming simulation runs `num_requests` per replica up to this many in all.
+# A rate is simulated over at least STEADY_LIFETIMES lifetimes of a request served alone (its end-to-end
+# latency): a burst shorter than a few lifetimes ends before an overloaded queue shows (1,000 requests at 400/s
+# last 2.5 s, the queue of a 10% overload grows a request a second), so every rate gets
+# max(num_requests, rate x STEADY_LIFETIMES x lifetime) requests, at most MAX_STEADY_REQUESTS.
+STEADY_LIFETIMES = 10
+MAX_STEADY_REQUESTS = 20_000
+# The whole deployment's confirming simulation runs the requests of a replica times the replicas, up to this.
 CONFIRM_MAX_REQUESTS = 20_000
 # Replicas added, at most, when the whole deployment's simulation misses an SLO.
 MAX_GROWTH = 3
@@ -156,17 +162,25 @@ def slo_block(result: ServingResult, slos: dict[str, float]) -> dict[str, Any]:
             "missed": misses}
 
 
-def highest_rate(run, slos: dict[str, float]) -> tuple[ServingResult | None, dict[str, Any]]:
-    """The highest request rate at which `run(rate)` (a rate-mode simulation of one deployment) meets every
-    SLO: bracketed from FIRST_RATE by steps of BRACKET_FACTOR, then bisected geometrically to RATE_TOLERANCE
-    (latencies grow with the rate). Returns the result at that rate (None when even MIN_RATE misses) and the
-    block for it: slo_block's, with highest_rate, the lowest rate tried that misses (rate_missed, None when
-    MAX_RATE met), what it misses, and the simulations run."""
+def highest_rate(run, slos: dict[str, float], num_requests: int = DEFAULT_REQUESTS
+                 ) -> tuple[ServingResult | None, dict[str, Any]]:
+    """The highest request rate at which `run(rate, n)` (a rate-mode simulation of one deployment over n
+    requests) meets every SLO: bracketed from FIRST_RATE by steps of BRACKET_FACTOR, then bisected
+    geometrically to RATE_TOLERANCE (latencies grow with the rate). Each rate runs `steady_requests` (the
+    lifetime: the shortest median end-to-end latency seen so far). Returns the result at that rate (None when
+    even MIN_RATE misses) and the block for it: slo_block's, with highest_rate, the lowest rate tried that
+    misses (rate_missed, None when MAX_RATE met), what it misses, and the simulations run."""
     results: dict[float, ServingResult] = {}
+    requests: dict[float, int] = {}
+    lifetime = [0.0]
 
     def meets(rate: float) -> bool:
         if rate not in results:
-            results[rate] = run(rate)
+            requests[rate] = steady_requests(rate, num_requests, lifetime[0])
+            results[rate] = run(rate, requests[rate])
+            e2e = (results[rate].latency or {}).get("e2e_latency_s", {}).get("p50")
+            if e2e:
+                lifetime[0] = min(lifetime[0], e2e) if lifetime[0] else e2e
         return not missed(results[rate], slos)
 
     lo, hi, rate = 0.0, math.inf, FIRST_RATE
@@ -189,7 +203,8 @@ def highest_rate(run, slos: dict[str, float]) -> tuple[ServingResult | None, dic
             hi = mid
     best = results.get(lo)
     block = slo_block(best, slos) if best is not None else {"limits": dict(slos), "met": False}
-    block.update({"highest_rate": lo or None, "rate_missed": hi if hi < math.inf else None,
+    block.update({"highest_rate": lo or None, "num_requests": requests.get(lo),
+                  "rate_missed": hi if hi < math.inf else None,
                   "missed_at_rate_missed": missed(results[hi], slos) if hi < math.inf else [],
                   "simulations": len(results)})
     return best, block
@@ -209,6 +224,7 @@ class Unit:
     max_batch_by_memory: int
     estimated_rate: float  # requests/s of one replica by the closed form
     zero_load: dict[str, float]  # SLO -> the closed form's latency of one request alone
+    lifetime_s: float = 0.0  # the closed form's end-to-end latency of one request alone
 
     @property
     def attention_dp(self) -> int:
@@ -276,9 +292,15 @@ class Capacity:
     def _within(self, plan: Plan) -> bool:
         return self.max_gpus is None or plan.num_gpus <= self.max_gpus
 
+    def whole_requests(self, plan: Plan) -> int:
+        """Requests of the whole deployment's simulation: a replica's at its share of the rate, times the replicas
+        (at most CONFIRM_MAX_REQUESTS)."""
+        share = steady_requests(self.request_rate / plan.replicas, self.num_requests, plan.unit.lifetime_s)
+        return confirm_requests(share, plan.replicas)
+
     def confirm_command(self, plan: Plan) -> str:
         """The `madmax simulate` command line that runs `plan`'s deployment at the rate."""
-        u, n = plan.unit, confirm_requests(self.num_requests, plan.replicas)
+        u, n = plan.unit, self.whole_requests(plan)
         return (f"madmax simulate -m {self.model_arg or self.model} -s {u.system.name} --num-gpus {plan.num_gpus} "
                 f"--task inference --mode rate --request-rate {self.request_rate:g} --prompt-len {self.prompt_len} "
                 f"--output-len {self.output_len} --dtype {u.dtype} --kv-dtype {u.kv_dtype} --stack {self.stack} "
@@ -287,6 +309,12 @@ class Capacity:
 
 def confirm_requests(per_replica: int, replicas: int) -> int:
     return min(per_replica * replicas, max(per_replica, CONFIRM_MAX_REQUESTS))
+
+
+def steady_requests(rate: float, num_requests: int, lifetime_s: float) -> int:
+    """Requests to simulate at `rate`: `num_requests`, or enough to span STEADY_LIFETIMES lifetimes of a request
+    (at most MAX_STEADY_REQUESTS)."""
+    return max(num_requests, min(MAX_STEADY_REQUESTS, math.ceil(rate * STEADY_LIFETIMES * lifetime_s)))
 
 
 def find_capacity(model: Any, systems: Any, *, request_rate: float, slo: str | dict | None = None,
@@ -467,15 +495,14 @@ def _screen(base, stack, slos, dtypes, kv_dtypes, max_tp, max_pp, max_gpus, reje
             ttft, tpot = static_estimate(dep, 1, p, o, mid_decode=True)
             alone = _latencies(ttft + engine.frontend_s, tpot, o)
             unit = Unit(system, tp, pp, ep, etp, dtype, kv, rep.max_sequences, 0.0,
-                        {k: alone[k.partition("_")[2]] for k in slos})
+                        {k: alone[k.partition("_")[2]] for k in slos}, alone["e2e"])
             if any(unit.zero_load[k] > limit for k, limit in slos.items()):
                 rejected["slo at zero load"] += 1
                 near.append((unit, [f"{k} {_fmt(unit.zero_load[k])} > {_fmt(v)} with one request alone"
                                     for k, v in slos.items() if unit.zero_load[k] > v]))
                 continue
             rate = _estimated_rate(dep, engine, slos, p, o, min(rep.max_sequences, engine.max_batch * pp))
-            found.append(Unit(system, tp, pp, ep, etp, dtype, kv, rep.max_sequences,
-                              rate or 1 / (ttft + (o - 1) * tpot), unit.zero_load))
+            found.append(replace(unit, estimated_rate=rate or 1 / (ttft + (o - 1) * tpot)))
     return enumerated * max(1, len(formats_to_try(base, dtypes, kv_dtypes))), found, near
 
 
@@ -528,7 +555,8 @@ def _plan(model: Any, unit: Unit, rate: float, slos: dict[str, float], stack, le
 
     def meets(k: int) -> bool:
         if k not in cache:
-            cache[k] = _simulate(model, unit, 1, rate / k, stack, lengths, per_replica, seed, calibration)
+            n = steady_requests(rate / k, per_replica, unit.lifetime_s)
+            cache[k] = _simulate(model, unit, 1, rate / k, stack, lengths, n, seed, calibration)
             count[0] += 1
             terminal.advance()
         return not missed(cache[k], slos)
@@ -583,7 +611,7 @@ def _confirm(found: Capacity, plan: Plan, stack, calibration, seed: int) -> bool
     it met them (else the plan carries the whole deployment's misses and leaves the meeting plans)."""
     lengths = (found.prompt_len, found.output_len)
     for _ in range(MAX_GROWTH + 1):
-        n = confirm_requests(found.num_requests, plan.replicas)
+        n = found.whole_requests(plan)
         whole = _simulate(found.spec, plan.unit, plan.replicas, found.request_rate, stack, lengths, n, seed,
                           calibration)
         plan.confirmed = whole
@@ -692,4 +720,4 @@ def closest(found: Capacity, top: int) -> list[tuple[Unit, list[str]]]:
 
 
 __all__ = ["Capacity", "Plan", "Unit", "find_capacity", "highest_rate", "missed", "parse_slos", "rows", "slo_block",
-           "summary"]
+           "steady_requests", "summary"]

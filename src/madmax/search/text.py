@@ -133,7 +133,7 @@ def print_serving_search(search, top: int, wall_s: float, console: Console | Non
 def print_capacity(found, top: int, wall_s: float, console: Console | None = None) -> None:
     """A capacity search: its inputs and counts, the best deployments that meet the SLOs (each simulated, the
     best confirmed whole), or the closest units and the SLO each misses."""
-    from madmax.search.capacity import closest, confirm_requests, measured
+    from madmax.search.capacity import closest, measured
 
     console = console or make_console()
     slos = ", ".join(f"{k} {_latency(v)}" for k, v in found.slos.items())
@@ -159,11 +159,11 @@ def print_capacity(found, top: int, wall_s: float, console: Console | None = Non
         return
     by = {"throughput": "GPUs", "cost": "USD per hour", "energy": "power"}[found.objective]
     table = Table(title=f"Top {len(best)} deployments by {by}", title_justify="left")
-    heads = ["system", "replica", "weights/kv", "replicas", "GPUs", "req/s per replica",
+    heads = ["system", "replica", "w/kv", "replicas", "GPUs", "req/s each",
              *(f"{k.replace('_', ' ')} ms" for k in found.slos), "$/h", "$/1M out"]
     for name in heads:
-        table.add_column(name, justify="left" if name in ("system", "replica", "weights/kv") else "right",
-                         no_wrap=True)
+        table.add_column(name, justify="left" if name in ("system", "replica", "w/kv") else "right",
+                         no_wrap=name != "system")
     for plan in best:
         u, result = plan.unit, plan.confirmed or plan.result
         price = u.system.price_per_gpu_hour_usd
@@ -176,9 +176,9 @@ def print_capacity(found, top: int, wall_s: float, console: Console | None = Non
                       f"{per_million:,.2f}" if per_million is not None else "-")
     console.print(table)
     first = best[0]
-    console.print(f"req/s per replica: what each serves at the rate (and, after <, the rate with one replica fewer, "
-                  f"which misses an SLO). The first deployment simulated whole at {found.request_rate:g} "
-                  f"requests/s over {confirm_requests(found.num_requests, first.replicas):,} requests "
+    console.print(f"w/kv: weight and KV-cache formats; req/s each: what each replica serves at the rate (after <: "
+                  f"with one replica fewer, which misses an SLO). The first deployment simulated whole at "
+                  f"{found.request_rate:g} requests/s over {found.whole_requests(first):,} requests "
                   f"({'meets' if first.confirmed is not None else 'not run'}); to run it again:", soft_wrap=True)
     console.print(found.confirm_command(first), soft_wrap=True, markup=False, highlight=False)
 
