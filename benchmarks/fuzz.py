@@ -521,6 +521,10 @@ _OPTION_VALUES = {
     "--capacity-factor": ("1.25", "0", "-1", "x"),
     "--calibration": ("missing.yaml", "tiny.yaml", "."),
     "--trace": ("t.json", ".", "missing/t.json"),
+    "--prefix-len": ("64", "0", "-1", "127", "128", "1e9", "x"),
+    "--prefix-hit": ("0.5", "0", "1", "1.5", "nan", "-0", "x"),
+    "--slo": ("p99_ttft=1", "p99_tpot=1e308", "x", ""),
+    "--scenario": ("server", "offline", "x"),
 }
 _SEARCH_VALUES = {
     "--objective": ("throughput", "time", "cost", "energy", "x"),

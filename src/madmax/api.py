@@ -42,7 +42,8 @@ def simulate(model: str | Path | dict | ModelSpec, system: str | Path | dict | S
              power: float | None = None, tokens: float | None = None,
              reliability: str | Path | dict | None = None,
              checkpoint_interval: float | None = None, slo: str | dict | None = None,
-             scenario: str | None = None) -> Result | ServingResult:
+             scenario: str | None = None, prefix_len: int | None = None,
+             prefix_hit: float | None = None) -> Result | ServingResult:
     """Predict one training iteration, or a serving deployment, of `model` on `system` with `strategy`.
 
     Mirrors `madmax simulate`: names are catalog names or files; `strategy` uses the grammar
@@ -66,7 +67,9 @@ def simulate(model: str | Path | dict | ModelSpec, system: str | Path | dict | S
     Poisson rate the deployment serves within them (`madmax.search.capacity.highest_rate`) and returns the
     result at that rate. `scenario` runs an MLPerf Inference scenario (catalog/scenarios.yaml): offline (the
     saturation mode), server or interactive (the rate mode within its benchmark's p99 TTFT and TPOT limits, for
-    the models a benchmark runs). Returns a `ServingResult`.
+    the models a benchmark runs). `prefix_len` (tokens every prompt shares, a system prompt) turns on prefix
+    caching: each engine keeps the prefix's KV cache once and a share `prefix_hit` (default 1) of the requests
+    prefill only the rest of their prompt. Returns a `ServingResult`.
 
     Training takes `stack`, the training framework (`madmax.config.training_stack`): megatron-core
     (default), megatron-lm-2021, pytorch, fsdp2, deepspeed, megatron-deepspeed, automodel, torchtitan,
@@ -102,7 +105,7 @@ def simulate(model: str | Path | dict | ModelSpec, system: str | Path | dict | S
                               max_tpot_s=max_tpot, seed=seed, launch=launch, engine=engine, finetune=finetune,
                               lora_rank=lora_rank, frozen_layers=frozen_layers, lora_targets=lora_targets,
                               expert_load=None if expert_load is None else str(expert_load),
-                              capacity_factor=capacity_factor)
+                              capacity_factor=capacity_factor, prefix_len=prefix_len, prefix_hit=prefix_hit)
     if price is not None or power is not None:
         request = dataclasses.replace(request, system=request.system.with_costs(price, power))
     if builder_for(request.task.kind, request.workload) is SERVING:

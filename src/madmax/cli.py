@@ -200,6 +200,10 @@ def simulate(
                                                  "checked, or without --request-rate the highest rate that meets "
                                                  "them is found.")] = None,
     scenario: ScenarioOpt = None,
+    prefix_len: Annotated[int | None, typer.Option(help="Prompt tokens every request shares (prefix caching: "
+                                                        "cached once per engine; inference).")] = None,
+    prefix_hit: Annotated[float | None, typer.Option(help="Share of requests that find the shared prefix cached "
+                                                          "(0-1, default 1).")] = None,
     stack: StackOpt = None,
     launch: LaunchOpt = None,
     engine: EngineOpt = None,
@@ -237,7 +241,8 @@ def simulate(
                               expert_load=expert_load, capacity_factor=capacity_factor,
                               calibration=calibration, keep_schedule=trace is not None, price=price,
                               power=power, tokens=tokens, reliability=reliability,
-                              checkpoint_interval=checkpoint_interval, slo=slo, scenario=scenario)
+                              checkpoint_interval=checkpoint_interval, slo=slo, scenario=scenario,
+                              prefix_len=prefix_len, prefix_hit=prefix_hit)
         if trace is not None:
             from madmax.report.trace import write_trace
 

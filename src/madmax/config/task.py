@@ -95,6 +95,11 @@ class Task(Schema):
     max_tpot_s: Positive | None = Field(None, description="Time-per-output-token limit for goodput and the "
                                                           "serving search, seconds.")
     seed: NonNegativeInt = Field(0, description="Seed of the Poisson arrivals (rate mode).")
+    prefix_len: NonNegativeInt = Field(0, description="Prompt tokens every request shares (a system prompt; "
+                                       "inference): with prefix caching an engine keeps their KV cache once and "
+                                       "prefills only the rest of a prompt; 0: none shared.")
+    prefix_hit: float = Field(1.0, ge=0, le=1, description="Share of the requests whose shared prefix an engine "
+                              "finds cached once it holds it (0-1; the others prefill their whole prompt).")
     launch: Launch = Field(Launch.SIZED, description="How the serving engine is launched (inference): engine (its "
                            "defaults), sized (the defaults, raised where they cannot serve the load; default) or "
                            "aiconfigurator (the settings AIConfigurator's generator writes).")
@@ -146,6 +151,15 @@ class Task(Schema):
         if self.mode is ServingMode.STATIC and self._given("num_requests"):
             raise ValueError("task.num_requests does not apply to mode static, which serves one batch of "
                              "task.batch requests; allowed: another mode (concurrency, saturation, rate)")
+        if self.prefix_len and self.prompt_len is not None and self.prefix_len >= self.prompt_len:
+            raise ValueError(f"task.prefix_len={self.prefix_len} is not shorter than prompt_len={self.prompt_len}; "
+                             "allowed: a shared prefix shorter than the prompt (0 for none)")
+        if self._given("prefix_hit") and not self.prefix_len:
+            raise ValueError("task.prefix_hit is the share of requests that find the shared prefix cached; allowed: "
+                             "give prefix_len too")
+        if self.prefix_len and self.mode is ServingMode.DISAGGREGATED:
+            raise ValueError("task.prefix_len is modelled on aggregated engines; allowed: modes static, "
+                             "concurrency, saturation, rate")
         if self._given("seed") and self.request_rate is None:
             raise ValueError("task.seed draws Poisson arrivals, which only a request_rate has; allowed: "
                              "request_rate with seed, or no seed")
@@ -258,4 +272,4 @@ INFERENCE_ONLY_DTYPES = ("int4",)
 TRAINING_ONLY_DTYPES = ("mxfp8",)
 KV_DTYPES = ("bf16", "fp16", "fp8")
 SERVING_FIELDS = ("batch", "prompt_len", "output_len", "mode", "kv_dtype", "request_rate", "num_requests", "arrivals",
-                  "max_ttft_s", "max_tpot_s", "seed", "launch", "engine")
+                  "max_ttft_s", "max_tpot_s", "seed", "launch", "engine", "prefix_len", "prefix_hit")

@@ -246,8 +246,8 @@ def static_estimate(dep, batch: int, prompt: int, output: int, mid_decode: bool 
     per_engine = math.ceil(batch / dep.pp)
     fit = dep.runtime.stack.prompts_per_step(prompt)
     sizes = modes.prefill_rounds(per_engine, fit)
-    ttft = (len(sizes) - 1) * dep.step_s(modes.prefill_step(fit, prompt)) if len(sizes) > 1 else 0.0
-    last: Step = modes.prefill_step(sizes[-1], prompt)
+    ttft = (len(sizes) - 1) * dep.step_s(dep.prefill_step(fit, prompt)) if len(sizes) > 1 else 0.0
+    last: Step = dep.prefill_step(sizes[-1], prompt)
     if dep.pp == 1:
         ttft += dep.step_s(last)
     else:

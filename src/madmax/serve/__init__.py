@@ -64,7 +64,8 @@ def simulate_serving(request: Request, requested: Strategy, stack: str | Path | 
     # When the longest request does not fit, the run is simulated as though the cache had room, and reported
     # as not fitting.
     longest = float(np.max(prompt + output))
-    dep = modes.Deployment(rep, runtime, strategy.dp, context, unbounded_kv=not rep.holds(longest))
+    dep = modes.Deployment(rep, runtime, strategy.dp, context, unbounded_kv=not rep.holds(longest),
+                           prefix=t.prefix_len, prefix_hit=t.prefix_hit)
     notes: list[str] = list(launch_notes)
     if t.mode is ServingMode.SATURATION:
         cap = max(1, min(t.batch or rep.max_sequences or 1, rep.max_sequences or 1,
@@ -79,6 +80,12 @@ def simulate_serving(request: Request, requested: Strategy, stack: str | Path | 
         outcome = modes.open_loop(dep, arrival, prompt, output)
         batch = 0
     notes += outcome.notes
+    if t.prefix_len:
+        share = (f"{outcome.cached_share:.1%} of the prompt tokens came from the cache in this run" if not static
+                 else "a static batch is served by a warm engine")
+        notes.append(f"prefix caching: every prompt starts with the same {t.prefix_len:,} tokens, whose KV cache each "
+                     f"engine keeps once after computing it; {t.prefix_hit:.0%} of the requests find it and prefill "
+                     f"only the rest of their prompt ({share}); max batch by memory counts no sharing")
     return _result(request, dep, fmt, engine_stack, outcome, batch, p_mean, o_mean, notes, keep_schedule,
                    _describe(strategy, request.spec.has_experts))
 
@@ -150,15 +157,15 @@ def _static_prefill_s(dep: modes.Deployment, batch: int, prompt: int, notes: lis
     end of the last (the steps before it recur at the step period, the last one a simulated round)."""
     per_engine = math.ceil(batch / dep.pp)
     stack = dep.runtime.stack
-    fit = stack.prompts_per_step(prompt)
+    fit = stack.prompts_per_step(math.ceil(prompt - dep.prefix * dep.prefix_hit))  # a cached prefix is not computed
     sizes = modes.prefill_rounds(per_engine, fit)
     if len(sizes) > 1:
         notes.append(f"static batch: {per_engine} prompts of {prompt} tokens exceed stack {stack.name}'s "
                      f"{stack.max_num_tokens}-token step; prefilled in {len(sizes)} steps of up to {fit} prompts")
-    last = dep.simulate(modes.prefill_step(sizes[-1], prompt))[0]
+    last = dep.simulate(dep.prefill_step(sizes[-1], prompt))[0]
     # the steps before the last are all full ones: timed once, times their count (a batch of millions of
     # prompts is as quick to answer as one of a few)
-    return (len(sizes) - 1) * dep.step_s(modes.prefill_step(fit, prompt)) + last if len(sizes) > 1 else last
+    return (len(sizes) - 1) * dep.step_s(dep.prefill_step(fit, prompt)) + last if len(sizes) > 1 else last
 
 
 def _etp(requested: Strategy) -> int | None:
@@ -196,7 +203,7 @@ def _result(request: Request, dep: modes.Deployment, fmt: Formats, stack: Servin
     per_engine = math.ceil(in_flight / dep.engines)
     prompts = math.ceil(in_flight / pre_dep.engines)
     fit = stack.prompts_per_step(int(prompt))
-    _, pre_prog, pre_sched = pre_dep.simulate(modes.prefill_step(min(prompts, fit), int(prompt)))
+    _, pre_prog, pre_sched = pre_dep.simulate(pre_dep.prefill_step(min(prompts, fit), int(prompt)))
     prefill_s = _static_prefill_s(pre_dep, prompts * pre_dep.pp, int(prompt), [])
     decode_s, dec_prog, dec_sched = dep.simulate(modes.decode_step(per_engine, prompt + output / 2))
     static = t.mode is ServingMode.STATIC
@@ -248,6 +255,12 @@ def _memory(request: Request, rep: Replica, batch: int, stack: ServingStack, sta
     hbm = request.system.gpu.usable_memory_bytes
     held = min(batch, rep.max_sequences) if rep.max_sequences else batch
     kv = held * rep.kv_bytes_per_sequence
+    t = request.task
+    if t.prefix_len and held:  # the shared prefix's cache held once, each request's own tokens beside it
+        context = (t.prompt_len or 0) + (t.output_len or 0)
+        if context:
+            per_token = rep.kv_bytes_per_sequence / context
+            kv = per_token * (held * (context - t.prefix_len * t.prefix_hit) + t.prefix_len)
     memory = {"weights": rep.weights_bytes, "kv_cache": kv, "activations": rep.workspace_bytes,
               "reserved": rep.reserved_bytes}
     memory["total"] = sum(memory.values())

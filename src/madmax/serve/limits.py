@@ -47,7 +47,7 @@ def limits(dep: modes.Deployment, outcome: modes.Outcome, batch: int, prompt: in
                         f"request in flight")
     if closed:
         decode_s = modes.mean_decode_s(dep, 1, prompt, output)
-        alone_s = stack.frontend_s + dep.step_s(modes.prefill_step(1, prompt)) + (output - 1) * decode_s
+        alone_s = stack.frontend_s + dep.step_s(dep.prefill_step(1, prompt)) + (output - 1) * decode_s
         alone = output / alone_s
         per_replica = outcome.output_tokens_per_s / dep.replicas
         if per_replica < alone * (1 - 1e-9):

@@ -81,6 +81,8 @@ class Scheduler:
     kv_tokens: float
     reserve_full: bool = True
     admit_lag: bool = False
+    prefix: int = 0  # prompt tokens every request shares (prefix caching), 0: none
+    prefix_hit: float = 1.0  # share of the requests that find the cached prefix
 
 
 @dataclass(frozen=True)
@@ -123,6 +125,7 @@ class Requests:
     # room for a prompt beside the running decodes ("budget"), a budget filled by the prompts it took ("steps"),
     # the cap on running requests ("batch") or the KV pool ("kv")
     blocked_s: dict[str, float] = field(init=False, default_factory=dict)
+    cached_tokens: float = field(init=False, default=0.0)  # prompt tokens found in the prefix cache, summed
 
     def __post_init__(self) -> None:
         self.first_token = np.full(len(self.arrival), np.nan)
@@ -243,6 +246,7 @@ class Engine(Clocked):
         self.recompute: dict[int, int] = {}  # tokens a preempted request had generated, to recompute
         self.epoch = 0
         self.preemptions = 0
+        self.prefix_cached = False  # whether the shared prefix's KV cache is held (once a prompt computed it)
         self.admitted_now = 0
         self._blocked: str | None = None  # the limit that kept this step from starting a waiting request
 
@@ -314,8 +318,17 @@ class Engine(Clocked):
         """KV tokens a request must find free to start: all of its prompt and output when the whole cache is
         reserved, else the chunk it prefills now."""
         if self.s.reserve_full:
-            return self._prompt(request) + int(self.r.output[request]) - self.recompute.get(request, 0)
+            return (self._prompt(request) + int(self.r.output[request]) - self.recompute.get(request, 0)
+                    - self._cached(request))
         return chunk
+
+    def _cached(self, request: int) -> int:
+        """Prompt tokens of `request` found in the prefix cache: the shared prefix once the engine holds it, for
+        the share `prefix_hit` of the requests (request i hits when the fractional part of i x the golden ratio
+        is below it: an even spread without a random draw)."""
+        if not (self.s.prefix and self.prefix_cached):
+            return 0
+        return self.s.prefix if (request * 0.6180339887498949) % 1.0 < self.s.prefix_hit else 0
 
     def _hold(self, request: int, tokens: float) -> None:
         self.used += tokens
@@ -357,7 +370,8 @@ class Engine(Clocked):
                 completing.append(request)
         while admit and self.waiting and budget > 0:
             request = self.waiting[0]
-            prompt = self._prompt(request)
+            cached = self._cached(request)
+            prompt = self._prompt(request) - cached
             take = min(prompt, budget) if self.s.chunked else (prompt if prompt <= budget else 0)
             need = self._admission_tokens(request, take)
             taken = 0 if self.s.reserve_full else sum(q for _, _, q in chunks)
@@ -371,8 +385,9 @@ class Engine(Clocked):
             self.waiting.popleft()
             if self.s.reserve_full:
                 self._hold(request, need)
-            self.prefilling.append([request, 0])
-            chunks.append((request, 0, take))
+            self.r.cached_tokens += cached
+            self.prefilling.append([request, cached])
+            chunks.append((request, cached, take))
             budget -= take
             if take == prompt:
                 completing.append(request)
@@ -396,8 +411,12 @@ class Engine(Clocked):
 
     def _first_token(self, request: int) -> None:
         """The step completing a prompt samples the request's first token (or, after a preemption, the
-        token after those it had generated)."""
+        token after those it had generated). The first prompt an engine computes in full leaves the shared
+        prefix's KV cache with the engine (its tokens no longer the request's)."""
         self.prefilling = [e for e in self.prefilling if e[0] != request]
+        if self.s.prefix and not self.prefix_cached:
+            self.prefix_cached = True
+            self.held[request] = self.held.get(request, 0.0) - self.s.prefix
         if math.isnan(self.r.first_token[request]):
             self.r.first_token[request] = self.clock
         if self.prefill_only:

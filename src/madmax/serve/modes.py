@@ -75,6 +75,7 @@ class Outcome:
     # share of the engines' step time during which a waiting request was held, by the limit that held it
     blocked: dict[str, float] = field(default_factory=dict)
     busy_fraction: float = 0.0  # of the open loop's engines x span, the time they were taking steps
+    cached_share: float = 0.0  # of the prompt tokens admitted, those found in the prefix cache
     # requests per second that arrived (open loop): (requests - 1) / (last arrival - first arrival), the rate
     # the simulated requests were drawn at, not the nominal one (a Poisson sample of 1,000 strays by +-3%)
     arrival_rate: float | None = None
@@ -95,6 +96,8 @@ class Deployment:
     replicas: int
     context: float
     unbounded_kv: bool = False  # simulate as though the KV pool had room (a plan that does not fit)
+    prefix: int = 0  # prompt tokens every request shares, cached once per engine (prefix caching)
+    prefix_hit: float = 1.0  # share of the requests that find it cached
     _simulated: dict[Step, tuple[float, StepProgram, Schedule]] = field(
         default_factory=dict, init=False, repr=False, compare=False, hash=False)
 
@@ -152,7 +155,15 @@ class Deployment:
         kv = self.replica.pool_bytes * share / per_token if per_token and not self.unbounded_kv else math.inf
         return Scheduler(budget=stack.max_num_tokens, max_batch=max(1, stack.max_batch // self.pp),
                          chunked=stack.chunked_prefill, mixed=stack.mixed_batches, kv_tokens=kv,
-                         reserve_full=stack.reserve_full_kv, admit_lag=stack.host_overlaps_gpu)
+                         reserve_full=stack.reserve_full_kv, admit_lag=stack.host_overlaps_gpu,
+                         prefix=self.prefix, prefix_hit=self.prefix_hit)
+
+    def prefill_step(self, batch: int, prompt: int) -> Step:
+        """A prefill step of `batch` prompts of `prompt` tokens on a warm engine: with prefix caching the share
+        prefix_hit of them (rounded) computes only the tokens after the shared prefix, reading all of them."""
+        hits = round(batch * self.prefix_hit) if self.prefix else 0
+        return Step(prefill=((prompt - self.prefix, prompt),) * hits + ((prompt, prompt),) * (batch - hits),
+                    sampled=batch)
 
 
 def decode_step(batch: int, context: float) -> Step:
@@ -248,6 +259,7 @@ def _combine(groups: list[tuple[Requests, int]], batch: int, frontend_s: float =
     and end-to-end latency the client sees."""
     ttft, e2e, weight, tpot, tpot_weight = [], [], [], [], []
     out_rate = prompt_rate = request_rate = 0.0
+    cached = prompts = 0.0
     tokens = Tokens()
     busy, blocked = 0.0, {}
     for reqs, count in groups:
@@ -256,6 +268,8 @@ def _combine(groups: list[tuple[Requests, int]], batch: int, frontend_s: float =
             blocked[reason] = blocked.get(reason, 0.0) + count * seconds
         done = ~np.isnan(reqs.finish)
         many = done & (reqs.output > 1)
+        cached += count * reqs.cached_tokens
+        prompts += count * float(reqs.prompt[done].sum())
         ttft.append(reqs.first_token[done] - reqs.arrival[done] + frontend_s)
         e2e.append(reqs.finish[done] - reqs.arrival[done] + frontend_s)
         weight.append(np.full(int(done.sum()), float(count)))
@@ -270,7 +284,8 @@ def _combine(groups: list[tuple[Requests, int]], batch: int, frontend_s: float =
     return Outcome(batch=batch, ttft_s=np.concatenate(ttft), e2e_s=np.concatenate(e2e), weight=np.concatenate(weight),
                    tpot_s=np.concatenate(tpot), tpot_weight=np.concatenate(tpot_weight), output_tokens_per_s=out_rate,
                    prompt_tokens_per_s=prompt_rate, requests_per_s=request_rate, tokens=tokens,
-                   blocked={k: v / busy for k, v in blocked.items()} if busy else {})
+                   blocked={k: v / busy for k, v in blocked.items()} if busy else {},
+                   cached_share=cached / prompts if prompts else 0.0)
 
 
 def saturation(dep: Deployment, cap: int, prompt: int, output: int, num_requests: int | None) -> Outcome:
