@@ -165,8 +165,6 @@ def _simulate_slo(call: dict[str, Any]) -> ServingResult:
     if str(getattr(kind, "value", kind)).lower() != "inference" or call["mode"] != "rate":
         raise ConfigError("slo holds a served deployment's latency percentiles against limits; allowed: "
                           "task=inference with mode=rate")
-    if call["keep_schedule"]:
-        raise ConfigError("slo does not keep a schedule (it may run many simulations); allowed: omit one of them")
     if call["request_rate"] is not None or call["arrivals"] is not None:
         result = simulate(**call)
         return dataclasses.replace(result, slo=slo_block(result, slos))
@@ -175,7 +173,7 @@ def _simulate_slo(call: dict[str, Any]) -> ServingResult:
                           "default seed at every rate; allowed: omit seed, or give request_rate")
 
     def run(rate: float, n: int) -> ServingResult:
-        return simulate(**{**call, "request_rate": rate, "num_requests": n})
+        return simulate(**{**call, "request_rate": rate, "num_requests": n, "keep_schedule": False})
 
     from madmax.search.capacity import DEFAULT_REQUESTS
 
@@ -185,6 +183,8 @@ def _simulate_slo(call: dict[str, Any]) -> ServingResult:
 
         raise ConfigError(f"no request rate down to {MIN_RATE:g}/s meets the SLOs: "
                           f"{'; '.join(block['missed_at_rate_missed'])}; allowed: looser SLOs or another layout")
+    if call["keep_schedule"]:  # the search keeps no schedules: the best rate once more, with its schedule
+        best = simulate(**{**call, "request_rate": block["highest_rate"], "num_requests": block["num_requests"]})
     return dataclasses.replace(best, slo=block)
 
 

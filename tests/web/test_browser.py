@@ -174,3 +174,38 @@ def test_an_uploaded_config_is_simulated_and_an_oversized_one_refused(page, live
     page.wait_for_selector("#error:not([hidden])", timeout=TIMEOUT_MS)
     assert page.inner_text("#error") == ("big.json is 1,048,577 bytes; allowed: up to 1 MB (a model's config.json "
                                          "is a few kB)")
+
+
+CAPACITY = {"model": "llama-3.1-8b", "system": "dgx-h100", "task": "inference", "prompt_len": 512, "output_len": 64,
+            "request_rate": 120, "slo": "p99_ttft=300ms,p99_tpot=15ms", "dtype": "fp8", "kv_dtype": "fp8", "top": 2,
+            "max_tp": 1, "max_pp": 1}
+
+
+def test_a_capacity_search_shows_the_apis_deployments(page, live_server):
+    # issue 27: with a request rate the page's search is the capacity search; its rows are the API's deployments
+    open_page(page, live_server, CAPACITY)
+    page.click("#search-btn")
+    page.wait_for_selector("#search-table tbody tr", timeout=120_000)
+    body = {**{k: v for k, v in CAPACITY.items() if k not in ("dtype", "kv_dtype")}, "dtypes": ["fp8"],
+            "kv_dtypes": ["fp8"], "objective": "throughput"}
+    lines = [json.loads(line) for line in post(live_server, "/search", body).splitlines() if line.strip()]
+    expected = lines[-1]["result"]["deployments"]
+    cells = page.eval_on_selector_all("#search-table tbody tr", "rows => rows.map(r => Object.fromEntries([..."
+                                      "r.querySelectorAll('td[data-key]')].map(c => [c.dataset.key, c.textContent])))")
+    assert [(c["replica"], int(c["replicas"]), int(c["num_gpus"])) for c in cells] == [
+        (d["replica"], d["replicas"], d["num_gpus"]) for d in expected]
+    for c, d in zip(cells, expected, strict=True):
+        assert shown(c["p99_ttft_s"], "s") == pytest.approx(d["p99_ttft_s"], rel=5e-4)
+    assert "madmax simulate" in page.text_content("#search-summary")
+
+
+def test_a_rate_simulation_within_slos_shows_the_highest_rate(page, live_server):
+    state = {"model": "llama-3.1-8b", "system": "dgx-h100", "num_gpus": 1, "task": "inference", "prompt_len": 512,
+             "output_len": 64, "mode": "rate", "dtype": "fp8", "slo": "p99_ttft=300ms,p99_tpot=15ms",
+             "strategy": "tp=1"}
+    open_page(page, live_server, state, run="simulate")
+    page.wait_for_selector("#result-table tr[data-key='highest_rate']", timeout=120_000)
+    result = json.loads(post(live_server, "/simulate", state))
+    text = page.text_content("#result-table tr[data-key='highest_rate'] td")
+    assert float(text.split()[0]) == pytest.approx(result["slo"]["highest_rate"], rel=5e-4)
+    assert page.locator("#result-table tr[data-key='slo_p99_tpot']").count() == 1

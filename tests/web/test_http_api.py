@@ -316,3 +316,24 @@ def test_any_search_body_answers_a_stream_or_one_sentence(client, top, max_tp, z
     else:
         assert events[-1]["event"] in ("result", "error")
         assert "internal error" not in (error or "")
+
+
+def test_a_capacity_search_streams_the_capacity_searchs_result(client):
+    body = {"model": "llama-3.1-8b", "system": ["dgx-h100"], "task": "inference", "prompt_len": 512,
+            "output_len": 64, "request_rate": 120, "slo": "p99_ttft=300ms,p99_tpot=15ms", "dtypes": ["fp8"],
+            "kv_dtypes": ["fp8"], "max_tp": 1, "max_pp": 1, "num_requests": 200, "exact": 1, "top": 1}
+    status, events = search_events(client, body)
+    assert status == 200 and events[-1]["event"] == "result", events[-1]
+    from madmax.search.capacity import find_capacity, summary
+
+    options = {k: v for k, v in body.items() if k not in ("task", "model", "system")}
+    expected = summary(find_capacity("llama-3.1-8b", ["dgx-h100"], **options), 1)
+    found = events[-1]["result"]
+    assert found["deployments"] == json.loads(json.dumps(expected["deployments"]))
+    assert found["confirm"] == expected["confirm"] and found["confirm"].startswith("madmax simulate")
+    for bad, sentence in (({"slo": "p95_ttft=1"}, "'p95_ttft' is unknown"),
+                          ({"zero": [1]}, "zero applies to training searches; allowed here: "),
+                          ({"max_batch": 8}, "max_batch applies to the serving layout search"),
+                          ({"request_rate": None, "slo": None, "num_requests": None}, "system lists several systems")):
+        wrong = client.post("/search", json={**body, **bad})
+        assert wrong.status_code == 400 and sentence in wrong.json()["error"], wrong.json()

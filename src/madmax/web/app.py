@@ -41,6 +41,8 @@ from madmax.errors import ConfigError, MadmaxError
 from madmax.web import work
 from madmax.web.jobs import Jobs
 from madmax.web.schemas import (
+    CAPACITY_RENAMED,
+    CAPACITY_SEARCH_FIELDS,
     SERVING_SEARCH_FIELDS,
     TRAINING_SEARCH_FIELDS,
     SearchRequest,
@@ -244,19 +246,33 @@ def _under(root: Path, call: Any, *args: Any) -> Any:
 
 
 def _search_call(body: SearchRequest) -> tuple[str, dict[str, Any]]:
-    """("training" | "serving", the search function's keyword arguments) of a request."""
+    """("training" | "serving" | "capacity", the search function's keyword arguments) of a request: with
+    task=inference, a request_rate, slo or scenario makes it a capacity search."""
     given = {k: getattr(body, k) for k in body.model_fields_set if k != "time_limit_s"}
     if "model" not in given or "system" not in given:
         raise ConfigError("model and system are required")
     serving = str(given.get("task", "")).lower() == "inference"
-    allowed = SERVING_SEARCH_FIELDS if serving else TRAINING_SEARCH_FIELDS
     given = {k: v for k, v in given.items() if v is not None}
+    capacity = serving and any(k in given for k in ("request_rate", "slo", "scenario"))
+    kind = "capacity" if capacity else "serving" if serving else "training"
+    allowed = {"capacity": CAPACITY_SEARCH_FIELDS, "serving": SERVING_SEARCH_FIELDS,
+               "training": TRAINING_SEARCH_FIELDS}[kind]
     if extra := sorted(k for k in given if k not in allowed | {"task"}):
-        which = "training searches" if serving else "serving searches (task=inference)"
+        name = extra[0]
+        which = ("training searches" if name in TRAINING_SEARCH_FIELDS
+                 else "serving searches (task=inference)" if name in SERVING_SEARCH_FIELDS & CAPACITY_SEARCH_FIELDS
+                 else "capacity searches (task=inference with a request_rate)" if name in CAPACITY_SEARCH_FIELDS
+                 else "the serving layout search (task=inference without a request_rate)")
         raise ConfigError(f"{extra[0]} applies to {which}; allowed here: {', '.join(sorted(allowed))}")
-    if serving:  # the serving search has no task argument: it is inference
+    if isinstance(given["system"], list) and kind != "capacity":
+        raise ConfigError("system lists several systems, which only a capacity search (task=inference with a "
+                          "request_rate) compares; allowed: one system")
+    if serving:  # the serving searches have no task argument: they are inference
         del given["task"]
-    return ("serving" if serving else "training"), given
+    if capacity:
+        arguments = {v: k for k, v in CAPACITY_RENAMED.items()}  # system -> systems, num_gpus -> max_gpus
+        given = {arguments.get(k, k): v for k, v in given.items()}
+    return kind, given
 
 
 async def _next(messages: Any, timeout: float) -> tuple[str, Any]:

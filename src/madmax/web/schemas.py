@@ -1,9 +1,10 @@
 """Request bodies of the HTTP API, built from the Python API's signatures so both take the same fields.
 
 `SimulateRequest` has the keyword arguments of `madmax.simulate`; `SearchRequest` those of the training
-search (`madmax.search.api.find`) and of the serving search (`find_serving`, with `task="inference"`),
-plus the time limit. A field that takes a typed object in Python (a `ModelSpec`, a `Path`) takes its JSON
-form here (a dict, a string). Unknown fields are refused (`extra="forbid"`).
+search (`madmax.search.api.find`), of the serving search (`find_serving`, with `task="inference"`) and of
+the capacity search (`find_capacity`, with `task="inference"` and a request_rate; its systems and max_gpus
+named system and num_gpus), plus the time limit. A field that takes a typed object in Python (a `ModelSpec`, a
+`Path`) takes its JSON form here (a dict, a string). Unknown fields are refused (`extra="forbid"`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from madmax import api
 from madmax.search import api as search_api
-from madmax.search import serving
+from madmax.search import capacity, serving
 
 # JSON forms of the Python API's argument types; any other type (a pydantic model, a dataclass) is
 # left out of the union, its dict form being there already.
@@ -64,12 +65,20 @@ def _search_fields() -> dict[str, tuple[Any, Any]]:
     fields.update({name: (hint, None) for name, hint in SEARCH_TASK_FIELDS.items()})
     for name, spec in _fields(serving.find_serving).items():
         fields.setdefault(name, (spec[0], None))  # serving-only fields default to "not given"
+    for name, spec in _fields(capacity.find_capacity).items():
+        if name not in CAPACITY_RENAMED:
+            fields.setdefault(name, (spec[0] | None, None))
+    fields["system"] = (str | list[str] | dict | None, None)  # one system, or several for a capacity search
     fields["time_limit_s"] = (float | None, Field(None, gt=0))
     return fields
 
 
+# A capacity search's arguments under the names the other searches give them: system (one or a list) and
+# num_gpus (the most GPUs of a deployment).
+CAPACITY_RENAMED = {"systems": "system", "max_gpus": "num_gpus"}
 SearchRequest = create_model("SearchRequest", __config__=_FORBID, **_search_fields())
 SERVING_SEARCH_FIELDS = frozenset(_fields(serving.find_serving))
+CAPACITY_SEARCH_FIELDS = frozenset(CAPACITY_RENAMED.get(k, k) for k in _fields(capacity.find_capacity))
 TRAINING_SEARCH_FIELDS = frozenset(_fields(search_api.find)) | frozenset(SEARCH_TASK_FIELDS)
 
 

@@ -18,7 +18,8 @@ from typing import Any
 
 from madmax.errors import MadmaxError
 
-PRELOAD = ["madmax.api", "madmax.search.api", "madmax.search.serving", "madmax.web.view", "madmax.report.trace"]
+PRELOAD = ["madmax.api", "madmax.search.api", "madmax.search.serving", "madmax.search.capacity", "madmax.web.view",
+           "madmax.report.trace"]
 # A pool process is replaced after this many simulations, so the caches it grows stay bounded.
 TASKS_PER_WORKER = 200
 # gzip's fast end: a trace is compressed about tenfold either way, and is read at most once.
@@ -77,7 +78,7 @@ def simulate(kwargs: dict[str, Any], view: bool, timeline_options: tuple[int, fl
 
 def search(kind: str, kwargs: dict[str, Any], queue: Any, file_root: Path | None = None) -> None:
     """Run one search and put its messages on `queue`: ("checked", None) once the inputs load, then
-    ("result", data) or ("error", sentence). kind: "training" or "serving". User-named files are read only
+    ("result", data) or ("error", sentence). kind: "training", "serving" or "capacity". User-named files are read only
     under `file_root`."""
     from madmax.config.checks import restrict_files
 
@@ -91,6 +92,14 @@ def search(kind: str, kwargs: dict[str, Any], queue: Any, file_root: Path | None
 
             found = find_serving(**kwargs)
             queue.put(("result", {**summary(found, kwargs.get("top", 10)), "wall_s": time.perf_counter() - start}))
+            return
+        if kind == "capacity":
+            from madmax.search.capacity import find_capacity
+            from madmax.search.capacity import summary as capacity_summary
+
+            found = find_capacity(kwargs.pop("model"), kwargs.pop("systems"), **kwargs)
+            queue.put(("result", {**capacity_summary(found, kwargs.get("top", 5)),
+                                  "wall_s": time.perf_counter() - start}))
             return
         from madmax.search.api import find
         from madmax.search.core import summary as candidate
@@ -111,6 +120,18 @@ def search(kind: str, kwargs: dict[str, Any], queue: Any, file_root: Path | None
 def _check(kind: str, kwargs: dict[str, Any]) -> None:
     """Load the model, system and task as the search will (cheap), so bad input is refused before the
     response starts streaming."""
+    if kind == "capacity":
+        from madmax.config.stack import load_stack
+        from madmax.request import resolve_request
+        from madmax.search.capacity import parse_slos
+
+        load_stack(kwargs.get("stack"))
+        parse_slos(kwargs.get("slo"))
+        systems = kwargs["systems"] if isinstance(kwargs["systems"], list) else [kwargs["systems"]]
+        for system in systems:
+            resolve_request(kwargs["model"], system, None, "inference", prompt_len=kwargs.get("prompt_len"),
+                            output_len=kwargs.get("output_len"))
+        return
     if kind == "serving":
         from madmax.config.stack import load_stack
         from madmax.request import resolve_request

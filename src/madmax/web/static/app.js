@@ -7,11 +7,12 @@ const UPLOAD = "__upload__";
 const MAX_UPLOAD_BYTES = 2 ** 20;  // the server's body limit (GET /health max_body_bytes)
 // Form fields kept in the URL (#model=...&system=...), so a view can be shared.
 const STATE_FIELDS = ["model", "system", "num_gpus", "task", "global_batch", "seq_len", "prompt_len", "output_len",
-                      "batch", "strategy", "price", "power", "tokens", "reliability", "objective", "top", "max_tp",
-                      "max_pp", "time_limit_s"];
+                      "batch", "mode", "dtype", "kv_dtype", "stack", "request_rate", "slo", "scenario", "prefix_len",
+                      "strategy", "price", "power", "tokens", "reliability", "objective", "top", "max_tp",
+                      "max_pp", "max_ttft", "max_tpot", "time_limit_s"];
 const INT_FIELDS = new Set(["num_gpus", "global_batch", "seq_len", "prompt_len", "output_len", "batch", "top",
-                            "max_tp", "max_pp"]);
-const FLOAT_FIELDS = new Set(["price", "power", "tokens", "time_limit_s"]);
+                            "max_tp", "max_pp", "prefix_len"]);
+const FLOAT_FIELDS = new Set(["price", "power", "tokens", "time_limit_s", "request_rate", "max_ttft", "max_tpot"]);
 // The result table: key, label, unit (formatting); training and serving results.
 const TRAINING_ROWS = [
   ["model", "Model", "text"], ["system", "System", "text"], ["num_gpus", "GPUs", "int"],
@@ -142,9 +143,26 @@ function requestBody(fields) {
 }
 
 const SIMULATE_FIELDS = ["model", "system", "num_gpus", "task", "global_batch", "seq_len", "prompt_len",
-                         "output_len", "batch", "strategy", "price", "power", "tokens", "reliability"];
+                         "output_len", "batch", "mode", "dtype", "kv_dtype", "stack", "request_rate", "slo",
+                         "scenario", "prefix_len", "strategy", "price", "power", "tokens", "reliability"];
 const SEARCH_FIELDS = ["model", "system", "num_gpus", "task", "global_batch", "seq_len", "prompt_len",
                        "output_len", "objective", "top", "max_tp", "max_pp", "time_limit_s", "tokens", "reliability"];
+// A serving search: with a request rate, the capacity search (GPUs in all: num_gpus caps them), else the layouts
+// of num_gpus GPUs; the weight and KV formats chosen narrow the formats tried.
+const CAPACITY_FIELDS = ["model", "system", "num_gpus", "task", "prompt_len", "output_len", "request_rate", "slo",
+                         "scenario", "stack", "objective", "price", "power", "top", "max_tp", "max_pp", "time_limit_s"];
+const LAYOUT_FIELDS = ["model", "system", "num_gpus", "task", "prompt_len", "output_len", "mode", "stack", "top",
+                       "max_tp", "max_pp", "max_ttft", "max_tpot", "time_limit_s"];
+
+function searchBody() {
+  if ($("task").value !== "inference") return requestBody(SEARCH_FIELDS);
+  const capacity = $("request_rate").value.trim() !== "";
+  const body = requestBody(capacity ? CAPACITY_FIELDS : LAYOUT_FIELDS);
+  if ($("dtype").value) body.dtypes = [$("dtype").value];
+  if ($("kv_dtype").value) body.kv_dtypes = [$("kv_dtype").value];
+  if (!capacity && body.mode === "rate") delete body.mode;  // the layout search simulates static, concurrency or saturation
+  return body;
+}
 
 // --- simulate --------------------------------------------------------------------------------------
 
@@ -179,6 +197,7 @@ function showResult(view) {
     cell.textContent = format(result[key], unit);
   }
   addBlockRows(body, COST_ROWS, result.cost || {}, "cost");
+  addLatencyRows(body, result);
   const train = result.time_to_train || {};
   addBlockRows(body, TIME_TO_TRAIN_ROWS, train, "train");
   const reason = $("fits-reason");
@@ -195,6 +214,34 @@ function showResult(view) {
   plotBreakdown(view.bars);
   plotMemory(view.memory_per_stage, result.memory.capacity);
   plotTimeline(view.timeline);
+}
+
+// A served result's p99 latencies (rate mode), its highest rate within the SLOs when searched, and each SLO
+// held against its limit, each row marked data-slo="1".
+function addLatencyRows(body, result) {
+  const rows = [];
+  for (const [key, label] of [["ttft_s", "p99 time to first token"], ["tpot_s", "p99 time per output token"]]) {
+    const p99 = result.latency && result.latency[key] ? result.latency[key].p99 : undefined;
+    if (p99 !== undefined && p99 !== null) rows.push([`p99_${key}`, label, format(p99, "s")]);
+  }
+  const slo = result.slo;
+  if (slo && slo.highest_rate !== undefined) {
+    rows.push(["highest_rate", "Highest rate within the SLOs", `${format(slo.highest_rate, "num")} requests/s`]);
+  }
+  if (slo) {
+    for (const [key, limit] of Object.entries(slo.limits)) {
+      const value = slo.measured ? slo.measured[key] : undefined;
+      const ok = value !== undefined && value !== null && value <= limit;
+      rows.push([`slo_${key}`, `SLO ${key}`, `${format(value, "s")} ${ok ? "≤" : ">"} ${format(limit, "s")}`]);
+    }
+  }
+  for (const [key, label, text] of rows) {
+    const tr = body.insertRow();
+    tr.dataset.key = key;
+    tr.dataset.slo = "1";
+    tr.insertCell().outerHTML = `<th>${label}</th>`;
+    tr.insertCell().textContent = text;
+  }
 }
 
 // The rows of a block of the result (cost, time_to_train) that it holds, each marked data-<flag>="1".
@@ -291,7 +338,7 @@ async function runSearch() {
   $("search-table").tBodies[0].replaceChildren();
   try {
     const response = await fetch("/search", {method: "POST", headers: {"Content-Type": "application/json"},
-                                             body: JSON.stringify(requestBody(SEARCH_FIELDS))});
+                                             body: JSON.stringify(searchBody())});
     if (!response.ok) {
       const data = await response.json();
       throw new Error(data.error || `HTTP ${response.status}`);
@@ -320,7 +367,46 @@ async function runSearch() {
   }
 }
 
+// A capacity search's deployments (one row each, the first confirmed by a whole simulation), or the closest
+// replica layouts and what each misses.
+function showCapacity(found) {
+  const deployments = found.deployments || [];
+  const wall = found.wall_s !== undefined ? `${found.wall_s.toFixed(2)} s` : "";
+  const slos = Object.keys(found.slo);
+  $("search-summary").textContent = `${found.screened.toLocaleString("en-US")} replica layouts screened, ` +
+    `${found.simulated} simulated in ${wall}; ` + (deployments.length
+      ? `the best ${deployments.length} for ${found.request_rate} requests/s (confirm: ${found.confirm})`
+      : "no deployment meets the SLOs; the closest:");
+  const columns = deployments.length
+    ? [["system", "System", "text"], ["replica", "Replica", "text"], ["dtype", "Weights", "text"],
+       ["kv_dtype", "KV cache", "text"], ["replicas", "Replicas", "int"], ["num_gpus", "GPUs", "int"],
+       ["rate_per_replica", "Requests/s each", "num"], ...slos.map((k) => [`${k}_s`, k, "s"]),
+       ["usd_per_hour", "USD/hour", "num"]]
+    : [["system", "System", "text"], ["replica", "Replica", "text"], ["dtype", "Weights", "text"],
+       ["kv_dtype", "KV cache", "text"], ["missed", "Misses", "text"]];
+  const rows = deployments.length ? deployments
+    : found.closest.map((c) => ({...c, missed: c.missed.join("; ")}));
+  const head = $("search-table").tHead.insertRow();
+  head.innerHTML = "<th>#</th>" + columns.map(([, label]) => `<th>${label}</th>`).join("");
+  const body = $("search-table").tBodies[0];
+  rows.forEach((r, i) => {
+    const tr = body.insertRow();
+    tr.insertCell().textContent = String(i + 1);
+    for (const [key, , unit] of columns) {
+      const cell = tr.insertCell();
+      cell.dataset.key = key;
+      cell.textContent = format(r[key], unit);
+    }
+  });
+  const labels = deployments.map((r, i) => `#${i + 1} ${r.replicas} x ${r.replica} ${r.dtype}/${r.kv_dtype}`);
+  Plotly.react("search-plot", [{type: "bar", orientation: "h", y: labels.reverse(),
+                                x: deployments.map((r) => r.num_gpus).reverse()}],
+               {margin: {l: 10, r: 10, t: 40, b: 40}, yaxis: {automargin: true}, title: {text: "GPUs"},
+                height: 120 + 28 * deployments.length}, {responsive: true, displaylogo: false});
+}
+
 function showSearch(found) {
+  if (found.deployments !== undefined) return showCapacity(found);
   const serving = found.task === "inference";
   const results = found.results || [];
   const wall = found.wall_s !== undefined ? `${found.wall_s.toFixed(2)} s` : "";
