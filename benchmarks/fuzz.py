@@ -525,6 +525,9 @@ _OPTION_VALUES = {
     "--prefix-hit": ("0.5", "0", "1", "1.5", "nan", "-0", "x"),
     "--slo": ("p99_ttft=1", "p99_tpot=1e308", "x", ""),
     "--scenario": ("server", "offline", "x"),
+    "--speculative": ("eagle", "mtp", "ngram", "medusa", ""),
+    "--draft-len": ("3", "0", "17", "x"),
+    "--acceptance": ("0.7", "1", "0", "1.5", "nan", "x"),
 }
 _SEARCH_VALUES = {
     "--objective": ("throughput", "time", "cost", "energy", "x"),

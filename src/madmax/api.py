@@ -43,7 +43,8 @@ def simulate(model: str | Path | dict | ModelSpec, system: str | Path | dict | S
              reliability: str | Path | dict | None = None,
              checkpoint_interval: float | None = None, slo: str | dict | None = None,
              scenario: str | None = None, prefix_len: int | None = None,
-             prefix_hit: float | None = None) -> Result | ServingResult:
+             prefix_hit: float | None = None, speculative: str | None = None, draft_len: int | None = None,
+             acceptance: float | None = None) -> Result | ServingResult:
     """Predict one training iteration, or a serving deployment, of `model` on `system` with `strategy`.
 
     Mirrors `madmax simulate`: names are catalog names or files; `strategy` uses the grammar
@@ -64,12 +65,14 @@ def simulate(model: str | Path | dict | ModelSpec, system: str | Path | dict | S
     `max_ttft`/`max_tpot` (s) for goodput. `slo` ("p99_ttft=1,p99_tpot=50ms" or {"p99_ttft": 1.0}: mean, p50,
     p90 or p99 of ttft, tpot, itl or e2e, seconds) holds a rate-mode result against latency objectives (its `slo`
     block: each measured value, met, missed); without `request_rate` or `arrivals` it finds the highest
-    Poisson rate the deployment serves within them (`madmax.search.capacity.highest_rate`) and returns the
+    Poisson rate the deployment serves within them (`madmax.serve.slo.highest_rate`) and returns the
     result at that rate. `scenario` runs an MLPerf Inference scenario (catalog/scenarios.yaml): offline (the
     saturation mode), server or interactive (the rate mode within its benchmark's p99 TTFT and TPOT limits, for
     the models a benchmark runs). `prefix_len` (tokens every prompt shares, a system prompt) turns on prefix
     caching: each engine keeps the prefix's KV cache once and a share `prefix_hit` (default 1) of the requests
-    prefill only the rest of their prompt. Returns a `ServingResult`.
+    prefill only the rest of their prompt. `speculative` (ngram, eagle, mtp) with `draft_len` k and `acceptance`
+    a (mtp: 1 and 0.85 by default) verifies k + 1 tokens a request each decode step and gains
+    (1 - a^(k+1)) / (1 - a) on average, after k passes of the draft head. Returns a `ServingResult`.
 
     Training takes `stack`, the training framework (`madmax.config.training_stack`): megatron-core
     (default), megatron-lm-2021, pytorch, fsdp2, deepspeed, megatron-deepspeed, automodel, torchtitan,
@@ -105,7 +108,8 @@ def simulate(model: str | Path | dict | ModelSpec, system: str | Path | dict | S
                               max_tpot_s=max_tpot, seed=seed, launch=launch, engine=engine, finetune=finetune,
                               lora_rank=lora_rank, frozen_layers=frozen_layers, lora_targets=lora_targets,
                               expert_load=None if expert_load is None else str(expert_load),
-                              capacity_factor=capacity_factor, prefix_len=prefix_len, prefix_hit=prefix_hit)
+                              capacity_factor=capacity_factor, prefix_len=prefix_len, prefix_hit=prefix_hit,
+                              speculative=speculative, draft_len=draft_len, acceptance=acceptance)
     if price is not None or power is not None:
         request = dataclasses.replace(request, system=request.system.with_costs(price, power))
     if builder_for(request.task.kind, request.workload) is SERVING:
@@ -153,9 +157,9 @@ def _simulate_scenario(call: dict[str, Any]) -> ServingResult:
 
 def _simulate_slo(call: dict[str, Any]) -> ServingResult:
     """`simulate(..., slo=...)`: a rate-mode run held against the SLOs, or, without a rate or arrivals, the
-    highest rate that meets them (`madmax.search.capacity`)."""
+    highest rate that meets them (`madmax.serve.slo`)."""
     from madmax.errors import ConfigError
-    from madmax.search.capacity import highest_rate, parse_slos, slo_block
+    from madmax.serve.slo import highest_rate, parse_slos, slo_block
 
     slos = parse_slos(call.pop("slo"))
     if not slos:
@@ -175,11 +179,11 @@ def _simulate_slo(call: dict[str, Any]) -> ServingResult:
     def run(rate: float, n: int) -> ServingResult:
         return simulate(**{**call, "request_rate": rate, "num_requests": n, "keep_schedule": False})
 
-    from madmax.search.capacity import DEFAULT_REQUESTS
+    from madmax.serve.slo import DEFAULT_REQUESTS
 
     best, block = highest_rate(run, slos, call["num_requests"] or DEFAULT_REQUESTS)
     if best is None:
-        from madmax.search.capacity import MIN_RATE
+        from madmax.serve.slo import MIN_RATE
 
         raise ConfigError(f"no request rate down to {MIN_RATE:g}/s meets the SLOs: "
                           f"{'; '.join(block['missed_at_rate_missed'])}; allowed: looser SLOs or another layout")

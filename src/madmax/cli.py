@@ -204,6 +204,11 @@ def simulate(
                                                         "cached once per engine; inference).")] = None,
     prefix_hit: Annotated[float | None, typer.Option(help="Share of requests that find the shared prefix cached "
                                                           "(0-1, default 1).")] = None,
+    speculative: Annotated[str | None, typer.Option(help="Speculative decoding (inference): ngram, eagle or mtp "
+                                                         "(the model's MTP modules).")] = None,
+    draft_len: Annotated[int | None, typer.Option(help="Tokens drafted a step (speculative; mtp default 1).")] = None,
+    acceptance: Annotated[float | None, typer.Option(help="Chance each drafted token is accepted, 0-1 "
+                                                          "(speculative; mtp default 0.85).")] = None,
     stack: StackOpt = None,
     launch: LaunchOpt = None,
     engine: EngineOpt = None,
@@ -242,7 +247,8 @@ def simulate(
                               calibration=calibration, keep_schedule=trace is not None, price=price,
                               power=power, tokens=tokens, reliability=reliability,
                               checkpoint_interval=checkpoint_interval, slo=slo, scenario=scenario,
-                              prefix_len=prefix_len, prefix_hit=prefix_hit)
+                              prefix_len=prefix_len, prefix_hit=prefix_hit, speculative=speculative,
+                              draft_len=draft_len, acceptance=acceptance)
         if trace is not None:
             from madmax.report.trace import write_trace
 

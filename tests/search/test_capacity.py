@@ -15,7 +15,8 @@ from typer.testing import CliRunner
 from madmax import api
 from madmax.cli import app
 from madmax.errors import ConfigError
-from madmax.search.capacity import closest, find_capacity, missed, parse_slos, rows
+from madmax.search.capacity import closest, find_capacity, rows
+from madmax.serve.slo import missed, parse_slos
 
 # Llama-3.1-8B in fp8 on H100, 512 in + 64 out tokens; 200 requests per simulation keep each under a second.
 SMALL = {"prompt_len": 512, "output_len": 64, "dtypes": ["fp8"], "kv_dtypes": ["fp8"], "max_pp": 1,
@@ -222,7 +223,7 @@ def test_simulate_without_a_rate_finds_the_highest_that_meets_the_slos():
 
 
 def test_a_rate_is_simulated_over_ten_lifetimes_of_a_request():
-    from madmax.search.capacity import steady_requests
+    from madmax.serve.slo import steady_requests
 
     assert steady_requests(400, 300, 0.8) == 3200  # 10 x 0.8 s at 400/s
     assert steady_requests(1, 300, 0.8) == 300 and steady_requests(1e5, 300, 10) == 20_000

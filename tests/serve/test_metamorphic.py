@@ -45,6 +45,7 @@ def test_ttft_never_falls_as_the_request_rate_rises(model, stack, tp, prompt, ou
        prompt=st.integers(16, 6000), grow=st.integers(1, 2048), batch=st.sampled_from([1, 4, 16]),
        mode=st.sampled_from(["static", "concurrency"]))
 @example(model="llama-3.1-8b", stack="trtllm", tp=1, prompt=1800, grow=248, batch=16, mode="concurrency")
+@example(model="llama-3.1-8b", stack="trtllm", tp=1, prompt=4008, grow=83, batch=16, mode="concurrency")
 def test_ttft_never_falls_as_the_prompt_grows(model, stack, tp, prompt, grow, batch, mode):
     def ttft(p: int) -> float:
         return _serve(model, mode=mode, batch=batch, prompt_len=p, output_len=16, strategy=f"tp={tp}",
@@ -54,14 +55,18 @@ def test_ttft_never_falls_as_the_prompt_grows(model, stack, tp, prompt, grow, ba
     # the steps' token budget: prompts of 2048 tokens fill an 8192-token step four at a time and each finishes
     # in one step, while prompts of 1800 straddle step boundaries and often take two (2% lower at 2048 than at
     # 1800, llama-3.1-8b, 16 clients, found here), as chunked prefill does in the engines. That moves the mean
-    # by less than one full step: a prefill of the budget's tokens (or the longest prompt the model takes).
+    # by less than one full step: a prefill of the budget's tokens (or the longest prompt the model takes) with
+    # the running decodes beside it (4008 -> 4091 tokens, 16 clients: 649 -> 438 ms, the prefill alone 210.5 ms
+    # and the step 210.6 ms, found here).
     if mode == "static":
         assert ttft(prompt + grow) >= ttft(prompt) * (1 - 1e-9)
         return
     budget = min(load_stack(stack).max_num_tokens, load_model(model).max_seq_len - 1)
     full_step = _serve(model, mode="static", batch=1, prompt_len=budget, output_len=1, strategy=f"tp={tp}",
                        stack=stack).ttft_s
-    assert ttft(prompt + grow) >= ttft(prompt) - full_step
+    decodes = _serve(model, mode="static", batch=batch, prompt_len=prompt, output_len=2, strategy=f"tp={tp}",
+                     stack=stack).decode_step_time_s
+    assert ttft(prompt + grow) >= ttft(prompt) - full_step - decodes
 
 
 @SLOW

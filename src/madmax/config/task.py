@@ -55,6 +55,24 @@ MAX_ARRIVAL_S = 1e9
 MIN_REQUEST_RATE = 1e-3
 
 
+class Speculative(StrEnum):
+    """How a serving engine drafts the tokens its step verifies."""
+
+    NGRAM = "ngram"
+    EAGLE = "eagle"
+    MTP = "mtp"
+
+
+# Most tokens a speculative step drafts (engines take a handful: vLLM's examples 1-7, EAGLE's trees up to ~60
+# nodes, chains of under 10).
+MAX_DRAFT_LEN = 16
+# DeepSeek-V3's MTP module as its report measures it: one drafted token (depth 1), accepted 85-90% of the time
+# ("the acceptance rate of the second token prediction ranges between 85% and 90%", arXiv 2412.19437, Sec. 5.4.3);
+# the low end.
+MTP_DEFAULT_DRAFT = 1
+MTP_DEFAULT_ACCEPTANCE = 0.85
+
+
 class Task(Schema):
     """One iteration of training (a global batch) or one inference request batch."""
 
@@ -100,6 +118,13 @@ class Task(Schema):
                                        "prefills only the rest of a prompt; 0: none shared.")
     prefix_hit: float = Field(1.0, ge=0, le=1, description="Share of the requests whose shared prefix an engine "
                               "finds cached once it holds it (0-1; the others prefill their whole prompt).")
+    speculative: Speculative | None = Field(None, description="Speculative decoding (inference): ngram (drafts "
+                                            "from the context, no GPU work), eagle (a one-layer draft head) or mtp "
+                                            "(the model's multi-token-prediction modules).")
+    draft_len: PositiveInt | None = Field(None, le=MAX_DRAFT_LEN, description="Tokens drafted a step, k "
+                                          "(speculative decoding; mtp default 1).")
+    acceptance: float | None = Field(None, ge=0, le=1, description="Chance that each drafted token is accepted, "
+                                     "alpha, independently (speculative decoding; mtp default 0.85).")
     launch: Launch = Field(Launch.SIZED, description="How the serving engine is launched (inference): engine (its "
                            "defaults), sized (the defaults, raised where they cannot serve the load; default) or "
                            "aiconfigurator (the settings AIConfigurator's generator writes).")
@@ -160,9 +185,45 @@ class Task(Schema):
         if self.prefix_len and self.mode is ServingMode.DISAGGREGATED:
             raise ValueError("task.prefix_len is modelled on aggregated engines; allowed: modes static, "
                              "concurrency, saturation, rate")
+        self._speculative_fields()
         if self._given("seed") and self.request_rate is None:
             raise ValueError("task.seed draws Poisson arrivals, which only a request_rate has; allowed: "
                              "request_rate with seed, or no seed")
+
+    def _speculative_fields(self) -> None:
+        """Speculative decoding's draft length and acceptance: mtp takes DeepSeek-V3's (1, 0.85) by default;
+        ngram and eagle depend on the workload and the head, so both are asked for; neither applies without it."""
+        if self.speculative is None:
+            given = [n for n in ("draft_len", "acceptance") if getattr(self, n) is not None]
+            if given:
+                raise ValueError(f"task.{given[0]} applies to speculative decoding; allowed: give speculative "
+                                 "(ngram, eagle, mtp) too")
+            return
+        if self.mode is ServingMode.DISAGGREGATED:
+            raise ValueError("task.speculative is modelled on aggregated engines; allowed: modes static, "
+                             "concurrency, saturation, rate")
+        missing = [n for n in ("draft_len", "acceptance") if getattr(self, n) is None]
+        if missing and self.speculative is not Speculative.MTP:
+            raise ValueError(f"task.speculative={self.speculative.value} needs task.{missing[0]} (it depends on the "
+                             "workload and the drafter); allowed: draft_len 1-16 and acceptance 0-1")
+
+    @property
+    def tokens_per_step(self) -> float:
+        """Tokens a decoding request gains per speculative step on average: (1 - a^(k+1)) / (1 - a) for k drafted
+        tokens each accepted with chance a until the first rejection, plus the verifier's own token (Leviathan
+        et al. 2023, arXiv 2211.17192, eq. 1); 1 without speculative decoding."""
+        if self.speculative is None:
+            return 1.0
+        a, k = self.drafting
+        return float(k + 1) if a >= 1 else (1 - a ** (k + 1)) / (1 - a)
+
+    @property
+    def drafting(self) -> tuple[float, int]:
+        """(acceptance, draft length) of speculative decoding, mtp's defaults where not given."""
+        mtp = self.speculative is Speculative.MTP
+        a = self.acceptance if self.acceptance is not None else (MTP_DEFAULT_ACCEPTANCE if mtp else 0.0)
+        k = self.draft_len if self.draft_len is not None else (MTP_DEFAULT_DRAFT if mtp else 1)
+        return float(a), int(k)
 
     @model_validator(mode="after")
     def _fields_of_kind(self) -> Task:
@@ -272,4 +333,5 @@ INFERENCE_ONLY_DTYPES = ("int4",)
 TRAINING_ONLY_DTYPES = ("mxfp8",)
 KV_DTYPES = ("bf16", "fp16", "fp8")
 SERVING_FIELDS = ("batch", "prompt_len", "output_len", "mode", "kv_dtype", "request_rate", "num_requests", "arrivals",
-                  "max_ttft_s", "max_tpot_s", "seed", "launch", "engine", "prefix_len", "prefix_hit")
+                  "max_ttft_s", "max_tpot_s", "seed", "launch", "engine", "prefix_len", "prefix_hit", "speculative",
+                  "draft_len", "acceptance")

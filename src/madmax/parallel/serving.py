@@ -70,25 +70,28 @@ class Step:
     """One forward pass of a serving engine.
 
     prefill: per prompt chunk, (new tokens q, keys after it c + q); decode: sequences generating one
-    token each; decode_kv_tokens: the keys those sequences read in all (their new tokens included);
-    sampled: sequences whose logits are computed (the decodes and the prompts this step completes).
+    token each, or with speculative decoding verifying `decode_width` tokens each (the last accepted and the
+    drafted ones); decode_kv_tokens: the keys those sequences read in all (their new tokens included);
+    sampled: sequences (or, verifying, positions) whose logits are computed.
     """
 
     prefill: tuple[tuple[int, int], ...] = ()
     decode: int = 0
     decode_kv_tokens: float = 0.0
     sampled: int = 0
+    decode_width: int = 1
 
     @property
     def tokens(self) -> int:
         """New tokens of the step, T."""
-        return sum(q for q, _ in self.prefill) + self.decode
+        return sum(q for q, _ in self.prefill) + self.decode * self.decode_width
 
     def calls(self) -> tuple[AttentionCall, ...]:
         """The attention calls: one per prefill chunk and one for the decode batch (mean keys)."""
         calls = [AttentionCall(1, q, kv) for q, kv in self.prefill]
         if self.decode:
-            calls.append(AttentionCall(self.decode, 1, self.decode_kv_tokens / self.decode))
+            calls.append(AttentionCall(self.decode, self.decode_width, self.decode_kv_tokens / self.decode,
+                                       decode=True))
         return tuple(calls)
 
 
@@ -268,8 +271,8 @@ class ServingPlan:
         calls = step.calls()
         if unit.latent is None:
             return self._attention(unit.block.ops, calls, self.kv_width)
-        prefill = tuple(c for c in calls if c.q_len > 1)
-        decode = tuple(c for c in calls if c.q_len == 1)
+        prefill = tuple(c for c in calls if c.q_len > 1 and not c.decode)
+        decode = tuple(c for c in calls if c.q_len == 1 or c.decode)
         expanded, absorbed = _latent_forms(unit.block, unit.latent)
         # The expanded K and V are computed in the activations' format; the absorbed kernel reads the
         # latent (r + d_r elements per key) where a head of width d would read 2d.

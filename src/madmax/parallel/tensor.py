@@ -41,11 +41,13 @@ BACKWARD_BYTES_FACTOR = 2  # read saved input + output gradient, write input gra
 @dataclass(frozen=True)
 class AttentionCall:
     """`batch` sequences with `q_len` new tokens each, attending to `kv_len` keys (the new tokens
-    included; a mean over the sequences for a decode batch)."""
+    included; a mean over the sequences for a decode batch). `decode`: a decode batch, its kernel the decode
+    kernel even with several new tokens a sequence (speculative decoding's verification)."""
 
     batch: int
     q_len: int
     kv_len: float
+    decode: bool = False
 
 
 @dataclass(frozen=True)
@@ -396,17 +398,18 @@ def _serving_attention(op: Op, shape: Shape) -> list[Kernel]:
     dtype = shape.gemm_dtype or DType.BF16  # the 16-bit activation format the plan gives
     common = {"heads": heads, "kv_heads": kv_heads, "head_dim": op.head_dim, "causal": op.causal, "dtype": dtype,
               "window": op.window, "kv_width": shape.kv_width}
-    prefill = [c for c in shape.calls if c.q_len > 1]
+    prefill = [c for c in shape.calls if c.q_len > 1 and not c.decode]
     kernels = []
     if prefill:
         segments = tuple((c.q_len, c.kv_len) for c in prefill for _ in range(c.batch))
         flops = sum(attention_flops(1, heads, q, kv, op.head_dim, op.causal, op.window) for q, kv in segments)
         kernels.append(Kernel(KernelKind.ATTENTION, "attention", flops=flops, segments=segments, **common))
     for c in shape.calls:
-        if c.q_len == 1:
+        if c.q_len == 1 or c.decode:
             kernels.append(Kernel(KernelKind.ATTENTION, "attention",
-                                  flops=attention_flops(c.batch, heads, 1, c.kv_len, op.head_dim, op.causal, op.window),
-                                  batch=c.batch, q_len=1, kv_len=c.kv_len, **common))
+                                  flops=attention_flops(c.batch, heads, c.q_len, c.kv_len, op.head_dim, op.causal,
+                                                        op.window),
+                                  batch=c.batch, q_len=c.q_len, kv_len=c.kv_len, **common))
     return kernels
 
 

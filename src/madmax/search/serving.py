@@ -254,7 +254,8 @@ def static_estimate(dep, batch: int, prompt: int, output: int, mid_decode: bool 
         stages = [stage_times(dep.replica.plan, dep.runtime, s, last).total_s for s in range(dep.pp)]
         ttft += sum(stages) + (dep.pp - 1) * max(stages)
     if mid_decode:
-        return ttft, dep.step_s(modes.decode_step(per_engine, prompt + output / 2)) if output > 1 else 0.0
+        return ttft, (dep.step_s(dep.decode_step(per_engine, prompt + output / 2)) / dep.tokens_per_step
+                      if output > 1 else 0.0)
     return ttft, modes.mean_decode_s(dep, per_engine, prompt, output)
 
 

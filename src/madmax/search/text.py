@@ -133,7 +133,8 @@ def print_serving_search(search, top: int, wall_s: float, console: Console | Non
 def print_capacity(found, top: int, wall_s: float, console: Console | None = None) -> None:
     """A capacity search: its inputs and counts, the best deployments that meet the SLOs (each simulated, the
     best confirmed whole), or the closest units and the SLO each misses."""
-    from madmax.search.capacity import closest, measured
+    from madmax.search.capacity import closest
+    from madmax.serve.slo import measured
 
     console = console or make_console()
     slos = ", ".join(f"{k} {_latency(v)}" for k, v in found.slos.items())

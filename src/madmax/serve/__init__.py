@@ -29,6 +29,7 @@ from madmax.serve.deployment import (
     Replica,
     check_keys,
     check_request,
+    draft_head,
     formats,
     replica,
     runtime_of,
@@ -65,7 +66,7 @@ def simulate_serving(request: Request, requested: Strategy, stack: str | Path | 
     # as not fitting.
     longest = float(np.max(prompt + output))
     dep = modes.Deployment(rep, runtime, strategy.dp, context, unbounded_kv=not rep.holds(longest),
-                           prefix=t.prefix_len, prefix_hit=t.prefix_hit)
+                           prefix=t.prefix_len, prefix_hit=t.prefix_hit, **_speculative(request))
     notes: list[str] = list(launch_notes)
     if t.mode is ServingMode.SATURATION:
         cap = max(1, min(t.batch or rep.max_sequences or 1, rep.max_sequences or 1,
@@ -80,6 +81,8 @@ def simulate_serving(request: Request, requested: Strategy, stack: str | Path | 
         outcome = modes.open_loop(dep, arrival, prompt, output)
         batch = 0
     notes += outcome.notes
+    if t.speculative is not None:
+        notes.append(_speculative_note(request, dep))
     if t.prefix_len:
         share = (f"{outcome.cached_share:.1%} of the prompt tokens came from the cache in this run" if not static
                  else "a static batch is served by a warm engine")
@@ -88,6 +91,29 @@ def simulate_serving(request: Request, requested: Strategy, stack: str | Path | 
                      f"only the rest of their prompt ({share}); max batch by memory counts no sharing")
     return _result(request, dep, fmt, engine_stack, outcome, batch, p_mean, o_mean, notes, keep_schedule,
                    _describe(strategy, request.spec.has_experts))
+
+
+def _speculative(request: Request) -> dict:
+    """The Deployment fields of the task's speculative decoding: verify width, tokens a step, draft cost."""
+    from madmax.serve.deployment import draft_fraction
+
+    t = request.task
+    if t.speculative is None:
+        return {}
+    _, k = t.drafting
+    return {"width": k + 1, "tokens_per_step": t.tokens_per_step, "draft_fraction": draft_fraction(request)}
+
+
+def _speculative_note(request: Request, dep: modes.Deployment) -> str:
+    t = request.task
+    a, k = t.drafting
+    drafter = {"ngram": "n-gram lookups in the context (no GPU work)",
+               "eagle": f"an EAGLE head (each drafted token {dep.draft_fraction:.1%} of a decode step's weight reads)",
+               "mtp": f"the model's MTP modules (each drafted token {dep.draft_fraction:.1%} of a decode step's "
+                      "weight reads)"}[t.speculative.value]
+    return (f"speculative decoding: {k} token(s) drafted a step by {drafter}, each accepted with chance {a:g}: "
+            f"{dep.tokens_per_step:.3g} tokens a step on average, each step verifying {k + 1} tokens a request; "
+            "tokens come in bursts (mean-field: inter-token latency is the step over the tokens it gains)")
 
 
 def _lengths(request: Request) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -205,7 +231,7 @@ def _result(request: Request, dep: modes.Deployment, fmt: Formats, stack: Servin
     fit = stack.prompts_per_step(int(prompt))
     _, pre_prog, pre_sched = pre_dep.simulate(pre_dep.prefill_step(min(prompts, fit), int(prompt)))
     prefill_s = _static_prefill_s(pre_dep, prompts * pre_dep.pp, int(prompt), [])
-    decode_s, dec_prog, dec_sched = dep.simulate(modes.decode_step(per_engine, prompt + output / 2))
+    decode_s, dec_prog, dec_sched = dep.simulate(dep.decode_step(per_engine, prompt + output / 2))
     static = t.mode is ServingMode.STATIC
     memory, fits, reason = _memory(request, rep, shown, stack, static)
     closed = t.mode in (ServingMode.CONCURRENCY, ServingMode.SATURATION)
@@ -231,6 +257,8 @@ def _result(request: Request, dep: modes.Deployment, fmt: Formats, stack: Servin
     if t.mode is ServingMode.RATE or t.max_ttft_s or t.max_tpot_s:
         latency, goodput = _latency(outcome, t.max_ttft_s, t.max_tpot_s)
     kv_per_token = sum(rep.plan.kv_bytes(s, prompt + output) for s in range(rep.plan.num_stages)) * rep.plan.tp
+    if (drafter := draft_head(request)) is not None:  # the draft head caches one more layer
+        kv_per_token *= 1 + 1 / drafter[1]
     return ServingResult(
         model=request.spec.name, system=sysm.name, num_gpus=n, task=t.kind.value, mode=t.mode.value,
         stack=stack.name, strategy=strategy_text, dtype=fmt.label, kv_dtype=fmt.kv.value, batch=batch,

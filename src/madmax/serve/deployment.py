@@ -217,6 +217,11 @@ def replica(request: Request, strategy: Strategy, stack: ServingStack, fmt: Form
     weights = [plan.weights_bytes(s) for s in range(plan.num_stages)]
     workspace = [plan.workspace_bytes(s, step_tokens, step_sequences) for s in range(plan.num_stages)]
     per_sequence = [plan.kv_bytes(s, context) for s in range(plan.num_stages)]
+    head = draft_head(request)
+    if head is not None:  # the draft head on the last stage: its share of the weights and one more layer's cache
+        share, layers = head
+        weights[-1] += share * sum(weights)
+        per_sequence[-1] += sum(per_sequence) / layers
     # The training reserve (parallel.memory.Reserve): the context, a communicator per group of the replica
     # (tp, pp, ep) and the fragmentation of the step's workspace.
     reserve = runtime_reserve()
@@ -231,6 +236,47 @@ def replica(request: Request, strategy: Strategy, stack: ServingStack, fmt: Form
     s = min(range(plan.num_stages), key=lambda s: pools[s] / per_sequence[s] if per_sequence[s] else math.inf)
     room = tuple(max(0.0, pool) for pool in pools)
     return Replica(strategy, plan, weights[s], workspace[s], reserved[s], room[s], per_sequence[s], room)
+
+
+def draft_head(request: Request) -> tuple[float, int] | None:
+    """A speculative draft head's weights over the model's (mtp: the model's multi-token-prediction modules;
+    eagle: one mean layer and its (2h x h) input projection), and the model's layers (the head caches one more
+    layer's keys and values); None without one (no speculative decoding, or n-gram drafts)."""
+    from madmax.config.task import Speculative
+    from madmax.workload.transformer import param_counts
+
+    kind = request.task.speculative
+    if kind not in (Speculative.EAGLE, Speculative.MTP):
+        return None
+    spec = request.spec
+    counts = param_counts(spec)
+    main = sum(counts.values()) - counts.get("mtp", 0)
+    layers = main - counts["embedding"] - counts["lm_head"] - counts.get("position", 0)
+    if kind is Speculative.MTP:
+        if not spec.mtp_layers:
+            raise ConfigError(f"task.speculative=mtp drafts with the model's multi-token-prediction modules; "
+                              f"{spec.name} has none (mtp_layers=0); allowed: eagle or ngram")
+        head = counts["mtp"]
+    else:
+        head = layers / spec.num_layers + 2 * spec.hidden_size**2
+    return head / main, spec.num_layers
+
+
+def draft_fraction(request: Request) -> float:
+    """A drafted token's time over a plain decode step's: the weights a draft pass reads (a mean layer's active
+    weights and the LM head, which MTP and EAGLE heads share) over those a decode step reads (the active
+    weights but the embedding table, which it reads a row of): a decode step is weight-read bound. 0 for n-gram
+    drafts (looked up in the context on the host)."""
+    from madmax.config.task import Speculative
+    from madmax.workload.transformer import active_params, param_counts
+
+    if request.task.speculative not in (Speculative.EAGLE, Speculative.MTP):
+        return 0.0
+    spec = request.spec
+    counts = param_counts(spec)
+    read = active_params(spec, counts) - counts["embedding"] - counts.get("position", 0)
+    layer = (read - counts["lm_head"]) / spec.num_layers
+    return (layer + counts["lm_head"]) / read
 
 
 def runtime_of(request: Request, stack: ServingStack) -> Runtime:

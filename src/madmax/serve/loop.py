@@ -83,6 +83,8 @@ class Scheduler:
     admit_lag: bool = False
     prefix: int = 0  # prompt tokens every request shares (prefix caching), 0: none
     prefix_hit: float = 1.0  # share of the requests that find the cached prefix
+    width: int = 1  # tokens a decoding request's step verifies (speculative decoding: the drafted ones and one)
+    tokens_per_step: float = 1.0  # tokens a decoding request gains a step, on average (speculative decoding)
 
 
 @dataclass(frozen=True)
@@ -243,6 +245,9 @@ class Engine(Clocked):
         self.held: dict[int, float] = {}  # per request, besides the tokens its decode steps added (on-demand caches)
         self.grown_from: dict[int, int] = {}  # decode steps done when a decoder of an on-demand cache started
         self.finish_at: dict[int, int] = {}  # decode steps done when a decoder finishes
+        # per decoder: the keys its next step reads and the decode steps done when it started (speculative
+        # decoding adds tokens_per_step keys a step, a fraction of a token on average)
+        self.keys_from: dict[int, tuple[int, int]] = {}
         self.recompute: dict[int, int] = {}  # tokens a preempted request had generated, to recompute
         self.epoch = 0
         self.preemptions = 0
@@ -291,7 +296,8 @@ class Engine(Clocked):
         if not chunks and not decodes:
             return None
         step = Step(prefill=tuple((q, done + q) for _, done, q in chunks), decode=decodes,
-                    decode_kv_tokens=self.decode_keys if decodes else 0.0, sampled=decodes + len(completing))
+                    decode_kv_tokens=self.decode_keys if decodes else 0.0,
+                    sampled=decodes * self.s.width + len(completing), decode_width=self.s.width if decodes else 1)
         return Work(tuple(chunks), tuple(completing), step)
 
     def take(self, work: Work, seconds: float) -> None:
@@ -337,7 +343,8 @@ class Engine(Clocked):
     def _release(self, request: int) -> None:
         """Free the request's KV tokens: those it was given, and (on-demand caches) one per decode step it took."""
         start = self.grown_from.pop(request, None)
-        self.used -= self.held.pop(request, 0.0) + (0 if start is None else self.decode_steps - start)
+        self.used -= self.held.pop(request, 0.0) + (0 if start is None else
+                                                    (self.decode_steps - start) * self.s.tokens_per_step)
         self.finish_at.pop(request, None)
 
     def _prefill_work(self, admit: bool = True) -> tuple[list[tuple[int, int, int]], list[int]]:
@@ -433,8 +440,11 @@ class Engine(Clocked):
             self._finish(request)
             return
         self.epoch += 1
+        if self.s.tokens_per_step != 1:  # speculative decoding: the steps that produce its tokens on average
+            left = math.ceil(left / self.s.tokens_per_step - 1e-9)
         heapq.heappush(self.decoders, (self.decode_steps + left, request, self.epoch))
         self.finish_at[request] = self.decode_steps + left
+        self.keys_from[request] = (int(self.r.prompt[request]) + generated, self.decode_steps)
         if not self.s.reserve_full:  # its cache grows a token a step, counted when it is released
             self.grown_from[request] = self.decode_steps
         self.decoding[request] = self.epoch
@@ -478,9 +488,10 @@ class Engine(Clocked):
             self.admitted.pop()
         request = self.admitted.pop()
         self.decoding.pop(request)  # its heap entry is stale from now (`_drop_stale`)
-        generated = int(self.r.output[request]) - (self.finish_at[request] - self.decode_steps)
+        keys = self._keys(request, self.decode_steps)
+        generated = min(int(self.r.output[request]) - 1, int(keys) - int(self.r.prompt[request]))
         self.num_decoding -= 1
-        self.decode_keys -= int(self.r.prompt[request]) + generated
+        self.decode_keys -= keys
         self._release(request)
         self.recompute[request] = generated
         self.waiting.appendleft(request)
@@ -498,13 +509,14 @@ class Engine(Clocked):
         self._drop_stale()
         d, k = self.num_decoding, self.decoders[0][0] - self.decode_steps
         if not self.s.reserve_full and math.isfinite(self.s.kv_tokens):
-            k = max(1, min(k, int((self.s.kv_tokens - self.used) // d)))
+            k = max(1, min(k, int((self.s.kv_tokens - self.used) // (d * self.s.tokens_per_step))))
         return k
 
     def decode_step(self, ahead: int = 0) -> Step:
         """The decode-only step of the running decoders `ahead` steps from now (each reads one more key a step)."""
         d = self.num_decoding
-        return Step(decode=d, decode_kv_tokens=self.decode_keys + ahead * d, sampled=d)
+        return Step(decode=d, decode_kv_tokens=self.decode_keys + ahead * d * self.s.tokens_per_step,
+                    sampled=d * self.s.width, decode_width=self.s.width)
 
     def stretch(self, k: int, first_s: float, last_s: float) -> None:
         """Take k decode-only steps whose times run linearly from `first_s` to `last_s`."""
@@ -521,20 +533,27 @@ class Engine(Clocked):
 
     def _advance_decoders(self, k: int, first_s: float, last_s: float) -> None:
         """k decode steps of every decoder: their keys grow by k per request; those done leave."""
-        d = self.num_decoding
-        self.r.itl.add((first_s + last_s) / 2, k * d)
+        d, tau = self.num_decoding, self.s.tokens_per_step
+        self.r.itl.add((first_s + last_s) / 2 / tau, k * d * tau)
         self.decode_steps += k
-        self.decode_keys += k * d
+        self.decode_keys += k * d * tau
         if not self.s.reserve_full:  # each decoder's cache grows k tokens (`_release` frees them)
-            self.used += k * d
+            self.used += k * d * tau
         while self.decoders and self.decoders[0][0] <= self.decode_steps:
             _, request, epoch = heapq.heappop(self.decoders)
             if self.decoding.get(request) != epoch:
                 continue
             del self.decoding[request]
             self.num_decoding -= 1
-            self.decode_keys -= int(self.r.prompt[request]) + int(self.r.output[request])
+            self.decode_keys -= self._keys(request, self.decode_steps)
             self._finish(request)
+
+    def _keys(self, request: int, steps: int) -> float:
+        """The keys a decoder had added to `decode_keys` when `steps` decode steps were done (its prompt and the
+        tokens it had at its start, then tokens_per_step a step; prompt + output when it finishes at one token
+        a step)."""
+        base, start = self.keys_from.pop(request)
+        return base + (steps - start) * self.s.tokens_per_step
 
     def _finish(self, request: int) -> None:
         self.r.finish[request] = self.clock

@@ -98,6 +98,9 @@ class Deployment:
     unbounded_kv: bool = False  # simulate as though the KV pool had room (a plan that does not fit)
     prefix: int = 0  # prompt tokens every request shares, cached once per engine (prefix caching)
     prefix_hit: float = 1.0  # share of the requests that find it cached
+    width: int = 1  # speculative decoding: tokens a decoding request's step verifies (k drafted + 1)
+    tokens_per_step: float = 1.0  # speculative decoding: tokens a decoding request gains a step on average
+    draft_fraction: float = 0.0  # a drafted token's time over a plain decode step's (a draft head), 0: free
     _simulated: dict[Step, tuple[float, StepProgram, Schedule]] = field(
         default_factory=dict, init=False, repr=False, compare=False, hash=False)
 
@@ -117,12 +120,27 @@ class Deployment:
 
     def step_s(self, step: Step) -> float:
         """The step's time in closed form (`program.serving.step_time`), every rank of an attention-data-parallel
-        engine running it, for the loop."""
-        return step_time(self.replica.plan, self.runtime, step)
+        engine running it, for the loop; with speculative decoding, its drafting too (`draft_s`)."""
+        return step_time(self.replica.plan, self.runtime, step) + self.draft_s(step)
 
     def group_step_s(self, steps: tuple[Step, ...]) -> float:
-        """The step of an attention-data-parallel engine whose ranks run `steps` (`group_step_time`)."""
-        return group_step_time(self.replica.plan, self.runtime, steps)
+        """The step of an attention-data-parallel engine whose ranks run `steps` (`group_step_time`), after the
+        slowest rank's drafting."""
+        drafts = max((self.draft_s(s) for s in steps), default=0.0)
+        return group_step_time(self.replica.plan, self.runtime, steps) + drafts
+
+    def draft_s(self, step: Step) -> float:
+        """Drafting the k = width - 1 tokens a verifying step checks: k passes of a draft head over the decoding
+        requests, each `draft_fraction` of a plain decode step of them (0 for n-gram drafts, found on the host)."""
+        if step.decode_width == 1 or not self.draft_fraction:
+            return 0.0
+        plain = Step(decode=step.decode, decode_kv_tokens=step.decode_kv_tokens, sampled=step.decode)
+        return (step.decode_width - 1) * self.draft_fraction * step_time(self.replica.plan, self.runtime, plain)
+
+    def decode_step(self, batch: int, context: float) -> Step:
+        """A decode step of `batch` sequences each reading `context` keys (verifying `width` tokens each)."""
+        return Step(decode=batch, decode_kv_tokens=batch * context, sampled=batch * self.width,
+                    decode_width=self.width)
 
     def engine(self, requests: Requests, share: float, **kwargs) -> Engine | Group:
         """One engine serving `requests` with `share` of a replica's KV pool per rank: an `Engine`, or with
@@ -143,7 +161,8 @@ class Deployment:
             timeline = schedule(built.program)
             stack = self.runtime.stack
             seconds = (round_time(built, timeline) if step.prefill
-                       else step_period(built, timeline, stack.host_step_s, stack.host_overlaps_gpu))
+                       else step_period(built, timeline, stack.host_step_s, stack.host_overlaps_gpu)
+                       + self.draft_s(step))  # the draft head's passes are not in the program
             self._simulated[step] = seconds, built, timeline
         return self._simulated[step]
 
@@ -156,7 +175,8 @@ class Deployment:
         return Scheduler(budget=stack.max_num_tokens, max_batch=max(1, stack.max_batch // self.pp),
                          chunked=stack.chunked_prefill, mixed=stack.mixed_batches, kv_tokens=kv,
                          reserve_full=stack.reserve_full_kv, admit_lag=stack.host_overlaps_gpu,
-                         prefix=self.prefix, prefix_hit=self.prefix_hit)
+                         prefix=self.prefix, prefix_hit=self.prefix_hit, width=self.width,
+                         tokens_per_step=self.tokens_per_step)
 
     def prefill_step(self, batch: int, prompt: int) -> Step:
         """A prefill step of `batch` prompts of `prompt` tokens on a warm engine: with prefix caching the share
@@ -187,16 +207,19 @@ def batch_ladder(cap: int) -> list[int]:
 
 
 def mean_decode_s(dep: Deployment, batch: int, prompt: int, output: int) -> float:
-    """Mean decode step over contexts prompt + 1 .. prompt + output - 1 (exact for up to DECODE_SAMPLES
-    steps, else the trapezoid rule on DECODE_SAMPLES evenly spaced steps)."""
+    """Mean time per output token of decoding: the mean decode step over contexts prompt + 1 .. prompt + output
+    - 1 (exact for up to DECODE_SAMPLES steps, else the trapezoid rule on DECODE_SAMPLES evenly spaced steps),
+    over the tokens a step gains (speculative decoding: tokens_per_step)."""
     steps = output - 1
     if steps <= 0:
         return 0.0
     if steps <= DECODE_SAMPLES:
-        return sum(dep.step_s(decode_step(batch, prompt + i)) for i in range(1, steps + 1)) / steps
-    xs = np.linspace(1, steps, DECODE_SAMPLES)
-    ys = [dep.step_s(decode_step(batch, prompt + x)) for x in xs]
-    return float(np.trapezoid(ys, xs) / (steps - 1))
+        mean = sum(dep.step_s(dep.decode_step(batch, prompt + i)) for i in range(1, steps + 1)) / steps
+    else:
+        xs = np.linspace(1, steps, DECODE_SAMPLES)
+        ys = [dep.step_s(dep.decode_step(batch, prompt + x)) for x in xs]
+        mean = float(np.trapezoid(ys, xs) / (steps - 1))
+    return mean / dep.tokens_per_step
 
 
 def static(dep: Deployment, batch: int, prompt: int, output: int, ttft_s: float) -> Outcome:

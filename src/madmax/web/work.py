@@ -123,7 +123,7 @@ def _check(kind: str, kwargs: dict[str, Any]) -> None:
     if kind == "capacity":
         from madmax.config.stack import load_stack
         from madmax.request import resolve_request
-        from madmax.search.capacity import parse_slos
+        from madmax.serve.slo import parse_slos
 
         load_stack(kwargs.get("stack"))
         parse_slos(kwargs.get("slo"))
