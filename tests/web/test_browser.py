@@ -209,3 +209,17 @@ def test_a_rate_simulation_within_slos_shows_the_highest_rate(page, live_server)
     text = page.text_content("#result-table tr[data-key='highest_rate'] td")
     assert float(text.split()[0]) == pytest.approx(result["slo"]["highest_rate"], rel=5e-4)
     assert page.locator("#result-table tr[data-key='slo_p99_tpot']").count() == 1
+
+
+def test_speculative_decoding_and_a_shared_prefix_reach_the_api(page, live_server):
+    state = {"model": "llama-3.1-8b", "system": "dgx-h100", "num_gpus": 1, "task": "inference", "prompt_len": 1024,
+             "output_len": 64, "batch": 4, "strategy": "tp=1", "speculative": "eagle", "draft_len": 3,
+             "acceptance": 0.6, "prefix_len": 512}
+    open_page(page, live_server, state, run="simulate")
+    page.wait_for_selector("#result-table tr[data-key='tpot_s']", timeout=TIMEOUT_MS)
+    result = json.loads(post(live_server, "/simulate", state))
+    text = page.text_content("#result-table tr[data-key='tpot_s'] td")
+    assert shown(text, "s") == pytest.approx(result["tpot_s"], rel=5e-4)
+    notes = page.eval_on_selector_all("#assumptions li", "items => items.map(i => i.textContent)")
+    assert any(n.startswith("speculative decoding: 3 token(s)") for n in notes)
+    assert any(n.startswith("prefix caching: every prompt starts with the same 512 tokens") for n in notes)

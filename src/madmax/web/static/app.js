@@ -8,11 +8,12 @@ const MAX_UPLOAD_BYTES = 2 ** 20;  // the server's body limit (GET /health max_b
 // Form fields kept in the URL (#model=...&system=...), so a view can be shared.
 const STATE_FIELDS = ["model", "system", "num_gpus", "task", "global_batch", "seq_len", "prompt_len", "output_len",
                       "batch", "mode", "dtype", "kv_dtype", "stack", "request_rate", "slo", "scenario", "prefix_len",
-                      "strategy", "price", "power", "tokens", "reliability", "objective", "top", "max_tp",
-                      "max_pp", "max_ttft", "max_tpot", "time_limit_s"];
+                      "speculative", "draft_len", "acceptance", "strategy", "price", "power", "tokens", "reliability",
+                      "objective", "top", "max_tp", "max_pp", "max_ttft", "max_tpot", "time_limit_s"];
 const INT_FIELDS = new Set(["num_gpus", "global_batch", "seq_len", "prompt_len", "output_len", "batch", "top",
-                            "max_tp", "max_pp", "prefix_len"]);
-const FLOAT_FIELDS = new Set(["price", "power", "tokens", "time_limit_s", "request_rate", "max_ttft", "max_tpot"]);
+                            "max_tp", "max_pp", "prefix_len", "draft_len"]);
+const FLOAT_FIELDS = new Set(["price", "power", "tokens", "time_limit_s", "request_rate", "max_ttft", "max_tpot",
+                              "acceptance"]);
 // The result table: key, label, unit (formatting); training and serving results.
 const TRAINING_ROWS = [
   ["model", "Model", "text"], ["system", "System", "text"], ["num_gpus", "GPUs", "int"],
@@ -144,7 +145,8 @@ function requestBody(fields) {
 
 const SIMULATE_FIELDS = ["model", "system", "num_gpus", "task", "global_batch", "seq_len", "prompt_len",
                          "output_len", "batch", "mode", "dtype", "kv_dtype", "stack", "request_rate", "slo",
-                         "scenario", "prefix_len", "strategy", "price", "power", "tokens", "reliability"];
+                         "scenario", "prefix_len", "speculative", "draft_len", "acceptance", "strategy", "price",
+                         "power", "tokens", "reliability"];
 const SEARCH_FIELDS = ["model", "system", "num_gpus", "task", "global_batch", "seq_len", "prompt_len",
                        "output_len", "objective", "top", "max_tp", "max_pp", "time_limit_s", "tokens", "reliability"];
 // A serving search: with a request rate, the capacity search (GPUs in all: num_gpus caps them), else the layouts
