@@ -661,23 +661,44 @@ def _search_capacity(model, system, num_gpus, prompt_len, output_len, *, request
                      dtypes: str | None, kv_dtypes: str | None, progress: bool, top: int, **options) -> None:
     """`madmax search --task inference --request-rate R --slo ...`: the deployments that serve R within the
     SLOs (madmax.search.capacity)."""
-    import time
-
     from madmax.search.capacity import find_capacity, summary
     from madmax.search.text import print_capacity
-    from madmax.terminal import shown
 
     if request_rate is None:
         _fail("a capacity search (--slo, --scenario) needs request_rate: it finds the deployments that serve "
               "--request-rate requests/s within the SLOs; allowed: --request-rate R with --slo or --scenario")
     systems = [s.strip() for s in system.split(",") if s.strip()] if "," in system else system
+    _run_serving_search(lambda: find_capacity(model, systems, request_rate=request_rate, prompt_len=prompt_len,
+                                              output_len=output_len, max_gpus=num_gpus, top=top,
+                                              dtypes=_listed(dtypes), kv_dtypes=_listed(kv_dtypes), **options),
+                        summary, print_capacity, top, as_json, progress, "capacity search")
+
+
+def _search_serving(model, system, num_gpus, prompt_len, output_len, *, as_json: bool, dtypes: str | None,
+                    kv_dtypes: str | None, progress: bool, **options) -> None:
+    """`madmax search --task inference`: the serving layouts (madmax.search.serving)."""
+    from madmax.search.serving import find_serving, summary
+    from madmax.search.text import print_serving_search
+
+    _run_serving_search(lambda: find_serving(model, system, num_gpus, prompt_len=prompt_len, output_len=output_len,
+                                             dtypes=_listed(dtypes), kv_dtypes=_listed(kv_dtypes), **options),
+                        summary, print_serving_search, options["top"], as_json, progress, "search")
+
+
+def _listed(text: str | None) -> list[str] | None:
+    return text.split(",") if text else None
+
+
+def _run_serving_search(run, summary, printer, top: int, as_json: bool, progress: bool, label: str) -> None:
+    """Run a serving search (its progress bar shown on a terminal), then print it or its JSON summary."""
+    import time
+
+    from madmax.terminal import shown
+
     try:
         start = time.perf_counter()
-        with shown("capacity search", "simulations", enabled=progress):
-            found = find_capacity(model, systems, request_rate=request_rate, prompt_len=prompt_len,
-                                  output_len=output_len, max_gpus=num_gpus, top=top,
-                                  dtypes=dtypes.split(",") if dtypes else None,
-                                  kv_dtypes=kv_dtypes.split(",") if kv_dtypes else None, **options)
+        with shown(label, "simulations", enabled=progress):
+            found = run()
         wall = time.perf_counter() - start
     except MadmaxError as exc:
         _fail(str(exc))
@@ -685,32 +706,7 @@ def _search_capacity(model, system, num_gpus, prompt_len, output_len, *, request
     if as_json:
         _emit_json({**summary(found, top), "wall_s": wall})
         return
-    print_capacity(found, top, wall)
-
-
-def _search_serving(model, system, num_gpus, prompt_len, output_len, *, as_json: bool, dtypes: str | None,
-                    kv_dtypes: str | None, progress: bool, **options) -> None:
-    """`madmax search --task inference`: the serving layouts (madmax.search.serving)."""
-    import time
-
-    from madmax.search.serving import find_serving, summary
-    from madmax.search.text import print_serving_search
-    from madmax.terminal import shown
-
-    try:
-        start = time.perf_counter()
-        with shown("search", "simulations", enabled=progress):
-            found = find_serving(model, system, num_gpus, prompt_len=prompt_len, output_len=output_len,
-                                 dtypes=dtypes.split(",") if dtypes else None,
-                                 kv_dtypes=kv_dtypes.split(",") if kv_dtypes else None, **options)
-        wall = time.perf_counter() - start
-    except MadmaxError as exc:
-        _fail(str(exc))
-        return
-    if as_json:
-        _emit_json({**summary(found, options["top"]), "wall_s": wall})
-        return
-    print_serving_search(found, options["top"], wall)
+    printer(found, top, wall)
 
 
 # --- sweep, query, report ------------------------------------------------------------------------

@@ -369,6 +369,24 @@ async function runSearch() {
   }
 }
 
+// The search table: a numbered row per result with a cell per column (data-key its key); `more(tr, r)` adds
+// cells after them (a header cell is left empty for them).
+function searchTable(columns, rows, more) {
+  const head = $("search-table").tHead.insertRow();
+  head.innerHTML = "<th>#</th>" + columns.map(([, label]) => `<th>${label}</th>`).join("") + (more ? "<th></th>" : "");
+  const body = $("search-table").tBodies[0];
+  rows.forEach((r, i) => {
+    const tr = body.insertRow();
+    tr.insertCell().textContent = String(i + 1);
+    for (const [key, , unit] of columns) {
+      const cell = tr.insertCell();
+      cell.dataset.key = key;
+      cell.textContent = format(r[key], unit);
+    }
+    if (more) more(tr, r);
+  });
+}
+
 // A capacity search's deployments (one row each, the first confirmed by a whole simulation), or the closest
 // replica layouts and what each misses.
 function showCapacity(found) {
@@ -388,18 +406,7 @@ function showCapacity(found) {
        ["kv_dtype", "KV cache", "text"], ["missed", "Misses", "text"]];
   const rows = deployments.length ? deployments
     : found.closest.map((c) => ({...c, missed: c.missed.join("; ")}));
-  const head = $("search-table").tHead.insertRow();
-  head.innerHTML = "<th>#</th>" + columns.map(([, label]) => `<th>${label}</th>`).join("");
-  const body = $("search-table").tBodies[0];
-  rows.forEach((r, i) => {
-    const tr = body.insertRow();
-    tr.insertCell().textContent = String(i + 1);
-    for (const [key, , unit] of columns) {
-      const cell = tr.insertCell();
-      cell.dataset.key = key;
-      cell.textContent = format(r[key], unit);
-    }
-  });
+  searchTable(columns, rows);
   const labels = deployments.map((r, i) => `#${i + 1} ${r.replicas} x ${r.replica} ${r.dtype}/${r.kv_dtype}`);
   Plotly.react("search-plot", [{type: "bar", orientation: "h", y: labels.reverse(),
                                 x: deployments.map((r) => r.num_gpus).reverse()}],
@@ -422,17 +429,7 @@ function showSearch(found) {
     : [["strategy", "Strategy", "text"], ["iteration_time_s", "Iteration time", "s"],
        ["tokens_per_s_per_gpu", "Tokens/s per GPU", "num"], ["mfu", "MFU", "pct"],
        ["peak_memory_bytes", "Memory", "gib"]];
-  const head = $("search-table").tHead.insertRow();
-  head.innerHTML = "<th>#</th>" + columns.map(([, label]) => `<th>${label}</th>`).join("") + "<th></th>";
-  const body = $("search-table").tBodies[0];
-  results.forEach((r, i) => {
-    const tr = body.insertRow();
-    tr.insertCell().textContent = String(i + 1);
-    for (const [key, , unit] of columns) {
-      const cell = tr.insertCell();
-      cell.dataset.key = key;
-      cell.textContent = format(r[key], unit);
-    }
+  searchTable(columns, results, (tr, r) => {
     const button = document.createElement("button");
     button.type = "button";
     button.textContent = "simulate";
