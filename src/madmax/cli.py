@@ -152,6 +152,15 @@ ExpertLoadOpt = Annotated[str | None, typer.Option(help="MoE routing load: balan
                                                         "rank's tokens over the mean (e.g. 1.3), or zipf:ALPHA.")]
 CapacityFactorOpt = Annotated[float | None, typer.Option(help="MoE expert capacity over the mean share; tokens "
                                                               "beyond it are dropped (default: dropless).")]
+PrefixLenOpt = Annotated[int | None, typer.Option(help="Prompt tokens every request shares (prefix caching: "
+                                                    "cached once per engine; inference).")]
+PrefixHitOpt = Annotated[float | None, typer.Option(help="Share of requests that find the shared prefix cached "
+                                                      "(0-1, default 1).")]
+SpeculativeOpt = Annotated[str | None, typer.Option(help="Speculative decoding (inference): ngram, eagle or mtp "
+                                                         "(the model's MTP modules).")]
+DraftLenOpt = Annotated[int | None, typer.Option(help="Tokens drafted a step (speculative; mtp default 1).")]
+AcceptanceOpt = Annotated[float | None, typer.Option(help="Chance each drafted token is accepted, 0-1 "
+                                                          "(speculative; mtp default 0.85).")]
 ScenarioOpt = Annotated[str | None, typer.Option(help="MLPerf Inference scenario: offline (saturation), server or "
                                                       "interactive (rate mode within the benchmark's p99 TTFT and "
                                                       "TPOT limits; catalog scenarios.yaml).")]
@@ -200,15 +209,11 @@ def simulate(
                                                  "checked, or without --request-rate the highest rate that meets "
                                                  "them is found.")] = None,
     scenario: ScenarioOpt = None,
-    prefix_len: Annotated[int | None, typer.Option(help="Prompt tokens every request shares (prefix caching: "
-                                                        "cached once per engine; inference).")] = None,
-    prefix_hit: Annotated[float | None, typer.Option(help="Share of requests that find the shared prefix cached "
-                                                          "(0-1, default 1).")] = None,
-    speculative: Annotated[str | None, typer.Option(help="Speculative decoding (inference): ngram, eagle or mtp "
-                                                         "(the model's MTP modules).")] = None,
-    draft_len: Annotated[int | None, typer.Option(help="Tokens drafted a step (speculative; mtp default 1).")] = None,
-    acceptance: Annotated[float | None, typer.Option(help="Chance each drafted token is accepted, 0-1 "
-                                                          "(speculative; mtp default 0.85).")] = None,
+    prefix_len: PrefixLenOpt = None,
+    prefix_hit: PrefixHitOpt = None,
+    speculative: SpeculativeOpt = None,
+    draft_len: DraftLenOpt = None,
+    acceptance: AcceptanceOpt = None,
     stack: StackOpt = None,
     launch: LaunchOpt = None,
     engine: EngineOpt = None,
@@ -560,6 +565,11 @@ def search(
     num_requests: Annotated[int | None, typer.Option(help="Requests simulated per replica at each rate a capacity "
                                                           "search tries (default 1000).")] = None,
     scenario: ScenarioOpt = None,
+    prefix_len: PrefixLenOpt = None,
+    prefix_hit: PrefixHitOpt = None,
+    speculative: SpeculativeOpt = None,
+    draft_len: DraftLenOpt = None,
+    acceptance: AcceptanceOpt = None,
     progress: Annotated[bool, typer.Option(help="Show a progress bar of the strategies simulated (on a "
                                                 "terminal).")] = True,
 ) -> None:
@@ -588,14 +598,18 @@ def search(
                   "output_len, slo, stack, dtypes, kv_dtypes, max_tp, max_pp, num_gpus (the most GPUs), objective "
                   "(throughput, cost, energy), price, power, top, exact, num_requests, calibration, json")
         _search_capacity(model, system, num_gpus, prompt_len, output_len, request_rate=request_rate, slo=slo,
-                         scenario=scenario,
+                         scenario=scenario, prefix_len=prefix_len, prefix_hit=prefix_hit, speculative=speculative,
+                         draft_len=draft_len, acceptance=acceptance,
                          stack=stack, dtypes=dtypes, kv_dtypes=kv_dtypes, max_tp=max_tp, max_pp=max_pp,
                          objective=objective, top=top, exact=exact, num_requests=num_requests, price=price,
                          power=power, calibration=calibration, as_json=as_json, progress=progress)
         return
-    if num_requests is not None or scenario is not None:
-        _fail(f"{'num_requests' if num_requests is not None else 'scenario'} applies to a capacity search; allowed: "
-              "--task inference with --request-rate and --slo or --scenario")
+    capacity_only = {"num_requests": num_requests, "scenario": scenario, "prefix_len": prefix_len,
+                     "prefix_hit": prefix_hit, "speculative": speculative, "draft_len": draft_len,
+                     "acceptance": acceptance}
+    if given := [name for name, value in capacity_only.items() if value is not None]:
+        _fail(f"{given[0]} applies to a capacity search; allowed: --task inference with --request-rate and --slo or "
+              "--scenario")
     if task == "inference":
         if given := [name for name, value in training_only.items() if value is not None]:
             _fail(f"{given[0]} applies to training searches; allowed with --task inference: "

@@ -279,3 +279,17 @@ def test_the_server_scenario_is_the_highest_rate_within_its_limits():
     assert found.slos == {"p99_ttft": 2.0, "p99_tpot": 0.1} and found.meeting()
     with pytest.raises(ConfigError, match="no latency limits to plan capacity against"):
         find_capacity("llama-3.1-8b", "dgx-h100", request_rate=5, scenario="offline", **SMALL)
+
+
+def test_prefix_caching_and_speculative_decoding_serve_every_candidate():
+    plain = find_capacity("llama-3.1-8b", "dgx-h100", request_rate=120, slo="p99_ttft=300ms,p99_tpot=15ms",
+                          max_tp=1, exact=1, top=1, **SMALL)
+    faster = find_capacity("llama-3.1-8b", "dgx-h100", request_rate=120, slo="p99_ttft=300ms,p99_tpot=15ms",
+                           max_tp=1, exact=1, top=1, prefix_len=256, speculative="eagle", draft_len=3, acceptance=0.7,
+                           **SMALL)
+    best, fast = plain.meeting()[0], faster.meeting()[0]
+    assert fast.num_gpus <= best.num_gpus and fast.rate_per_replica >= best.rate_per_replica
+    command = faster.confirm_command(fast)
+    assert command.endswith("--prefix-len 256 --speculative eagle --draft-len 3 --acceptance 0.7")
+    run = json.loads(CliRunner().invoke(app, [*shlex.split(command)[1:], "--json"]).output)
+    assert run["latency"]["ttft_s"]["p99"] == pytest.approx(fast.confirmed.latency["ttft_s"]["p99"])

@@ -139,6 +139,7 @@ class Capacity:
     timings_s: dict[str, float] = field(default_factory=dict)
     num_requests: int = DEFAULT_REQUESTS  # simulated per replica at each rate
     spec: Any = field(default=None, repr=False)  # the model as loaded, simulated
+    features: dict[str, Any] = field(default_factory=dict)  # prefix caching and speculative decoding options
     model_arg: str | None = None  # the model as the user named it (a catalog name or a file), for the command
 
     def meeting(self) -> list[Plan]:
@@ -160,7 +161,8 @@ class Capacity:
         return (f"madmax simulate -m {self.model_arg or self.model} -s {u.system.name} --num-gpus {plan.num_gpus} "
                 f"--task inference --mode rate --request-rate {self.request_rate:g} --prompt-len {self.prompt_len} "
                 f"--output-len {self.output_len} --dtype {u.dtype} --kv-dtype {u.kv_dtype} --stack {self.stack} "
-                f"--strategy {u.strategy(plan.replicas)} --num-requests {n}")
+                f"--strategy {u.strategy(plan.replicas)} --num-requests {n}"
+                + "".join(f" --{k.replace('_', '-')} {v}" for k, v in self.features.items()))
 
 
 def confirm_requests(per_replica: int, replicas: int) -> int:
@@ -173,10 +175,13 @@ def find_capacity(model: Any, systems: Any, *, request_rate: float, slo: str | d
                   max_tp: int | None = None, max_pp: int | None = None, objective: str = "throughput",
                   top: int = 5, exact: int | None = None, num_requests: int | None = None, seed: int = 0,
                   price: float | None = None, power: float | None = None, calibration: Any = None,
-                  scenario: str | None = None) -> Capacity:
+                  scenario: str | None = None, prefix_len: int | None = None, prefix_hit: float | None = None,
+                  speculative: str | None = None, draft_len: int | None = None,
+                  acceptance: float | None = None) -> Capacity:
     """Search the deployments that serve `request_rate` requests/s within `slo` (see the module docstring), or
     within an MLPerf `scenario`'s limits (server, interactive). `systems`: one system or a list; `max_gpus`
-    caps a deployment's GPUs. Raises `MadmaxError` on bad input."""
+    caps a deployment's GPUs. prefix_len, prefix_hit, speculative, draft_len and acceptance serve every candidate
+    with prefix caching and speculative decoding as `simulate` takes them. Raises `MadmaxError` on bad input."""
     from madmax import terminal
     from madmax.config.stack import load_stack
 
@@ -198,6 +203,9 @@ def find_capacity(model: Any, systems: Any, *, request_rate: float, slo: str | d
     if exact < top:
         raise ConfigError(f"exact={exact} must be at least top={top} (the reported deployments are simulated)")
     per_replica = num_requests or DEFAULT_REQUESTS
+    features = {k: v for k, v in (("prefix_len", prefix_len), ("prefix_hit", prefix_hit),
+                                  ("speculative", speculative), ("draft_len", draft_len),
+                                  ("acceptance", acceptance)) if v is not None}
     stack_spec = load_stack(stack)
     system_list = systems if isinstance(systems, list | tuple) else [systems]
     if not system_list:
@@ -209,14 +217,15 @@ def find_capacity(model: Any, systems: Any, *, request_rate: float, slo: str | d
     spec = None
     lengths = (prompt_len, output_len)
     for system in system_list:
-        base = _base(model, system, prompt_len, output_len, rate, calibration, price, power, objective)
+        base = _base(model, system, prompt_len, output_len, rate, calibration, price, power, objective, features)
         spec = base.spec
         lengths = (base.task.prompt_len, base.task.output_len)
         decoding = [k for k in slos if k.endswith(("_tpot", "_itl"))]
         if decoding and lengths[1] < 2:
             raise ConfigError(f"slo {', '.join(decoding)} needs a second output token; output_len={lengths[1]}; "
                               "allowed: output_len >= 2")
-        n, found, near = _screen(base, stack_spec, slos, dtypes, kv_dtypes, max_tp, max_pp, max_gpus, rejected)
+        n, found, near = _screen(base, stack_spec, slos, dtypes, kv_dtypes, max_tp, max_pp, max_gpus, rejected,
+                                 features)
         enumerated += n
         units += found
         closest += near
@@ -231,7 +240,8 @@ def find_capacity(model: Any, systems: Any, *, request_rate: float, slo: str | d
             by_system[id(u.system)] = by_system.get(id(u.system), 0) + 1
             chosen.append(u)
     terminal.expect(len(chosen) * 8)
-    plans = [_plan(spec, u, rate, slos, stack_spec, lengths, per_replica, seed, calibration) for u in chosen]
+    plans = [_plan(spec, u, rate, slos, stack_spec, lengths, per_replica, seed, calibration, features)
+             for u in chosen]
     plans.sort(key=lambda p: _rank(p, objective, max_gpus, slos))
     timings["simulate"] = time.perf_counter() - clock
     model_arg = str(model) if isinstance(model, str | Path) else None
@@ -240,7 +250,7 @@ def find_capacity(model: Any, systems: Any, *, request_rate: float, slo: str | d
                      request_rate=rate, prompt_len=lengths[0], output_len=lengths[1], stack=stack_spec.name,
                      slos=slos, objective=objective, max_gpus=max_gpus, plans=plans, screened=units,
                      closest=closest[:top], enumerated=enumerated, rejected=rejected, timings_s=timings,
-                     num_requests=per_replica, spec=spec, model_arg=model_arg)
+                     num_requests=per_replica, spec=spec, model_arg=model_arg, features=features)
     clock = time.perf_counter()
     for _ in range(MAX_CONFIRMS):  # the best that the whole deployment's simulation confirms
         best = found.meeting()
@@ -272,12 +282,12 @@ def _positive(value: Any, name: str, unit: str) -> float:
     return positive_number(value, name, unit)
 
 
-def _base(model, system, prompt_len, output_len, rate, calibration, price, power, objective):
+def _base(model, system, prompt_len, output_len, rate, calibration, price, power, objective, features):
     """The request of one node of `system` (its price and power replaced where given), checked."""
     from madmax.request import resolve_request
 
     base = resolve_request(model, system, None, "inference", calibration=calibration, prompt_len=prompt_len,
-                           output_len=output_len, mode="rate", request_rate=rate)
+                           output_len=output_len, mode="rate", request_rate=rate, **features)
     if not base.workload.generates_tokens:
         raise ConfigError(f"a capacity search plans the serving of models that generate tokens; {base.spec.name} "
                           "runs one forward pass per batch; allowed: simulate --task inference --batch B")
@@ -295,14 +305,14 @@ def _with_system(base, system):
     return replace(base, system=system)
 
 
-def _screen(base, stack, slos, dtypes, kv_dtypes, max_tp, max_pp, max_gpus, rejected):
+def _screen(base, stack, slos, dtypes, kv_dtypes, max_tp, max_pp, max_gpus, rejected, features):
     """Every unit of one system, screened in closed form: (enumerated, units that may meet the SLOs, units
     that miss one alone with what they miss)."""
     from madmax.config.loaders import load_system
     from madmax.config.stack import launched
     from madmax.request import resolve_request
     from madmax.search.serving import expert_layouts, formats_to_try, static_estimate
-    from madmax.serve import modes
+    from madmax.serve import modes, speculative_settings
     from madmax.serve.deployment import formats as formats_of
     from madmax.serve.deployment import replica, runtime_of, tp_splits
 
@@ -332,7 +342,7 @@ def _screen(base, stack, slos, dtypes, kv_dtypes, max_tp, max_pp, max_gpus, reje
             if (dtype, kv) not in requests:  # the workload depends on the formats, not on the GPU count
                 requests[dtype, kv] = resolve_request(spec, system, gpus, "inference", calibration=base.calibration,
                                                       prompt_len=p, output_len=o, dtype=dtype, kv_dtype=kv,
-                                                      mode="rate", request_rate=base.task.request_rate)
+                                                      mode="rate", request_rate=base.task.request_rate, **features)
             request = replace(requests[dtype, kv], system=load_system(system, gpus))
             engine, _ = launched(stack, request.task.launch, stack.max_batch, p, "agg")
             strategy = Strategy(tp=tp, pp=pp, dp=a, ep=ep, etp=etp)
@@ -341,7 +351,8 @@ def _screen(base, stack, slos, dtypes, kv_dtypes, max_tp, max_pp, max_gpus, reje
             if rep.max_sequences < 1:
                 rejected["memory"] += 1
                 continue
-            dep = modes.Deployment(rep, runtime_of(request, engine), a, p + o)
+            dep = modes.Deployment(rep, runtime_of(request, engine), a, p + o, prefix=request.task.prefix_len,
+                                   prefix_hit=request.task.prefix_hit, **speculative_settings(request))
             ttft, tpot = static_estimate(dep, 1, p, o, mid_decode=True)
             alone = _latencies(ttft + engine.frontend_s, tpot, o)
             unit = Unit(system, tp, pp, ep, etp, dtype, kv, rep.max_sequences, 0.0,
@@ -393,7 +404,7 @@ def _worst_ratio(latency: dict[str, float], slos: dict[str, float]) -> float:
 
 
 def _plan(model: Any, unit: Unit, rate: float, slos: dict[str, float], stack, lengths, per_replica: int, seed: int,
-          calibration) -> Plan:
+          calibration, features: dict[str, Any]) -> Plan:
     """The fewest replicas of `unit` whose one replica, at rate / replicas, meets every SLO: an exponential
     search from the estimate's count, then bisection on the integer count (more replicas, a lower rate each,
     never a higher latency). The unit serves no rate when one replica misses an SLO at a rate below
@@ -406,7 +417,7 @@ def _plan(model: Any, unit: Unit, rate: float, slos: dict[str, float], stack, le
     def meets(k: int) -> bool:
         if k not in cache:
             n = steady_requests(rate / k, per_replica, unit.lifetime_s)
-            cache[k] = _simulate(model, unit, 1, rate / k, stack, lengths, n, seed, calibration)
+            cache[k] = _simulate(model, unit, 1, rate / k, stack, lengths, n, seed, calibration, features)
             count[0] += 1
             terminal.advance()
         return not missed(cache[k], slos)
@@ -444,14 +455,14 @@ def _plan(model: Any, unit: Unit, rate: float, slos: dict[str, float], stack, le
 
 
 def _simulate(model: Any, unit: Unit, replicas: int, rate: float, stack, lengths, num_requests: int, seed: int,
-              calibration) -> ServingResult:
+              calibration, features: dict[str, Any]) -> ServingResult:
     from madmax.api import simulate
 
     try:
         return simulate(model, unit.system, unit.gpus * replicas, task="inference", mode="rate", request_rate=rate,
                         prompt_len=lengths[0], output_len=lengths[1], dtype=unit.dtype, kv_dtype=unit.kv_dtype,
                         strategy=unit.strategy(replicas), stack=stack, num_requests=num_requests, seed=seed,
-                        calibration=calibration)
+                        calibration=calibration, **features)
     except MadmaxError as exc:  # a unit the screen kept but simulate refuses is a search bug
         raise AssertionError(f"the capacity search kept a layout simulate refuses: {exc}") from exc
 
@@ -463,7 +474,7 @@ def _confirm(found: Capacity, plan: Plan, stack, calibration, seed: int) -> bool
     for _ in range(MAX_GROWTH + 1):
         n = found.whole_requests(plan)
         whole = _simulate(found.spec, plan.unit, plan.replicas, found.request_rate, stack, lengths, n, seed,
-                          calibration)
+                          calibration, found.features)
         plan.confirmed = whole
         if not (misses := missed(whole, found.slos)):
             return True

@@ -66,7 +66,7 @@ def simulate_serving(request: Request, requested: Strategy, stack: str | Path | 
     # as not fitting.
     longest = float(np.max(prompt + output))
     dep = modes.Deployment(rep, runtime, strategy.dp, context, unbounded_kv=not rep.holds(longest),
-                           prefix=t.prefix_len, prefix_hit=t.prefix_hit, **_speculative(request))
+                           prefix=t.prefix_len, prefix_hit=t.prefix_hit, **speculative_settings(request))
     notes: list[str] = list(launch_notes)
     if t.mode is ServingMode.SATURATION:
         cap = max(1, min(t.batch or rep.max_sequences or 1, rep.max_sequences or 1,
@@ -93,7 +93,7 @@ def simulate_serving(request: Request, requested: Strategy, stack: str | Path | 
                    _describe(strategy, request.spec.has_experts))
 
 
-def _speculative(request: Request) -> dict:
+def speculative_settings(request: Request) -> dict:
     """The Deployment fields of the task's speculative decoding: verify width, tokens a step, draft cost."""
     from madmax.serve.deployment import draft_fraction
 
