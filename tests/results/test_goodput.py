@@ -237,3 +237,46 @@ def test_docs_goodput_table_is_what_the_benchmark_prints():
     doc = (ROOT / "docs" / "goodput.md").read_text(encoding="utf-8")
     start, end = doc.index(bench.MARKERS[0]) + len(bench.MARKERS[0]), doc.index(bench.MARKERS[1])
     assert doc[start:end] == "\n" + bench.tables()
+
+
+def test_the_wait_for_a_spare_is_erlang_cs():
+    from madmax.results.goodput import spare_wait
+
+    hour = 3600.0
+    assert spare_wait(1 / hour, hour, None) == 0.0  # as many spares as needed
+    assert spare_wait(1 / hour, hour, 0) == hour  # none: every failure waits for its node's repair
+    assert spare_wait(2 / hour, hour, 2) == hour  # offered load a = 2 fills both spares: the pool is empty
+    # M/M/1 at a = 0.5: P(wait) = 0.5, W = 0.5 x R / (1 - 0.5) = R
+    assert spare_wait(0.5 / hour, hour, 1) == pytest.approx(hour, rel=1e-12)
+    # M/M/2 at a = 0.5: C = (0.125 x 2 / 1.5) / (1 + 0.5 + 0.125 x 2 / 1.5) = 0.1, W = 0.1 x R / 1.5
+    assert spare_wait(0.5 / hour, hour, 2) == pytest.approx(0.1 * hour / 1.5, rel=1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(rate=st.floats(1e-7, 1e-2), repair=st.floats(1.0, 1e5), spares=st.integers(0, 40))
+def test_a_spare_more_never_waits_longer(rate, repair, spares):
+    from madmax.results.goodput import spare_wait
+
+    fewer, more = spare_wait(rate, repair, spares), spare_wait(rate, repair, spares + 1)
+    assert 0 <= more <= fewer * (1 + 1e-12) <= repair * (1 + 1e-12)
+
+
+def test_only_failures_that_take_a_node_out_wait_for_a_spare():
+    # GPU failures (node out) at 1e-5 per GPU-hour and software failures (same nodes) at the same rate per node on
+    # 1,024 GPUs / 128 nodes; one spare node repaired in an hour: a = 1.024e-2 and the M/M/1 wait a R / (1 - a)
+    both = {"name": "t", "failures": [{"component": "gpu", "per": "gpu", "rate_per_hour": 1e-5},
+                                      {"component": "software", "per": "node", "rate_per_hour": 8e-5,
+                                       "replaces_node": False}],
+            "restart": {"restart_s": 600, "repair_s": 3600, "spares": 1},
+            "checkpoint": {"asynchronous": False, "node_bytes_per_s": "10 GB/s", "filesystem_bytes_per_s": "1 TB/s",
+                           "stall_s": 0, "interval_s": 600}, "stragglers": {"speed_sigma": 0}}
+    g = goodput(job(), load_reliability(both), 4e12)
+    a = 1.024e-2
+    wait = a * 3600 / (1 - a)
+    assert g.spare_wait_s == pytest.approx(wait, rel=1e-12)
+    assert g.restart_each_s == pytest.approx(601 + wait / 2, rel=1e-12)  # half the failures replace a node
+    none = goodput(job(), load_reliability({**both, "restart": {**both["restart"], "spares": 0}}), 4e12)
+    plenty = goodput(job(), load_reliability({**both, "restart": {**both["restart"], "spares": 8}}), 4e12)
+    assert plenty.wall_s < g.wall_s < none.wall_s and none.restart_each_s == pytest.approx(601 + 3600 / 2)
+    with pytest.raises(ConfigError, match="spares"):
+        load_reliability({**both, "restart": {**both["restart"], "spares": -1}})

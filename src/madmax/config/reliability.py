@@ -37,6 +37,9 @@ class FailureClass(Schema):
     rate_per_hour: Rate = Field(description="Interruptions per component-hour (>= 0).")
     planned: bool = Field(False, description="A planned stop (maintenance, upgrades): the job saves a checkpoint "
                                              "first, so no work is lost, and restarts.")
+    replaces_node: bool = Field(True, description="The failed node leaves the job for repair and a spare takes its "
+                                                  "place (hardware); false: the job restarts on the same nodes "
+                                                  "(software). Planned stops replace none.")
     source: str = Field("", description="Where the rate comes from.")
 
 
@@ -50,6 +53,9 @@ class Restart(Schema):
     repair_s: Seconds = Field(ge=0, description="Extra wait for the failed node without a spare, s.")
     repair_source: str = ""
     spare_nodes: bool = Field(True, description="Hot spares replace a failed node (no repair wait).")
+    spares: int | None = Field(None, ge=0, description="Spare nodes the job holds: a failed node is replaced from "
+                               "them and returns after repair_s; a failure that finds none waits (Erlang C). "
+                               "None: spare_nodes decides (as many as needed, or none).")
     warmup_s: Seconds = Field(0.0, ge=0, description="Slow first iterations after a restart, s.")
 
 

@@ -10,7 +10,10 @@ For a job of G GPUs in n nodes, an iteration of T seconds making B tokens, and N
                once at b = min(n x node_bytes_per_s, filesystem_bytes_per_s): w = C / b; the step stalls
                delta = stall_s + w (synchronous) or stall_s + the copy of a rank's share C / G over its host
                link (asynchronous)
-    restart    R = restart_s (+ repair_s without spares) + load (weights and state / b) + warmup_s
+    restart    R = restart_s + load (weights and state / b) + warmup_s, and for a failure that takes a node out
+               (lambda_n of lambda) the wait for a spare: none with spares enough, repair_s without any, and
+               with S spares of a node repaired in repair_s the M/M/S queue's mean wait
+               C(S, a) repair_s / (S - a), a = lambda_n repair_s (Erlang C), at most repair_s
     lost work  L = (tau + delta) / 2 (+ w asynchronous: the write in flight is not yet a checkpoint)
     planned    P = stall_s + w + R: a planned stop saves a checkpoint first (nothing is lost), then restarts
     wall       T_wall = W (1 + delta / tau) / (1 - lambda (R + L) - lambda_p P)
@@ -76,6 +79,7 @@ class Goodput:
     restart_each_s: float
     straggler_slowdown: float
     assumptions: list[str] = field(default_factory=list)
+    spare_wait_s: float = 0.0  # mean wait for a spare of a failure that takes a node out
 
     @property
     def goodput(self) -> float:
@@ -100,8 +104,8 @@ class Goodput:
                 "checkpoint_write_s": self.checkpoint_write_s, "checkpoint_stall_s": self.checkpoint_stall_s,
                 "checkpoint_interval_s": self.checkpoint_interval_s,
                 "checkpoint_interval_chosen": self.checkpoint_interval_chosen,
-                "restart_each_s": self.restart_each_s, "straggler_slowdown": self.straggler_slowdown,
-                "assumptions": list(self.assumptions)}
+                "restart_each_s": self.restart_each_s, "spare_wait_s": self.spare_wait_s,
+                "straggler_slowdown": self.straggler_slowdown, "assumptions": list(self.assumptions)}
 
 
 def expected_max_normal(n: int) -> float:
@@ -128,6 +132,25 @@ def failure_rates(profile: Reliability, num_gpus: int, nodes: int) -> dict[str, 
             for f in profile.failures}
 
 
+def spare_wait(rate: float, repair_s: float, spares: int | None) -> float:
+    """Mean wait of a failure that takes a node out for a spare: 0 with as many spares as needed (None),
+    repair_s with none; with S spares, each failed node back after repair_s, the mean wait in queue of an M/M/S
+    queue of offered load a = rate x repair_s: C(S, a) repair_s / (S - a) (Erlang C), and repair_s once
+    the spares cannot keep up (a >= S: every failure then finds the pool empty and waits about a repair)."""
+    if spares is None or repair_s == 0:
+        return 0.0
+    a = rate * repair_s
+    if spares == 0 or a >= spares:
+        return repair_s
+    term, below = 1.0, 0.0  # a^k / k!, and its sum over k < S
+    for k in range(spares):
+        below += term
+        term *= a / (k + 1)
+    tail = term * spares / (spares - a)
+    waits = tail / (below + tail)  # C(S, a): the chance that every spare is taken
+    return min(repair_s, waits * repair_s / (spares - a))
+
+
 def _wall(work_s: float, tau: float, stall: float, lam: float, fixed: float, planned: float = 0.0) -> float:
     """Expected wall time for `work_s` of training checkpointed every `tau` s of training (inf when failures
     outpace progress). fixed: the per-failure cost that does not depend on tau (R, plus w when asynchronous);
@@ -152,9 +175,13 @@ def goodput(job: JobState, profile: Reliability, tokens: float) -> Goodput:
     bandwidth = min(nodes * ck.node_bytes_per_s, ck.filesystem_bytes_per_s)
     write = job.checkpoint_bytes / bandwidth
     stall = ck.stall_s + (write if not ck.asynchronous else job.checkpoint_bytes / job.num_gpus / job.host_bytes_per_s)
-    restart = rs.restart_s + (0.0 if rs.spare_nodes else rs.repair_s) + job.restore_bytes / bandwidth + rs.warmup_s
+    base = rs.restart_s + job.restore_bytes / bandwidth + rs.warmup_s
+    lam_n = sum(rates[f.component] for f in profile.failures if f.replaces_node and not f.planned)
+    spares = rs.spares if rs.spares is not None else (None if rs.spare_nodes else 0)
+    wait = spare_wait(lam_n, rs.repair_s, spares)
+    restart = base + (lam_n / lam * wait if lam > 0 else 0.0)  # the mean over the failures
     fixed = restart + (write if ck.asynchronous else 0.0)
-    stop = ck.stall_s + write + restart  # a planned stop: a final, complete checkpoint, then the restart
+    stop = ck.stall_s + write + base  # a planned stop: a final, complete checkpoint, then the restart
     assumptions = [f"reliability profile {profile.name}: {profile.description}".rstrip(": ")]
     if lam + lam_p > 0 and not ck.enabled:
         raise ConfigError(f"reliability {profile.name!r} has failures but checkpoint.enabled=false: every interruption "
@@ -194,12 +221,13 @@ def goodput(job: JobState, profile: Reliability, tokens: float) -> Goodput:
     lost = count * ((tau + stall) / 2 + (write if ck.asynchronous else 0.0)) if tau is not None else 0.0
     return Goodput(
         tokens=tokens, profile=profile.name, ideal_s=ideal, stragglers_s=work - ideal,
-        checkpoint_s=stall_total + stops * (stop - restart), lost_work_s=lost, restart_s=(count + stops) * restart,
+        checkpoint_s=stall_total + stops * (stop - base), lost_work_s=lost, restart_s=count * restart + stops * base,
         wall_s=wall, interruptions=count + stops,
         interruptions_by_component={c: r * wall for c, r in rates.items()},
         mtbf_s=1 / lam if lam > 0 else math.inf, checkpoint_bytes=job.checkpoint_bytes, checkpoint_write_s=write,
         checkpoint_stall_s=stall if tau is not None else 0.0, checkpoint_interval_s=tau,
-        checkpoint_interval_chosen=chosen, restart_each_s=restart, straggler_slowdown=slow, assumptions=assumptions)
+        checkpoint_interval_chosen=chosen, restart_each_s=restart, straggler_slowdown=slow, assumptions=assumptions,
+        spare_wait_s=wait if lam_n > 0 else 0.0)
 
 
 def _best_interval(work: float, stall: float, lam: float, fixed: float, iteration: float, shortest: float,
