@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from typer.testing import CliRunner
 
 from madmax.errors import ConfigError
 from madmax.sweep.evaluate import evaluate_point
@@ -68,3 +69,33 @@ def test_a_bad_profile_names_the_sweep_field(train, message):
     with pytest.raises(ConfigError) as err:
         load_sweep({**BASE, "train": train})
     assert str(err.value).startswith(message.split(":")[0]) and "\n" not in str(err.value)
+
+
+def test_a_spares_whatif_sets_the_pool_and_has_no_codesign_gain(tmp_path):
+    # one spare node at this job's failure rate waits a little, none waits a repair (2 h) per node failure; the
+    # baseline (the profile's hot spares) waits nothing
+    import yaml
+
+    from madmax.cli import app as cli
+    from madmax.sweep.codesign import findings_of
+
+    spec = {"name": "spares", "mode": "simulate", "models": "llama-3-8b", "systems": "dgx-h100", "num_gpus": [64],
+            "global_batches": 128, "seq_lens": 4096, "strategies": ["tp=2,pp=1"], "train": {"tokens": 1e12},
+            "whatifs": [{}, {"spares": 0}, {"spares": 1}]}
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(spec))
+    out = tmp_path / "res"
+    result = CliRunner().invoke(cli, ["sweep", str(tmp_path / "s.yaml"), "--out", str(out), "--no-progress",
+                                      "--workers", "1"])
+    assert result.exit_code == 0, result.output
+    from madmax.sweep.store import load
+
+    rows = load(out).set_index("whatif")
+    assert rows.loc["spares=0", "time_to_train_s"] > rows.loc["spares=1", "time_to_train_s"] >= rows.loc[
+        "baseline", "time_to_train_s"]
+    assert rows.loc["spares=1", "spares"] == 1 and math.isnan(rows.loc["baseline", "spares"])
+    assert findings_of(out) == []  # a count is a setting, not an improvement factor
+    del spec["train"]
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(spec))
+    refused = CliRunner().invoke(cli, ["sweep", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "r2"),
+                                       "--no-progress"])
+    assert refused.exit_code == 2 and "spares applies to the time to train" in refused.output

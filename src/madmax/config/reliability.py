@@ -20,6 +20,9 @@ from madmax.config.units import BytesPerS, Seconds
 from madmax.errors import ConfigError
 
 Rate = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+# Most spare nodes a profile holds: a bound on the input (the wait's Erlang C sum runs over them); a pool of
+# this size waits no measurable time at any published fleet's failure rates.
+MAX_SPARES = 100_000
 
 
 class Per(StrEnum):
@@ -53,9 +56,9 @@ class Restart(Schema):
     repair_s: Seconds = Field(ge=0, description="Extra wait for the failed node without a spare, s.")
     repair_source: str = ""
     spare_nodes: bool = Field(True, description="Hot spares replace a failed node (no repair wait).")
-    spares: int | None = Field(None, ge=0, description="Spare nodes the job holds: a failed node is replaced from "
-                               "them and returns after repair_s; a failure that finds none waits (Erlang C). "
-                               "None: spare_nodes decides (as many as needed, or none).")
+    spares: int | None = Field(None, ge=0, le=MAX_SPARES, description="Spare nodes the job holds: a failed node is "
+                               "replaced from them and returns after repair_s; a failure that finds none waits "
+                               "(Erlang C). None: spare_nodes decides (as many as needed, or none).")
     warmup_s: Seconds = Field(0.0, ge=0, description="Slow first iterations after a restart, s.")
 
 

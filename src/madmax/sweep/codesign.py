@@ -36,15 +36,19 @@ def codesign_table(df, metric: str | None = None):
     """One row per what-if with `resource`, `factor` (improvement), `metric`, `gain` over the baseline.
     metric: a column where higher is better; default `gain_metric(df)`.
 
-    Only rows with `whatif_resource` of a single resource, 'all' or 'baseline' and status 'ok' are
-    used; a setting without a baseline row is dropped. `fits` tells whether the what-if fits in memory.
+    Only rows with `whatif_resource` of a single resource (not a count such as spares), 'all' or 'baseline' and
+    status 'ok' are used; a setting without a baseline row is dropped. `fits` tells whether the what-if fits in memory.
     """
     import pandas as pd
 
     metric = metric or gain_metric(df)
     if metric == TRAIN_SPEED:
         df = df.assign(**{TRAIN_SPEED: 1.0 / df["time_to_train_s"]})
-    ok = df[(df["status"] == "ok") & df["whatif_resource"].notna() & ~df["whatif_resource"].str.contains(r"\+")]
+    from madmax.sweep.whatif import COUNTS
+
+    # counts (spares) are settings, not improvement factors: they have no co-design gain
+    ok = df[(df["status"] == "ok") & df["whatif_resource"].notna() & ~df["whatif_resource"].str.contains(r"\+")
+            & ~df["whatif_resource"].isin(COUNTS)]
     empty = pd.DataFrame(columns=["setting", *SETTING, "resource", "factor", metric, "gain", "fits", "strategy"])
     if ok.empty:
         return empty
@@ -107,12 +111,13 @@ NOTHING_TO_COMPARE = ("co-design: no what-if can be compared, as no point of the
 
 
 def findings_of(directory) -> list[str]:
-    """`findings` of a results folder; empty when its sweep has no single-resource what-ifs, and one
+    """`findings` of a results folder; empty when its sweep has no single-resource what-ifs (counts aside), and one
     sentence saying so when none of its what-ifs has a baseline row (ok, no what-if) to compare with."""
     from madmax.sweep.store import load
+    from madmax.sweep.whatif import COUNTS
 
     frame = load(directory)
     whatifs = frame["whatif_resource"].fillna("baseline")
-    if not ((whatifs != "baseline") & ~whatifs.str.contains(r"\+")).any():
+    if not ((whatifs != "baseline") & ~whatifs.str.contains(r"\+") & ~whatifs.isin(COUNTS)).any():
         return []
     return findings(codesign_table(frame)) or [NOTHING_TO_COMPARE]

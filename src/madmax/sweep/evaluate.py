@@ -35,7 +35,7 @@ COLUMNS = {
     "system": "string", "provider": "string", "gpu": "string", "gpus_per_node": "int64", "num_gpus": "int64",
     "task": "string", "global_batch": "int64", "seq_len": "int64", "dtype": "string",
     "strategy_input": "string", "whatif": "string", "whatif_resource": "string", "whatif_factor": "float64",
-    **{f"scale_{r}": "float64" for r in RESOURCES},
+    **{f"scale_{r}": "float64" for r in RESOURCES}, "spares": "float64",
     "train_tokens": "float64", "train_samples": "float64", "price_per_gpu_hour_usd": "float64",
     "power_w": "float64", "hbm_bytes": "float64",
     "status": "string", "error": "string", "strategy": "string", "fits": "bool",
@@ -83,7 +83,7 @@ def _inputs(p: Point) -> dict[str, Any]:
             "system": p.system_name, "num_gpus": p.num_gpus, "task": p.task, "global_batch": p.global_batch,
             "seq_len": p.seq_len, "dtype": p.dtype, "strategy_input": strategy_input, "whatif": p.whatif,
             "whatif_resource": p.whatif_resource, "whatif_factor": p.whatif_factor,
-            **{f"scale_{r}": float(scales.get(r, 1)) for r in RESOURCES},
+            **{f"scale_{r}": float(scales.get(r, 1)) for r in RESOURCES}, "spares": scales.get("spares", math.nan),
             "train_tokens": p.train_tokens, "train_samples": p.train_samples,
             "price_per_gpu_hour_usd": p.price}
 

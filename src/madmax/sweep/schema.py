@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import Field, PositiveFloat, PositiveInt, field_validator, model_validator
 
 from madmax.config.base import Schema
+from madmax.config.reliability import MAX_SPARES
 from madmax.config.task import COMPUTE_DTYPES
 from madmax.sweep.whatif import RESOURCES, multiplier
 
@@ -55,9 +56,12 @@ class WhatIf(_Strict):
     failure_rate: float = Field(1, gt=0, description="Multiplier of every interruption rate (time to train).")
     checkpoint_bandwidth: float = Field(1, gt=0, description="Multiplier of the checkpoint bandwidths.")
     restart_time: float = Field(1, gt=0, description="Multiplier of the restart, repair and warm-up times.")
+    spares: int | None = Field(None, ge=0, le=MAX_SPARES, description="Spare nodes of the job (time to train), "
+                               "replacing the profile's restart.spares.")
 
     def scales(self) -> dict[str, float]:
-        return {r: float(getattr(self, r)) for r in RESOURCES if getattr(self, r) != 1}
+        out = {r: float(getattr(self, r)) for r in RESOURCES if getattr(self, r) != 1}
+        return out | ({"spares": float(self.spares)} if self.spares is not None else {})
 
 
 class Codesign(_Strict):

@@ -37,7 +37,7 @@ from typing import Any
 
 from madmax.errors import ConfigError, MadmaxError
 from madmax.sweep.schema import Group, Mode, SearchOptions, SweepSpec, WhatIf
-from madmax.sweep.whatif import LATENCIES, describe
+from madmax.sweep.whatif import COUNTS, LATENCIES, RELIABILITY_RESOURCES, describe
 
 
 @dataclass(frozen=True)
@@ -269,6 +269,10 @@ def _whatifs(g: dict[str, Any]) -> list[tuple[WhatIf, str, float]]:
     out = []
     for w in g["whatifs"] or ([] if g["codesign"] else [WhatIf()]):
         scales = w.scales()
+        if not g["train"] and (given := [r for r in (*RELIABILITY_RESOURCES, *COUNTS) if r in scales]):
+            raise ConfigError(f"whatif {w.name or describe(scales)!r}: {given[0]} applies to the time to train an "
+                              "amount (failures, checkpoints, restarts); allowed: give the group train: {tokens: N}, "
+                              "or leave it out")
         if not scales:
             resource, factor = "baseline", 1.0
         elif len(scales) == 1:
@@ -278,6 +282,10 @@ def _whatifs(g: dict[str, Any]) -> list[tuple[WhatIf, str, float]]:
             resource, factor = "+".join(scales), float("nan")
         out.append((w, resource, factor))
     if g["codesign"]:
+        reliability = [str(r) for r in g["codesign"].resources if str(r) in RELIABILITY_RESOURCES]
+        if reliability and not g["train"]:
+            raise ConfigError(f"codesign.resources has {reliability[0]}, which applies to the time to train an amount; "
+                              "allowed: give the group train: {tokens: N}, or leave it out")
         out += g["codesign"].whatifs()
     return out
 

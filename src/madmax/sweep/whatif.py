@@ -16,6 +16,10 @@ and, for the time to train a `train` amount, of the reliability profile (`madmax
     checkpoint_bandwidth  the nodes' and the file system's checkpoint bandwidth
     restart_time          restart, repair and warm-up times      (lower is better)
 
+and one count that replaces the profile's rather than multiplying it:
+
+    spares                spare nodes of the job (restart.spares: a failed node's wait for a spare, Erlang C)
+
 A what-if keeps the system's name, price and power (the catalog's node power at load): it asks how fast
 the same cluster would be, not what a faster part would cost. Efficiencies stay fractions of the scaled
 peaks (the compute and network models key their caches by the numbers, not by the name).
@@ -33,6 +37,8 @@ SYSTEM_RESOURCES = ("flops", "hbm_bandwidth", "hbm_capacity", "nvlink_bandwidth"
                     "nic_latency")
 RELIABILITY_RESOURCES = ("failure_rate", "checkpoint_bandwidth", "restart_time")
 RESOURCES = SYSTEM_RESOURCES + RELIABILITY_RESOURCES
+# What-if settings that are counts, set as given (not multipliers, so not co-design resources).
+COUNTS = ("spares",)
 # Resources that get better as their number falls: a what-if improving one k times divides it by k.
 LATENCIES = frozenset({"nvlink_latency", "nic_latency", "failure_rate", "restart_time"})
 
@@ -50,8 +56,10 @@ def multiplier(resource: str, improvement_factor: float) -> float:
 def apply_whatif(system: System, scales: Mapping[str, float]) -> System:
     """`system` with each resource of `scales` multiplied by its factor (factors > 0; 1 leaves it as is)."""
     for name, factor in scales.items():
+        if name in COUNTS:
+            continue
         if name not in RESOURCES:
-            raise ConfigError(f"whatif.{name} is not a resource; allowed: {', '.join(RESOURCES)}")
+            raise ConfigError(f"whatif.{name} is not a resource; allowed: {', '.join(RESOURCES + COUNTS)}")
         if not 0 < factor < math.inf:
             raise ConfigError(f"whatif.{name}={factor} must be a positive, finite multiplier")
     s = {r: float(scales.get(r, 1)) for r in SYSTEM_RESOURCES}
@@ -74,10 +82,15 @@ def apply_reliability_whatif(profile, scales: Mapping[str, float]):
     """The reliability profile with the what-if's reliability resources applied (`madmax.results.goodput.scaled`)."""
     from madmax.results.goodput import scaled
 
-    return scaled(profile, **{r: float(scales[r]) for r in RELIABILITY_RESOURCES if r in scales})
+    profile = scaled(profile, **{r: float(scales[r]) for r in RELIABILITY_RESOURCES if r in scales})
+    if "spares" in scales:
+        restart = profile.restart.model_copy(update={"spares": int(scales["spares"])})
+        profile = profile.model_copy(update={"restart": restart})
+    return profile
 
 
 def describe(scales: Mapping[str, float]) -> str:
     """A label such as 'flops x2, nic_bandwidth x0.5'; 'baseline' when nothing is scaled."""
     parts = [f"{r} x{scales[r]:g}" for r in RESOURCES if scales.get(r, 1) != 1]
+    parts += [f"{c}={scales[c]:g}" for c in COUNTS if c in scales]
     return ", ".join(parts) or "baseline"
