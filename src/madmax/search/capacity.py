@@ -1,14 +1,11 @@
 """Capacity planning for serving: the deployments that serve a request rate within latency objectives (SLOs),
-ranked by GPUs, dollars or watts, and the highest rate one replica layout serves within them.
+ranked by GPUs, dollars or watts (the SLOs and the highest rate one deployment serves within them:
+`madmax.serve.slo`).
 
 A deployment is k replicas of one *unit*: tp x pp GPUs (times a attention-data-parallel ranks when a
 mixture-of-experts model spreads its experts over ep = a tp GPUs), in one weight and KV-cache format, under
 one serving stack. Requests arrive as a Poisson process at the rate asked for and are spread round-robin over
 the replicas, each running its own continuous-batching engine (`simulate --mode rate`).
-
-An SLO names a statistic and a latency: `p99_ttft=1` (seconds), with statistics mean, p50, p90, p99 of
-ttft (time to first token), tpot (time per output token of a request), itl (inter-token latency, pooled
-over tokens) and e2e (end-to-end latency), as `simulate --mode rate` reports them.
 
 1. Units: every (tp, pp) the serving search allows (tp splits the model within one scale-up domain,
    pp <= layers and `max_pp`), each expert layout of an MoE model (`search.serving.expert_layouts` with up to
@@ -17,14 +14,14 @@ over tokens) and e2e (end-to-end latency), as `simulate --mode rate` reports the
 2. Screen (closed form, `search.serving.static_estimate`): a unit whose latency of one request alone misses
    an SLO misses it at every rate (`slo at zero load`). The others get an estimated capacity: the most
    requests/s of a static batch whose TPOT and end-to-end latency meet the SLOs, B a / (TTFT_B + (o - 1)
-   TPOT_B), and rank by the GPUs per request/s it implies.
-3. The `exact` best units of each system are simulated: the fewest replicas k whose one replica, at Poisson arrivals of
-   rate / k (`simulate --mode rate`), meets every SLO; an exponential search from the estimate's k, then
-   bisection on k (more replicas, a lower rate each: latencies never grow). One seed for every rate: the
-   arrival times at rate r are those at rate 1 divided by r, so the latencies move with the rate, not with
-   the sample. The rate of one replica fewer, which misses, is reported beside it. A Poisson stream split
-   round-robin over k replicas reaches each more evenly than a Poisson stream of rate / k, so k is on the
-   safe side.
+   TPOT_B), and rank by the objective of the whole replicas that capacity needs, then GPUs per request/s.
+3. The `exact` best units of each system are simulated: the fewest replicas k whose one replica, at Poisson
+   arrivals of rate / k (`simulate --mode rate`, over `steady_requests`), meets every SLO; an exponential
+   search from the estimate's k, then bisection on k (more replicas, a lower rate each: latencies never grow).
+   One seed for every rate: the arrival times at rate r are those at rate 1 divided by r, so the latencies
+   move with the rate, not with the sample. The rate of one replica fewer, which misses, is reported beside
+   it. A Poisson stream split round-robin over k replicas reaches each more evenly than a Poisson stream of
+   rate / k, so k is on the safe side.
 4. The best deployment is simulated whole at the full rate, as `simulate --mode rate` runs it (its `confirm`
    command), a replica added while it misses an SLO (at most MAX_GROWTH).
 
