@@ -133,14 +133,18 @@ def simulate(model: str | Path | dict | ModelSpec, system: str | Path | dict | S
     return result
 
 
+def _is_inference(task: Any) -> bool:
+    """Whether `task` (a kind, a Task or its dict) serves requests."""
+    kind = task.get("kind") if isinstance(task, dict) else getattr(task, "kind", task)
+    return str(getattr(kind, "value", kind)).lower() == "inference"
+
+
 def _simulate_scenario(call: dict[str, Any]) -> ServingResult:
     """`simulate(..., scenario=...)`: the MLPerf scenario's mode and SLOs (`config.scenarios`), its source noted."""
     from madmax.config.scenarios import scenario
     from madmax.errors import ConfigError
 
-    kind = call["task"].get("kind") if isinstance(call["task"], dict) else getattr(call["task"], "kind",
-                                                                                   call["task"])
-    if str(getattr(kind, "value", kind)).lower() != "inference":
+    if not _is_inference(call["task"]):
         raise ConfigError("scenario is an MLPerf Inference scenario; allowed: task=inference")
     chosen = scenario(call.pop("scenario"), load_model(call["model"]).name)
     if call["mode"] is not None and call["mode"] != chosen.mode:
@@ -159,14 +163,12 @@ def _simulate_slo(call: dict[str, Any]) -> ServingResult:
     """`simulate(..., slo=...)`: a rate-mode run held against the SLOs, or, without a rate or arrivals, the
     highest rate that meets them (`madmax.serve.slo`)."""
     from madmax.errors import ConfigError
-    from madmax.serve.slo import highest_rate, parse_slos, slo_block
+    from madmax.serve.slo import DEFAULT_REQUESTS, MIN_RATE, highest_rate, parse_slos, slo_block
 
     slos = parse_slos(call.pop("slo"))
     if not slos:
         raise ConfigError("slo is empty; allowed: SLOs such as p99_ttft=1,p99_tpot=50ms")
-    kind = call["task"].get("kind") if isinstance(call["task"], dict) else getattr(call["task"], "kind",
-                                                                                   call["task"])
-    if str(getattr(kind, "value", kind)).lower() != "inference" or call["mode"] != "rate":
+    if not _is_inference(call["task"]) or call["mode"] != "rate":
         raise ConfigError("slo holds a served deployment's latency percentiles against limits; allowed: "
                           "task=inference with mode=rate")
     if call["request_rate"] is not None or call["arrivals"] is not None:
@@ -179,12 +181,8 @@ def _simulate_slo(call: dict[str, Any]) -> ServingResult:
     def run(rate: float, n: int) -> ServingResult:
         return simulate(**{**call, "request_rate": rate, "num_requests": n, "keep_schedule": False})
 
-    from madmax.serve.slo import DEFAULT_REQUESTS
-
     best, block = highest_rate(run, slos, call["num_requests"] or DEFAULT_REQUESTS)
     if best is None:
-        from madmax.serve.slo import MIN_RATE
-
         raise ConfigError(f"no request rate down to {MIN_RATE:g}/s meets the SLOs: "
                           f"{'; '.join(block['missed_at_rate_missed'])}; allowed: looser SLOs or another layout")
     if call["keep_schedule"]:  # the search keeps no schedules: the best rate once more, with its schedule
@@ -201,8 +199,7 @@ def _check_time_to_train(task: Any, tokens: Any, reliability: Any, checkpoint_in
                             ("checkpoint_interval", checkpoint_interval)) if v is not None]
     if not given:
         return
-    kind = task.get("kind") if isinstance(task, dict) else getattr(task, "kind", task)
-    if str(getattr(kind, "value", kind)).lower() == "inference":
+    if _is_inference(task):
         raise ConfigError(f"{given[0]} applies to training (the time to train a token budget); allowed with "
                           "task=inference: the serving options")
     if tokens is None:

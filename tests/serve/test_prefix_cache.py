@@ -120,3 +120,10 @@ def test_cli_prefix_options_and_training_refusal():
     assert ok.exit_code == 0 and "prefix caching" in ok.output
     bad = CliRunner().invoke(app, ["simulate", "-m", "llama-3.1-8b", "-s", "dgx-h100", "--prefix-len", "512"])
     assert bad.exit_code == 2 and "task.prefix_len applies only to task kind 'inference'" in bad.output
+
+
+def test_a_trace_with_a_prompt_no_longer_than_the_prefix_is_refused(tmp_path):
+    trace = tmp_path / "trace.csv"
+    trace.write_text("arrival_s,prompt_len,output_len\n0,1024,16\n0.1,300,16\n")
+    with pytest.raises(ConfigError, match="the shortest has 300 tokens"):
+        api.simulate("llama-3.1-8b", "dgx-h100", 1, task="inference", mode="rate", arrivals=trace, prefix_len=512)

@@ -80,17 +80,17 @@ def test_the_gain_erodes_as_the_batch_makes_the_step_compute_bound():
 
 def test_a_draft_heads_cost_is_its_share_of_a_decode_steps_weight_reads():
     from madmax.request import resolve_request
-    from madmax.serve.deployment import draft_fraction
+    from madmax.serve.deployment import engine_settings
 
     # Llama-3.1-8B: 8.030e9 parameters, 0.525e9 in the embedding and as many in the LM head, 32 layers: a draft
     # pass reads a mean layer (6.980e9 / 32) and the head of the 7.505e9 a decode step reads
     request = resolve_request("llama-3.1-8b", "dgx-h100", 1, "inference", prompt_len=8, output_len=8, **EAGLE)
     head, embedding, total = 525_336_576, 525_336_576, 8_030_261_248
     read = total - embedding
-    assert draft_fraction(request) == pytest.approx(((read - head) / 32 + head) / read, rel=1e-12)
+    assert engine_settings(request)["draft_fraction"] == pytest.approx(((read - head) / 32 + head) / read, rel=1e-12)
     ngram = resolve_request("llama-3.1-8b", "dgx-h100", 1, "inference", prompt_len=8, output_len=8,
                             speculative="ngram", draft_len=4, acceptance=0.5)
-    assert draft_fraction(ngram) == 0.0
+    assert engine_settings(ngram)["draft_fraction"] == 0.0
 
 
 def test_mtp_holds_the_models_prediction_modules_and_one_more_layers_cache():

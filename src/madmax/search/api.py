@@ -299,25 +299,23 @@ def _serving_frame(model: Any, system: Any, num_gpus: int | None, global_batch: 
     from madmax.search.serving import find_serving
 
     found = find_serving(model, system, num_gpus, **options)
-    records = []
-    for c, r in found.exact:
-        records.append({"strategy": c.strategy, "tp": c.tp, "pp": c.pp, "dp": c.dp, "ep": c.ep, "etp": c.etp,
-                        "dtype": c.dtype, "kv_dtype": c.kv_dtype, "batch": c.batch, "simulated": True,
-                        "fits": r.fits, "ttft_s": r.ttft_s, "tpot_s": r.tpot_s,
-                        "output_tokens_per_s_per_gpu": r.output_tokens_per_s_per_gpu,
-                        "peak_memory_bytes": r.peak_memory_bytes})
     simulated = {id(c) for c, _ in found.exact}
-    for c in found.candidates:
-        if id(c) not in simulated:
-            records.append({"strategy": c.strategy, "tp": c.tp, "pp": c.pp, "dp": c.dp, "ep": c.ep, "etp": c.etp,
-                            "dtype": c.dtype, "kv_dtype": c.kv_dtype, "batch": c.batch, "simulated": False,
-                            "fits": True, "ttft_s": c.ttft_s, "tpot_s": c.tpot_s,
-                            "output_tokens_per_s_per_gpu": c.output_tokens_per_s_per_gpu,
-                            "peak_memory_bytes": None})
+    records = [_layout_record(c, r) for c, r in found.exact]
+    records += [_layout_record(c, None) for c in found.candidates if id(c) not in simulated]
     frame = pd.DataFrame(records)
     frame.attrs.update({"mode": found.mode, "limits": dict(found.limits), "enumerated": found.enumerated,
                         "rejected": dict(found.rejected), "timings_s": dict(found.timings_s)})
     return frame
+
+
+def _layout_record(c: Any, r: Any) -> dict[str, Any]:
+    """A serving layout's row: its simulated result `r`'s numbers, or without one its estimate's."""
+    known = r if r is not None else c
+    return {"strategy": c.strategy, "tp": c.tp, "pp": c.pp, "dp": c.dp, "ep": c.ep, "etp": c.etp, "dtype": c.dtype,
+            "kv_dtype": c.kv_dtype, "batch": c.batch, "simulated": r is not None,
+            "fits": True if r is None else r.fits, "ttft_s": known.ttft_s, "tpot_s": known.tpot_s,
+            "output_tokens_per_s_per_gpu": known.output_tokens_per_s_per_gpu,
+            "peak_memory_bytes": None if r is None else r.peak_memory_bytes}
 
 
 def to_frame(outcome: Outcome):

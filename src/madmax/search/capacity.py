@@ -38,6 +38,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from madmax.config.checks import positive_number
 from madmax.config.strategy import Strategy
 from madmax.errors import ConfigError, MadmaxError
 from madmax.results.serving import ServingResult
@@ -51,7 +52,7 @@ from madmax.serve.slo import (
     steady_requests,
 )
 
-OBJECTIVES = {"throughput": "num_gpus", "cost": "usd_per_hour", "energy": "power_w"}
+OBJECTIVES = ("throughput", "cost", "energy")  # fewest GPUs, USD per hour, W
 MAX_PP = 4
 MAX_ATTENTION_DP = 8
 DEFAULT_EXACT = 6
@@ -74,7 +75,6 @@ class Unit:
     etp: int
     dtype: str
     kv_dtype: str
-    max_batch_by_memory: int
     estimated_rate: float  # requests/s of one replica by the closed form
     zero_load: dict[str, float]  # SLO -> the closed form's latency of one request alone
     lifetime_s: float = 0.0  # the closed form's end-to-end latency of one request alone
@@ -90,6 +90,16 @@ class Unit:
     def strategy(self, replicas: int = 1) -> str:
         experts = f",ep={self.ep},etp={self.etp}" if self.ep * self.etp > 1 else ""
         return f"tp={self.tp},pp={self.pp},dp={replicas * self.attention_dp}{experts}"
+
+    def usd_per_hour(self, gpus: int) -> float | None:
+        """What `gpus` GPUs of this unit's system cost an hour (None without a price)."""
+        price = self.system.price_per_gpu_hour_usd
+        return None if price is None else gpus * price
+
+    def power_w(self, gpus: int) -> float | None:
+        """What `gpus` GPUs of this unit's system draw at load, the rest of their nodes included (None without)."""
+        s = self.system
+        return s.node_power_w / s.gpus_per_node * gpus if s.node_power_w else None
 
     @property
     def label(self) -> str:
@@ -113,6 +123,10 @@ class Plan:
     @property
     def num_gpus(self) -> int:
         return self.replicas * self.unit.gpus
+
+    def serves(self, max_gpus: int | None) -> bool:
+        """Whether one replica met every SLO at its share of the rate and the deployment fits the GPU cap."""
+        return self.result is not None and not self.misses and (max_gpus is None or self.num_gpus <= max_gpus)
 
 
 @dataclass
@@ -141,10 +155,10 @@ class Capacity:
 
     def meeting(self) -> list[Plan]:
         """The plans that meet every SLO within the GPU cap, best first."""
-        return [p for p in self.plans if p.result is not None and not p.misses and self._within(p)]
+        return [p for p in self.plans if p.serves(self.max_gpus)]
 
-    def _within(self, plan: Plan) -> bool:
-        return self.max_gpus is None or plan.num_gpus <= self.max_gpus
+    def usd_per_million_output_tokens(self, usd_per_hour: float | None) -> float | None:
+        return None if usd_per_hour is None else usd_per_hour / (self.request_rate * self.output_len * 3600) * 1e6
 
     def whole_requests(self, plan: Plan) -> int:
         """Requests of the whole deployment's simulation: a replica's at its share of the rate, times the replicas
@@ -188,7 +202,7 @@ def find_capacity(model: Any, systems: Any, *, request_rate: float, slo: str | d
     slos = parse_slos(slo)
     if not slos:
         raise ConfigError("a capacity search needs at least one SLO; allowed: slo such as p99_ttft=1,p99_tpot=50ms")
-    rate = _positive(request_rate, "request_rate", "requests per second")
+    rate = positive_number(request_rate, "request_rate", "requests per second")
     if objective not in OBJECTIVES:
         raise ConfigError(f"objective={objective!r} is not a serving objective; allowed: "
                           f"{', '.join(OBJECTIVES)} (fewest GPUs, USD per hour, W)")
@@ -273,12 +287,6 @@ def _scenario_slo(model: Any, name: str, slo: Any) -> dict[str, float]:
     return chosen.slo
 
 
-def _positive(value: Any, name: str, unit: str) -> float:
-    from madmax.config.checks import positive_number
-
-    return positive_number(value, name, unit)
-
-
 def _base(model, system, prompt_len, output_len, rate, calibration, price, power, objective, features):
     """The request of one node of `system` (its price and power replaced where given), checked."""
     from madmax.request import resolve_request
@@ -295,11 +303,7 @@ def _base(model, system, prompt_len, output_len, rate, calibration, price, power
     if objective == "cost" and costed.price_per_gpu_hour_usd is None:
         raise ConfigError(f"objective cost needs a price for system {costed.name}, which has none; allowed: "
                           "price (USD per GPU-hour), or objective throughput")
-    return _with_system(base, costed)
-
-
-def _with_system(base, system):
-    return replace(base, system=system)
+    return replace(base, system=costed)
 
 
 def _screen(base, stack, slos, dtypes, kv_dtypes, max_tp, max_pp, max_gpus, rejected, features):
@@ -309,9 +313,9 @@ def _screen(base, stack, slos, dtypes, kv_dtypes, max_tp, max_pp, max_gpus, reje
     from madmax.config.stack import launched
     from madmax.request import resolve_request
     from madmax.search.serving import expert_layouts, formats_to_try, static_estimate
-    from madmax.serve import modes, speculative_settings
+    from madmax.serve import modes
+    from madmax.serve.deployment import engine_settings, replica, runtime_of, tp_splits
     from madmax.serve.deployment import formats as formats_of
-    from madmax.serve.deployment import replica, runtime_of, tp_splits
 
     spec, system = base.spec, base.system
     p, o = base.task.prompt_len, base.task.output_len
@@ -330,7 +334,8 @@ def _screen(base, stack, slos, dtypes, kv_dtypes, max_tp, max_pp, max_gpus, reje
                 layouts += [(tp, pp, ep, etp) for ep, etp in expert_layouts(spec, tp, MAX_ATTENTION_DP)]
     found, near = [], []
     requests: dict[tuple[str, str], Any] = {}
-    for dtype, kv in formats_to_try(base, dtypes, kv_dtypes):
+    formats = formats_to_try(base, dtypes, kv_dtypes)
+    for dtype, kv in formats:
         for tp, pp, ep, etp in layouts:
             a = ep // tp if ep > tp else 1
             gpus = tp * pp * a
@@ -348,12 +353,11 @@ def _screen(base, stack, slos, dtypes, kv_dtypes, max_tp, max_pp, max_gpus, reje
             if rep.max_sequences < 1:
                 rejected["memory"] += 1
                 continue
-            dep = modes.Deployment(rep, runtime_of(request, engine), a, p + o, prefix=request.task.prefix_len,
-                                   prefix_hit=request.task.prefix_hit, **speculative_settings(request))
+            dep = modes.Deployment(rep, runtime_of(request, engine), a, p + o, **engine_settings(request))
             ttft, tpot = static_estimate(dep, 1, p, o, mid_decode=True)
             alone = _latencies(ttft + engine.frontend_s, tpot, o)
-            unit = Unit(system, tp, pp, ep, etp, dtype, kv, rep.max_sequences, 0.0,
-                        {k: alone[k.partition("_")[2]] for k in slos}, alone["e2e"])
+            unit = Unit(system, tp, pp, ep, etp, dtype, kv, 0.0, {k: alone[k.partition("_")[2]] for k in slos},
+                        alone["e2e"])
             if any(unit.zero_load[k] > limit for k, limit in slos.items()):
                 rejected["slo at zero load"] += 1
                 near.append((unit, [f"{k} {_fmt(unit.zero_load[k])} > {_fmt(v)} with one request alone"
@@ -361,7 +365,7 @@ def _screen(base, stack, slos, dtypes, kv_dtypes, max_tp, max_pp, max_gpus, reje
                 continue
             rate = _estimated_rate(dep, engine, slos, p, o, min(rep.max_sequences, engine.max_batch * pp))
             found.append(replace(unit, estimated_rate=rate or 1 / (ttft + (o - 1) * tpot)))
-    return enumerated * max(1, len(formats_to_try(base, dtypes, kv_dtypes))), found, near
+    return enumerated * max(1, len(formats)), found, near
 
 
 def _estimated_rate(dep, engine, slos: dict[str, float], prompt: int, output: int, cap: int) -> float:
@@ -484,8 +488,7 @@ def _confirm(found: Capacity, plan: Plan, stack, calibration, seed: int) -> bool
 def _rank(plan: Plan, objective: str, max_gpus: int | None, slos: dict[str, float]) -> tuple:
     """Plans that serve the rate within the SLOs and the GPU cap first, by the objective, then by the slack of
     their tightest SLO (the largest measured / limit, smallest first); then the others by GPUs."""
-    ok = plan.result is not None and not plan.misses and (max_gpus is None or plan.num_gpus <= max_gpus)
-    if not ok:
+    if not plan.serves(max_gpus):
         return (True, math.inf, plan.num_gpus if plan.replicas else math.inf)
     return (False, _value(plan, objective), max((measured(plan.result, k) or 0.0) / v for k, v in slos.items()))
 
@@ -499,16 +502,11 @@ def _estimated_key(unit: Unit, rate: float, objective: str) -> tuple[float, floa
 
 
 def _value(plan: Plan, objective: str) -> float:
-    if objective == "cost":
-        return plan.num_gpus * plan.unit.system.price_per_gpu_hour_usd
+    if objective == "cost":  # every system is priced (`_base` refuses one without a price)
+        return plan.unit.usd_per_hour(plan.num_gpus)
     if objective == "energy":
-        return _power_w(plan) or math.inf
+        return plan.unit.power_w(plan.num_gpus) or math.inf
     return plan.num_gpus
-
-
-def _power_w(plan: Plan) -> float | None:
-    s = plan.unit.system
-    return s.node_power_w / s.gpus_per_node * plan.num_gpus if s.node_power_w else None
 
 
 def rows(found: Capacity) -> list[dict[str, Any]]:
@@ -533,10 +531,7 @@ def _row(found: Capacity, u: Unit, *, simulated: bool, rate: float | None, rate_
          replicas: int | None,
          result: ServingResult | None, misses: list[str], confirmed: bool) -> dict[str, Any]:
     gpus = replicas * u.gpus if replicas else None
-    price = u.system.price_per_gpu_hour_usd
-    per_hour = gpus * price if gpus and price is not None else None
-    tokens_per_hour = found.request_rate * found.output_len * 3600
-    watts = u.system.node_power_w / u.system.gpus_per_node * gpus if gpus and u.system.node_power_w else None
+    per_hour = u.usd_per_hour(gpus) if gpus else None
     row = {"system": u.system.name, "replica": u.label, "tp": u.tp, "pp": u.pp, "ep": u.ep, "etp": u.etp,
            "attention_dp": u.attention_dp, "dtype": u.dtype, "kv_dtype": u.kv_dtype, "gpus_per_replica": u.gpus,
            "simulated": simulated, "estimated_rate_per_replica": u.estimated_rate,
@@ -545,9 +540,8 @@ def _row(found: Capacity, u: Unit, *, simulated: bool, rate: float | None, rate_
            "meets": simulated and result is not None and not misses
            and (found.max_gpus is None or (gpus or 0) <= found.max_gpus),
            "missed": "; ".join(misses) if simulated else None, "confirmed": confirmed,
-           "usd_per_hour": per_hour,
-           "usd_per_million_output_tokens": per_hour / tokens_per_hour * 1e6 if per_hour is not None else None,
-           "power_w": watts}
+           "usd_per_hour": per_hour, "usd_per_million_output_tokens": found.usd_per_million_output_tokens(per_hour),
+           "power_w": u.power_w(gpus) if gpus else None}
     for key in found.slos:
         row[f"{key}_s"] = measured(result, key) if result is not None else None
     return row
@@ -573,7 +567,7 @@ def closest(found: Capacity, top: int) -> list[tuple[Unit, list[str]]]:
     the SLOs it misses (at the lowest rate tried, or with one request alone)."""
     simulated = [(p.unit, p.misses) for p in found.plans if p.misses or p.result is None]
     over = [(p.unit, [f"needs {p.num_gpus:,} GPUs; allowed: at most max_gpus={found.max_gpus:,}"])
-            for p in found.plans if p.result is not None and not p.misses and not found._within(p)]
+            for p in found.plans if p.serves(None) and not p.serves(found.max_gpus)]
     return (over + simulated + found.closest)[:top]
 
 

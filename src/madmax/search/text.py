@@ -167,9 +167,8 @@ def print_capacity(found, top: int, wall_s: float, console: Console | None = Non
                          no_wrap=name != "system")
     for plan in best:
         u, result = plan.unit, plan.confirmed or plan.result
-        price = u.system.price_per_gpu_hour_usd
-        per_hour = plan.num_gpus * price if price is not None else None
-        per_million = per_hour / (found.request_rate * found.output_len * 3600) * 1e6 if per_hour else None
+        per_hour = u.usd_per_hour(plan.num_gpus)
+        per_million = found.usd_per_million_output_tokens(per_hour)
         served = f"{plan.rate_per_replica:,.2f}" + (f" (<{plan.rate_missed:,.2f})" if plan.rate_missed else "")
         table.add_row(u.system.name, u.label, f"{u.dtype}/{u.kv_dtype}", f"{plan.replicas:,}", f"{plan.num_gpus:,}",
                       served, *(f"{(measured(result, k) or 0) * 1e3:,.1f}" for k in found.slos),

@@ -30,6 +30,7 @@ from madmax.serve.deployment import (
     check_keys,
     check_request,
     draft_head,
+    engine_settings,
     formats,
     replica,
     runtime_of,
@@ -49,6 +50,9 @@ def simulate_serving(request: Request, requested: Strategy, stack: str | Path | 
     check_request(request)
     fmt = formats(request)
     prompt, output, arrival = _lengths(request)
+    if t.prefix_len and int(np.min(prompt)) <= t.prefix_len:
+        raise ConfigError(f"task.prefix_len={t.prefix_len} is not shorter than every prompt (the shortest has "
+                          f"{int(np.min(prompt))} tokens); allowed: a shared prefix shorter than every prompt")
     p_mean, o_mean = float(np.mean(prompt)), float(np.mean(output))
     context = p_mean + o_mean
     if t.mode is ServingMode.DISAGGREGATED:
@@ -66,7 +70,7 @@ def simulate_serving(request: Request, requested: Strategy, stack: str | Path | 
     # as not fitting.
     longest = float(np.max(prompt + output))
     dep = modes.Deployment(rep, runtime, strategy.dp, context, unbounded_kv=not rep.holds(longest),
-                           prefix=t.prefix_len, prefix_hit=t.prefix_hit, **speculative_settings(request))
+                           **engine_settings(request))
     notes: list[str] = list(launch_notes)
     if t.mode is ServingMode.SATURATION:
         cap = max(1, min(t.batch or rep.max_sequences or 1, rep.max_sequences or 1,
@@ -91,17 +95,6 @@ def simulate_serving(request: Request, requested: Strategy, stack: str | Path | 
                      f"only the rest of their prompt ({share}); max batch by memory counts no sharing")
     return _result(request, dep, fmt, engine_stack, outcome, batch, p_mean, o_mean, notes, keep_schedule,
                    _describe(strategy, request.spec.has_experts))
-
-
-def speculative_settings(request: Request) -> dict:
-    """The Deployment fields of the task's speculative decoding: verify width, tokens a step, draft cost."""
-    from madmax.serve.deployment import draft_fraction
-
-    t = request.task
-    if t.speculative is None:
-        return {}
-    _, k = t.drafting
-    return {"width": k + 1, "tokens_per_step": t.tokens_per_step, "draft_fraction": draft_fraction(request)}
 
 
 def _speculative_note(request: Request, dep: modes.Deployment) -> str:
@@ -258,7 +251,7 @@ def _result(request: Request, dep: modes.Deployment, fmt: Formats, stack: Servin
         latency, goodput = _latency(outcome, t.max_ttft_s, t.max_tpot_s)
     kv_per_token = sum(rep.plan.kv_bytes(s, prompt + output) for s in range(rep.plan.num_stages)) * rep.plan.tp
     if (drafter := draft_head(request)) is not None:  # the draft head caches one more layer
-        kv_per_token *= 1 + 1 / drafter[1]
+        kv_per_token *= 1 + 1 / drafter.layers
     return ServingResult(
         model=request.spec.name, system=sysm.name, num_gpus=n, task=t.kind.value, mode=t.mode.value,
         stack=stack.name, strategy=strategy_text, dtype=fmt.label, kv_dtype=fmt.kv.value, batch=batch,

@@ -219,9 +219,8 @@ def replica(request: Request, strategy: Strategy, stack: ServingStack, fmt: Form
     per_sequence = [plan.kv_bytes(s, context) for s in range(plan.num_stages)]
     head = draft_head(request)
     if head is not None:  # the draft head on the last stage: its share of the weights and one more layer's cache
-        share, layers = head
-        weights[-1] += share * sum(weights)
-        per_sequence[-1] += sum(per_sequence) / layers
+        weights[-1] += head.weight_share * sum(weights)
+        per_sequence[-1] += sum(per_sequence) / head.layers
     # The training reserve (parallel.memory.Reserve): the context, a communicator per group of the replica
     # (tp, pp, ep) and the fragmentation of the step's workspace.
     reserve = runtime_reserve()
@@ -238,45 +237,52 @@ def replica(request: Request, strategy: Strategy, stack: ServingStack, fmt: Form
     return Replica(strategy, plan, weights[s], workspace[s], reserved[s], room[s], per_sequence[s], room)
 
 
-def draft_head(request: Request) -> tuple[float, int] | None:
-    """A speculative draft head's weights over the model's (mtp: the model's multi-token-prediction modules;
-    eagle: one mean layer and its (2h x h) input projection), and the model's layers (the head caches one more
-    layer's keys and values); None without one (no speculative decoding, or n-gram drafts)."""
+@dataclass(frozen=True)
+class DraftHead:
+    """A speculative draft head (EAGLE's, or the model's MTP modules): its weights over the model's, the model's
+    layers (the head caches one more layer's keys and values), and a drafted token's time over a plain decode
+    step's (`read_fraction`)."""
+
+    weight_share: float
+    layers: int
+    read_fraction: float
+
+
+def draft_head(request: Request) -> DraftHead | None:
+    """The task's draft head; None without one (no speculative decoding, or n-gram drafts, looked up in the
+    context on the host). Weights: mtp the model's multi-token-prediction modules, eagle one mean layer and its
+    (2h x h) input projection. A draft pass reads a mean layer's active weights and the LM head (which MTP and
+    EAGLE heads share); a decode step reads the active weights but the embedding table (a row of it), and is
+    weight-read bound: their ratio is the pass's time over the step's."""
     from madmax.config.task import Speculative
-    from madmax.workload.transformer import param_counts
+    from madmax.workload.transformer import active_params, param_counts
 
     kind = request.task.speculative
     if kind not in (Speculative.EAGLE, Speculative.MTP):
         return None
     spec = request.spec
+    if kind is Speculative.MTP and not spec.mtp_layers:
+        raise ConfigError(f"task.speculative=mtp drafts with the model's multi-token-prediction modules; "
+                          f"{spec.name} has none (mtp_layers=0); allowed: eagle or ngram")
     counts = param_counts(spec)
     main = sum(counts.values()) - counts.get("mtp", 0)
     layers = main - counts["embedding"] - counts["lm_head"] - counts.get("position", 0)
-    if kind is Speculative.MTP:
-        if not spec.mtp_layers:
-            raise ConfigError(f"task.speculative=mtp drafts with the model's multi-token-prediction modules; "
-                              f"{spec.name} has none (mtp_layers=0); allowed: eagle or ngram")
-        head = counts["mtp"]
-    else:
-        head = layers / spec.num_layers + 2 * spec.hidden_size**2
-    return head / main, spec.num_layers
-
-
-def draft_fraction(request: Request) -> float:
-    """A drafted token's time over a plain decode step's: the weights a draft pass reads (a mean layer's active
-    weights and the LM head, which MTP and EAGLE heads share) over those a decode step reads (the active
-    weights but the embedding table, which it reads a row of): a decode step is weight-read bound. 0 for n-gram
-    drafts (looked up in the context on the host)."""
-    from madmax.config.task import Speculative
-    from madmax.workload.transformer import active_params, param_counts
-
-    if request.task.speculative not in (Speculative.EAGLE, Speculative.MTP):
-        return 0.0
-    spec = request.spec
-    counts = param_counts(spec)
+    head = counts["mtp"] if kind is Speculative.MTP else layers / spec.num_layers + 2 * spec.hidden_size**2
     read = active_params(spec, counts) - counts["embedding"] - counts.get("position", 0)
     layer = (read - counts["lm_head"]) / spec.num_layers
-    return (layer + counts["lm_head"]) / read
+    return DraftHead(head / main, spec.num_layers, (layer + counts["lm_head"]) / read)
+
+
+def engine_settings(request: Request) -> dict:
+    """The Deployment fields the task sets beside its replica: prefix caching (the shared prefix and its hit
+    share) and speculative decoding (tokens a step verifies and gains, the draft head's time)."""
+    t = request.task
+    out = {"prefix": t.prefix_len, "prefix_hit": t.prefix_hit}
+    if t.speculative is not None:
+        head = draft_head(request)
+        out |= {"width": t.drafting[1] + 1, "tokens_per_step": t.tokens_per_step,
+                "draft_fraction": head.read_fraction if head else 0.0}
+    return out
 
 
 def runtime_of(request: Request, stack: ServingStack) -> Runtime:

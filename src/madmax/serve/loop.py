@@ -243,11 +243,10 @@ class Engine(Clocked):
         self.decode_steps = 0
         self.used = 0.0  # KV tokens held (reserved or computed)
         self.held: dict[int, float] = {}  # per request, besides the tokens its decode steps added (on-demand caches)
-        self.grown_from: dict[int, int] = {}  # decode steps done when a decoder of an on-demand cache started
-        self.finish_at: dict[int, int] = {}  # decode steps done when a decoder finishes
-        # per decoder: the keys its next step reads and the decode steps done when it started (speculative
-        # decoding adds tokens_per_step keys a step, a fraction of a token on average)
-        self.keys_from: dict[int, tuple[int, int]] = {}
+        # per decoder: the keys its first step read and the decode steps done when it started; it reads
+        # tokens_per_step more keys a step (a fraction of a token on average with speculative decoding) and, with
+        # an on-demand cache, holds as many more tokens (`_keys`, `_release`)
+        self.started: dict[int, tuple[int, int]] = {}
         self.recompute: dict[int, int] = {}  # tokens a preempted request had generated, to recompute
         self.epoch = 0
         self.preemptions = 0
@@ -341,11 +340,10 @@ class Engine(Clocked):
         self.held[request] = self.held.get(request, 0.0) + tokens
 
     def _release(self, request: int) -> None:
-        """Free the request's KV tokens: those it was given, and (on-demand caches) one per decode step it took."""
-        start = self.grown_from.pop(request, None)
-        self.used -= self.held.pop(request, 0.0) + (0 if start is None else
-                                                    (self.decode_steps - start) * self.s.tokens_per_step)
-        self.finish_at.pop(request, None)
+        """Free the request's KV tokens: those it was given, and (on-demand caches) those its decode steps added."""
+        started = self.started.pop(request, None)
+        grown = 0 if started is None or self.s.reserve_full else self.decode_steps - started[1]
+        self.used -= self.held.pop(request, 0.0) + grown * self.s.tokens_per_step
 
     def _prefill_work(self, admit: bool = True) -> tuple[list[tuple[int, int, int]], list[int]]:
         """This step's prompt chunks as (request, tokens already prefilled, tokens now) and the requests
@@ -443,10 +441,7 @@ class Engine(Clocked):
         if self.s.tokens_per_step != 1:  # speculative decoding: the steps that produce its tokens on average
             left = math.ceil(left / self.s.tokens_per_step - 1e-9)
         heapq.heappush(self.decoders, (self.decode_steps + left, request, self.epoch))
-        self.finish_at[request] = self.decode_steps + left
-        self.keys_from[request] = (int(self.r.prompt[request]) + generated, self.decode_steps)
-        if not self.s.reserve_full:  # its cache grows a token a step, counted when it is released
-            self.grown_from[request] = self.decode_steps
+        self.started[request] = (int(self.r.prompt[request]) + generated, self.decode_steps)
         self.decoding[request] = self.epoch
         self.admitted.append(request)
         self.num_decoding += 1
@@ -552,7 +547,7 @@ class Engine(Clocked):
         """The keys a decoder had added to `decode_keys` when `steps` decode steps were done (its prompt and the
         tokens it had at its start, then tokens_per_step a step; prompt + output when it finishes at one token
         a step)."""
-        base, start = self.keys_from.pop(request)
+        base, start = self.started[request]
         return base + (steps - start) * self.s.tokens_per_step
 
     def _finish(self, request: int) -> None:

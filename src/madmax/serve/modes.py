@@ -186,16 +186,6 @@ class Deployment:
                     sampled=batch)
 
 
-def decode_step(batch: int, context: float) -> Step:
-    """A decode step of `batch` sequences each reading `context` keys."""
-    return Step(decode=batch, decode_kv_tokens=batch * context, sampled=batch)
-
-
-def prefill_step(batch: int, prompt: int) -> Step:
-    """A prefill step of `batch` prompts of `prompt` tokens each."""
-    return Step(prefill=((prompt, prompt),) * batch, sampled=batch)
-
-
 def prefill_rounds(prompts: int, per_step: int) -> list[int]:
     """Prompts in each of the consecutive prefill steps of `prompts` waiting prompts, `per_step` a step."""
     return [per_step] * (prompts // per_step) + ([prompts % per_step] if prompts % per_step else [])

@@ -143,17 +143,11 @@ def highest_rate(run, slos: dict[str, float], num_requests: int = DEFAULT_REQUES
         return not missed(results[rate], slos)
 
     lo, hi, rate = 0.0, math.inf, FIRST_RATE
-    while MIN_RATE <= rate <= MAX_RATE:
+    while MIN_RATE <= rate <= MAX_RATE and not (lo and hi < math.inf):  # up while it meets, down while it misses
         if meets(rate):
             lo, rate = rate, rate * BRACKET_FACTOR
-            if hi < math.inf:
-                break
         else:
             hi, rate = rate, rate / BRACKET_FACTOR
-            if lo:
-                break
-        if lo and hi < math.inf:
-            break
     while lo and hi < math.inf and hi / lo > 1 + RATE_TOLERANCE:
         mid = math.sqrt(lo * hi)
         if meets(mid):
