@@ -132,7 +132,8 @@ def test_cost_needs_a_price_and_ranks_by_it():
     ({"slo": None}, "needs at least one SLO"), ({"request_rate": 0}, "request_rate"),
     ({"request_rate": float("nan")}, "request_rate"), ({"objective": "time"}, "not a serving objective"),
     ({"top": 0}, "top=0"), ({"num_requests": -1}, "num_requests=-1"), ({"exact": 1, "top": 2}, "exact=1"),
-    ({"slo": "p99_tpot=10ms", "output_len": 1}, "needs a second output token")])
+    ({"slo": "p99_tpot=10ms", "output_len": 1}, "needs a second output token"),
+    ({"max_gpus": 2**21}, "beyond the 1,048,576 GPUs a deployment is planned with")])
 def test_bad_inputs_are_refused(kwargs, names):
     args = {"request_rate": 5.0, "slo": "p99_ttft=1", **SMALL, **kwargs}
     with pytest.raises(ConfigError, match=names):

@@ -62,6 +62,9 @@ CONFIRM_MAX_REQUESTS = 20_000
 MAX_GROWTH = 3
 # Plans whose whole deployment is simulated, at most, until one meets the SLOs.
 MAX_CONFIRMS = 3
+# The most GPUs a deployment is planned with (2**20, beyond any cluster built): a rate that needs more is
+# answered with the GPUs it needs, not simulated whole.
+MAX_GPUS = 2**20
 
 
 @dataclass(frozen=True)
@@ -125,8 +128,9 @@ class Plan:
         return self.replicas * self.unit.gpus
 
     def serves(self, max_gpus: int | None) -> bool:
-        """Whether one replica met every SLO at its share of the rate and the deployment fits the GPU cap."""
-        return self.result is not None and not self.misses and (max_gpus is None or self.num_gpus <= max_gpus)
+        """Whether one replica met every SLO at its share of the rate and the deployment fits the GPU cap (default
+        MAX_GPUS)."""
+        return self.result is not None and not self.misses and self.num_gpus <= (max_gpus or MAX_GPUS)
 
 
 @dataclass
@@ -210,6 +214,9 @@ def find_capacity(model: Any, systems: Any, *, request_rate: float, slo: str | d
                         ("max_pp", max_pp), ("num_requests", num_requests)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise ConfigError(f"{name}={value!r} must be a positive integer")
+    if max_gpus is not None and max_gpus > MAX_GPUS:
+        raise ConfigError(f"max_gpus={max_gpus:,} is beyond the {MAX_GPUS:,} GPUs a deployment is planned with; "
+                          f"allowed: at most {MAX_GPUS:,}")
     exact = max(DEFAULT_EXACT, top) if exact is None else exact
     if exact < top:
         raise ConfigError(f"exact={exact} must be at least top={top} (the reported deployments are simulated)")
@@ -537,8 +544,7 @@ def _row(found: Capacity, u: Unit, *, simulated: bool, rate: float | None, rate_
            "simulated": simulated, "estimated_rate_per_replica": u.estimated_rate,
            "rate_per_replica": rate, "rate_missed_per_replica": rate_missed, "replicas": replicas,
            "num_gpus": gpus,
-           "meets": simulated and result is not None and not misses
-           and (found.max_gpus is None or (gpus or 0) <= found.max_gpus),
+           "meets": simulated and result is not None and not misses and (gpus or 0) <= (found.max_gpus or MAX_GPUS),
            "missed": "; ".join(misses) if simulated else None, "confirmed": confirmed,
            "usd_per_hour": per_hour, "usd_per_million_output_tokens": found.usd_per_million_output_tokens(per_hour),
            "power_w": u.power_w(gpus) if gpus else None}
@@ -566,8 +572,10 @@ def closest(found: Capacity, top: int) -> list[tuple[Unit, list[str]]]:
     """When nothing meets the SLOs: the simulated units and those that miss alone, the closest first, each with
     the SLOs it misses (at the lowest rate tried, or with one request alone)."""
     simulated = [(p.unit, p.misses) for p in found.plans if p.misses or p.result is None]
-    over = [(p.unit, [f"needs {p.num_gpus:,} GPUs; allowed: at most max_gpus={found.max_gpus:,}"])
-            for p in found.plans if p.serves(None) and not p.serves(found.max_gpus)]
+    limit = (f"max_gpus={found.max_gpus:,}" if found.max_gpus
+             else f"{MAX_GPUS:,} GPUs, the most a deployment is planned with")
+    over = [(p.unit, [f"needs {p.num_gpus:,} GPUs; allowed: at most {limit}"])
+            for p in found.plans if p.result is not None and not p.misses and not p.serves(found.max_gpus)]
     return (over + simulated + found.closest)[:top]
 
 
