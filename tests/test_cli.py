@@ -121,7 +121,8 @@ CASES = [
     # Llama 3.1 supports 128K = 131072 tokens; 256K = 262144 is beyond.
     Case("seq-len-beyond-max", sim("--seq-len", "262144"), ["seq_len=262144", "max_seq_len=131072"]),
     Case("unknown-dtype", sim("--dtype", "fp7"), ["dtype='fp7'", "allowed: bf16, fp16, fp8, fp32"]),
-    Case("storage-dtype-not-compute", sim("--dtype", "int8"), ["dtype='int8'", "allowed: bf16, fp16, fp8, fp32"]),
+    Case("serving-dtype-not-training", sim("--dtype", "int8"), ["dtype=int8 applies to inference",
+                                                                 "allowed for pretrain: bf16, fp16, fp8, fp32"]),
     # A100 tensor cores have no FP8 (H100 is the first with it).
     Case("fp8-on-a100", ["simulate", "-m", "llama-3.1-8b", "-s", "dgx-a100", "--dtype", "fp8"],
          ["dtype=fp8", "a100", "allowed:", "bf16"]),

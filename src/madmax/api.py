@@ -60,7 +60,8 @@ def simulate(model: str | Path | dict | ModelSpec, system: str | Path | dict | S
     trtllm-0.9) as `launch`ed (sized default: the engine's defaults raised where they cannot serve the load;
     engine: the defaults; aiconfigurator: its generator's settings), with `engine` settings over both
     ("max_num_tokens=16384,chunked_prefill=1");
-    `dtype` bf16, fp16, fp8, fp4 (NVFP4) or int4 (weight-only), `kv_dtype` bf16 or fp8; rate mode takes
+    `dtype` bf16, fp16, fp8, fp4 (NVFP4), int8 (W8A8), int4 (weight-only; awq, gptq) or mxfp4, `kv_dtype` bf16
+    or fp8; rate mode takes
     `request_rate` (requests/s) or an `arrivals` CSV (arrival_s, prompt_len, output_len), and
     `max_ttft`/`max_tpot` (s) for goodput. `slo` ("p99_ttft=1,p99_tpot=50ms" or {"p99_ttft": 1.0}: mean, p50,
     p90 or p99 of ttft, tpot, itl or e2e, seconds) holds a rate-mode result against latency objectives (its `slo`

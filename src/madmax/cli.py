@@ -179,7 +179,8 @@ def simulate(
     global_batch: Annotated[int | None, typer.Option(help="Sequences per optimizer step.")] = None,
     seq_len: SeqLenOpt = None,
     dtype: Annotated[str | None, typer.Option(help="Compute dtype: bf16, fp16, fp8, fp32; on Blackwell also "
-                                                    "mxfp8 (training) and nvfp4 (default bf16, "
+                                                    "mxfp8 (training) and nvfp4; serving also int8 (W8A8), int4 "
+                                                    "(weight-only; aliases awq, gptq) and mxfp4 (default bf16, "
                                                     "or fp16 on GPUs without bf16).")] = None,
     strategy: Annotated[str | None, typer.Option(help='e.g. "tp=8,pp=4,dp=32,vp=1,mbs=1,zero=1,'
                                                       'recompute=selective,sp=1"; mixture of experts: '
@@ -551,7 +552,8 @@ def search(
                                            "concurrency, saturation.")] = "static",
     stack: SearchStackOpt = None,
     dtypes: Annotated[str | None, typer.Option(help='Weight formats to try (inference), e.g. "bf16,fp8" '
-                                                    '(default all the GPU has).')] = None,
+                                                    'or "int8,awq,mxfp4" (default bf16/fp16, fp8 and fp4 where '
+                                                    'the GPU has them).')] = None,
     kv_dtypes: Annotated[str | None, typer.Option(help='KV-cache formats to try (inference), e.g. "fp8".')] = None,
     max_ttft: Annotated[float | None, typer.Option(help="Time-to-first-token limit (inference), s.")] = None,
     max_tpot: Annotated[float | None, typer.Option(help="Time-per-output-token limit (inference), s.")] = None,

@@ -51,6 +51,18 @@ def make_task(task: str | Task | dict, **fields: Any) -> Task:
     return validate(Task, data, "task")
 
 
+def gemm_format(dtype: DType, gpu: Any) -> DType:
+    """The format a GEMM with `dtype` weights runs in on `gpu`: int4 is weight-only (AWQ/GPTQ kernels read int4
+    weights into 16-bit math); MXFP4 weights meet MXFP8 activations where the GPU has MXFP8 tensor cores (W4A8)
+    and 16-bit ones elsewhere, as TensorRT-LLM runs gpt-oss (catalog serving.yaml weight_formats: mxfp4); every
+    other dtype runs as itself (int8: W8A8 on int8 tensor cores)."""
+    if dtype is DType.INT4:
+        return gpu.half_dtype
+    if dtype is DType.MXFP4:
+        return DType.MXFP8 if DType.MXFP8 in gpu.flops_per_s else gpu.half_dtype
+    return dtype
+
+
 def resolve_request(model: Any, system: Any, num_gpus: int | None = None, task: Any = "pretrain", *,
                     calibration: str | Path | None = None, flash: bool = True, **fields: Any) -> Request:
     """Load and check model, system and task; `fields` are Task fields (None: not given).
@@ -70,11 +82,10 @@ def resolve_request(model: Any, system: Any, num_gpus: int | None = None, task: 
         if fields["dtype"] != DType.BF16.value:
             assumptions.append(f"dtype not given: fp16, since gpu {sysm.gpu.name} has no bf16 peak")
     t = make_task(task, **fields)
-    # int4 is weight-only: its GEMMs run in 16 bits.
-    computed = sysm.gpu.half_dtype if t.dtype is DType.INT4 else t.dtype
+    computed = gemm_format(t.dtype, sysm.gpu)
     if computed not in sysm.gpu.flops_per_s:
         kinds = COMPUTE_DTYPES + (INFERENCE_ONLY_DTYPES if t.kind is TaskKind.INFERENCE else ())
-        allowed = ", ".join(d.value for d in sysm.gpu.flops_per_s if d.value in kinds)
+        allowed = ", ".join(d for d in kinds if gemm_format(DType(d), sysm.gpu) in sysm.gpu.flops_per_s)
         raise ConfigError(f"dtype={t.dtype.value} has no peak on gpu {sysm.gpu.name}; allowed: {allowed}")
     if not spec.has_experts and ("expert_load" in t.model_fields_set or t.capacity_factor is not None):
         raise ConfigError(f"task.expert_load and task.capacity_factor describe the routing of a mixture-of-experts "
@@ -112,6 +123,10 @@ def resolve_training(request: Request, requested: Any) -> TrainingRequest:
     from madmax.config.strategy import Axis, check_training_keys, default_expert_parallel, resolve_strategy
 
     spec, t = request.spec, request.task
+    if gemm_format(t.dtype, request.system.gpu) is not t.dtype:  # weights stored narrower than the math
+        raise ConfigError(f"task.dtype={t.dtype.value} is a weight format of LLM serving (4-bit weights read into "
+                          f"wider GEMMs); allowed for an inference pass of {spec.name}: bf16, fp16, fp8 or int8 "
+                          "where the GPU has them")
     check_training_keys(requested, spec.name, spec.has_experts, bool(request.workload.tables))
     notes = []
     if spec.has_experts and "ep" not in requested.model_fields_set:

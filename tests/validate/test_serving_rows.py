@@ -98,8 +98,9 @@ def test_serving_moe_layouts(serving):
     trtllm_r1 = next(c for c in serving.cases if c.metric == "tpot_ms" and "decode_ep=16" in c.kwargs["strategy"]
                      and "prefill_tp=16" in c.kwargs["strategy"])
     assert any("one worker each" in a for a in trtllm_r1.assumptions)
-    gpt_oss = next(c for c in serving.cases if c.kwargs["dtype"] == "int4")
-    assert any("no fp4 tensor cores" in a for a in gpt_oss.assumptions)
+    gpt_oss = next(c for c in serving.cases if c.kwargs["dtype"] == "mxfp4")
+    assert gpt_oss.kwargs["model"].startswith("gpt-oss")
+    assert any("MXFP4 checkpoint" in a for a in gpt_oss.assumptions)
 
 
 def test_serving_llama70b_agg_row(serving):

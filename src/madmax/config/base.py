@@ -37,7 +37,8 @@ class DType(StrEnum):
     MXFP8 = "mxfp8"  # block-scaled FP8 on Blackwell: E4M3 values with an E8M0 scale per 32 (catalog formats.yaml)
     INT8 = "int8"
     FP4 = "fp4"  # NVFP4 on Blackwell: E2M1 values with an E4M3 scale per 16
-    INT4 = "int4"  # weight-only quantization (W4A16): int4 weights read into 16-bit GEMMs
+    INT4 = "int4"  # weight-only quantization (W4A16, AWQ/GPTQ): int4 weights read into 16-bit GEMMs
+    MXFP4 = "mxfp4"  # OCP MX: E2M1 weights with an E8M0 scale per 32 (gpt-oss's checkpoints); serving only
 
     @property
     def num_bytes(self) -> float:
@@ -49,9 +50,10 @@ class DType(StrEnum):
 _DTYPE_BYTES = {
     DType.FP64: 8, DType.FP32: 4, DType.TF32: 4, DType.BF16: 2, DType.FP16: 2,
     DType.FP8: 1, DType.MXFP8: 1, DType.INT8: 1, DType.FP4: 0.5, DType.INT4: 0.5,
+    DType.MXFP4: 0.5,
 }
 # Other spellings of a dtype that users write.
-DTYPE_ALIASES = {"nvfp4": "fp4"}
+DTYPE_ALIASES = {"nvfp4": "fp4", "awq": "int4", "gptq": "int4", "w4a16": "int4", "w8a8": "int8"}
 
 
 def dtype_among(value: object, allowed: tuple[str, ...], role: str) -> str:

@@ -83,7 +83,8 @@ class Task(Schema):
     )
     seq_len: PositiveInt | None = Field(None, description="Tokens per training sequence; default the model's.")
     dtype: DType = Field(DType.BF16, description="Compute dtype of the GEMMs (bf16, fp16, fp8, fp32, tf32; mxfp8 and "
-                                                 "fp4 alias nvfp4 on Blackwell; int4 weight-only for inference).")
+                                                 "fp4 alias nvfp4 on Blackwell; for inference also int8 (W8A8), "
+                                                 "int4 weight-only (AWQ, GPTQ) and mxfp4 weights).")
     finetune: FinetuneMethod = Field(FinetuneMethod.FULL, description="Fine-tuning method (finetune only).")
     frozen_layers: NonNegativeInt = Field(
         0, description="Bottom layers (and the embedding when > 0) without gradients or optimizer state."
@@ -327,8 +328,10 @@ def parse_expert_load(text: str | float | None, capacity_factor: float | None = 
 
 LORA_TARGETS = {"qkv", "out", "up", "gate", "down"}
 COMPUTE_DTYPES = ("bf16", "fp16", "fp8", "fp32", "tf32", "mxfp8", "fp4")
-# Inference only: int4 weight-only quantization into 16-bit GEMMs.
-INFERENCE_ONLY_DTYPES = ("int4",)
+# Inference only: int8 W8A8 (SmoothQuant: int8 weights and per-token int8 activations on int8 tensor cores), int4
+# weight-only (AWQ/GPTQ, into 16-bit GEMMs) and MXFP4 weights (W4A8 where the GPU has MXFP8 tensor cores, else
+# weight-only): the serving formats of `madmax.request.gemm_format` and catalog serving.yaml weight_formats.
+INFERENCE_ONLY_DTYPES = ("int8", "int4", "mxfp4")
 # Training only: MXFP8 (Blackwell block-scaled fp8, a Transformer Engine training recipe).
 TRAINING_ONLY_DTYPES = ("mxfp8",)
 KV_DTYPES = ("bf16", "fp16", "fp8")

@@ -26,13 +26,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from madmax.config.base import DTYPE_ALIASES, DType
 from madmax.config.strategy import Strategy
 from madmax.config.task import ServingMode, TaskKind
 from madmax.errors import ConfigError, MadmaxError
+from madmax.request import gemm_format
 from madmax.results.serving import ServingResult
 
 RULES = ("tp_divides_model", "tp_within_domain", "pp_layers", "memory")
-WEIGHT_FORMATS = ("bf16", "fp16", "fp8", "fp4")
+WEIGHT_FORMATS = ("bf16", "fp16", "fp8", "fp4", "int8", "int4", "mxfp4")
 MAX_BATCH = 4096
 
 
@@ -141,15 +143,16 @@ def find_serving(model: Any, system: Any, num_gpus: int | None = None, *, prompt
 
 def formats_to_try(base, dtypes: list[str] | None, kv_dtypes: list[str] | None) -> list[tuple[str, str]]:
     """(weights, KV cache) formats to try: by default every weight format the GPU has (bf16, else fp16;
-    fp8; fp4), each with a 16-bit cache and, where the GPU has fp8, an fp8 cache."""
+    fp8; fp4), each with a 16-bit cache and, where the GPU has fp8, an fp8 cache; `dtypes` may also name the
+    quantized formats (int8 where the GPU has int8 tensor cores, int4 and its aliases awq/gptq, mxfp4)."""
     gpu = base.system.gpu
     peaks = {d.value for d in gpu.flops_per_s}
     act = gpu.half_dtype.value
     if dtypes is None:
         chosen = [act] + [d for d in ("fp8", "fp4") if d in peaks]
     else:
-        chosen = [str(d).strip().lower() for d in dtypes]
-        allowed = sorted({act, "int4", *(d for d in WEIGHT_FORMATS if d in peaks)})
+        chosen = [DTYPE_ALIASES.get(text, text) for text in (str(d).strip().lower() for d in dtypes)]
+        allowed = sorted({act, *(d for d in WEIGHT_FORMATS if gemm_format(DType(d), gpu).value in peaks)})
         bad = [d for d in chosen if d not in allowed]
         if bad or not chosen:
             raise ConfigError(f"dtypes={list(dtypes)} must list formats gpu {gpu.name} has; allowed: "

@@ -262,7 +262,8 @@ def _result(request: Request, dep: modes.Deployment, fmt: Formats, stack: Servin
         tokens_per_s=tokens_per_s, mfu=(tokens_per_s * body + outcome.output_tokens_per_s * head) / peak,
         kv_cache_bytes_per_token=kv_per_token / (prompt + output), weights_bytes_per_gpu=rep.weights_bytes,
         peak_memory_bytes=memory["total"], fits=fits, fits_reason=reason, breakdown=breakdown, memory=memory,
-        assumptions=[*request.assumptions, *notes, *_assumed(request, stack), *dep.runtime.graph.attention_notes],
+        assumptions=[*request.assumptions, *notes, *_assumed(request, stack, fmt),
+                     *dep.runtime.graph.attention_notes],
         limits=held, latency=latency,
         goodput=goodput,
         schedule=_trace(dep, pre_prog.step, dec_prog.step) if keep_schedule else None)
@@ -318,8 +319,19 @@ def _latency(outcome: modes.Outcome, max_ttft: float | None, max_tpot: float | N
                      "max_ttft_s": max_ttft, "max_tpot_s": max_tpot}
 
 
-def _assumed(request: Request, stack: ServingStack) -> list[str]:
+# What each quantized weight format is, as the result says it.
+_QUANTIZED = {"int8": "int8 W8A8 (SmoothQuant: int8 weights, per-token int8 activations)",
+              "int4": "int4 weight-only (AWQ/GPTQ, groups of 128)",
+              "mxfp4": "MXFP4 (E2M1 with an E8M0 scale per 32)"}
+
+
+def _assumed(request: Request, stack: ServingStack, fmt: Formats) -> list[str]:
     notes = [f"serving stack {stack.label}: {stack.description}"]
+    if fmt.label in _QUANTIZED:
+        read = f"{fmt.weight_bytes_per_param:g} bytes per weight with scales"
+        math_in = (f"read into {fmt.gemm.value} GEMMs" if fmt.weight_width is not None
+                   else f"GEMMs on {fmt.gemm.value} tensor cores")
+        notes.append(f"weights {_QUANTIZED[fmt.label]}: {read}, {math_in} (catalog serving.yaml weight_formats)")
     if request.system.gpu.name not in ("h100-sxm", "h200"):
         notes.append(f"serving stack defaults are those of an H100-class GPU; gpu {request.system.gpu.name} may "
                      "differ (vLLM's token budget is 2048 on A100 and GPUs under 70 GB)")

@@ -30,7 +30,7 @@ from madmax.hardware.collectives import network_model
 from madmax.parallel.memory import runtime_reserve
 from madmax.parallel.serving import ServingPlan, attention_dp, build_serving_plan
 from madmax.program.serving import Runtime, make_runtime
-from madmax.request import Request
+from madmax.request import Request, gemm_format
 
 # Strategy keys of a serving run; the rest are training's.
 SERVING_KEYS = ("tp", "pp", "dp", "order", "ep", "etp", "ep_overlap", "dispatch_fp8", "dispatcher")
@@ -74,15 +74,17 @@ class Replica:
 
 
 def formats(request: Request) -> Formats:
-    """Activations in bf16 (fp16 on GPUs without bf16, fp32 for fp32 runs); GEMMs in the task's dtype, int4
-    weight-only into 16-bit GEMMs; the KV cache in task.kv_dtype, else the activations' format."""
+    """Activations in bf16 (fp16 on GPUs without bf16, fp32 for fp32 runs); GEMMs in the format
+    `request.gemm_format` gives the task's dtype, reading weights narrower than it where they are stored
+    narrower (int4 and mxfp4: 4-bit weights with their scales); the KV cache in task.kv_dtype, else the
+    activations' format."""
     t, gpu = request.task, request.system.gpu
     act = DType.FP32 if t.dtype is DType.FP32 else gpu.half_dtype
     kv = t.kv_dtype or act
-    if t.dtype is DType.INT4:
-        return Formats(act, act, weight_bytes_per_param("int4"), weight_bytes_per_param("int4"), kv, "int4")
+    gemm = gemm_format(t.dtype, gpu)
     stored = weight_bytes_per_param(t.dtype.value) or t.dtype.num_bytes
-    return Formats(act, t.dtype, None, stored, kv, t.dtype.value)
+    narrower = stored if stored < gemm.num_bytes else None
+    return Formats(act, gemm, narrower, stored, kv, t.dtype.value)
 
 
 def check_request(request: Request) -> None:

@@ -170,14 +170,13 @@ def _system_error(num_gpus: int) -> str | None:
 
 def _serving_dtype(row: Mapping[str, str]) -> tuple[str, list[str]]:
     """bf16 for the BF16 checkpoint (empty precision), fp8 for fp8 or block-scaled fp8 GEMMs; 4-bit weights
-    (fp4, nvfp4: GPT-OSS's MXFP4 checkpoint) on H100, which has no fp4 tensor cores, as int4 weight-only
-    GEMMs (4-bit weights read, 16-bit math: what vLLM's Marlin MXFP4 kernels do on Hopper)."""
+    (fp4, nvfp4, mxfp4: GPT-OSS's MXFP4 checkpoint, the only 4-bit rows) as mxfp4, which H100 (no fp4 tensor
+    cores) runs weight-only: 4-bit weights read into 16-bit GEMMs, as the engines' MXFP4 kernels do on Hopper."""
     stated = {row["precision"], row["gemm_quant_mode"]} - {""}
     if not stated:
         return "bf16", []
     if stated <= {"fp4", "nvfp4", "mxfp4"}:
-        return "int4", ["4-bit weights on H100 (no fp4 tensor cores): simulated as int4 weight-only GEMMs in 16 "
-                        "bits"]
+        return "mxfp4", ["4-bit weights: GPT-OSS's MXFP4 checkpoint, read into 16-bit GEMMs on H100"]
     if all(s.startswith("fp8") for s in stated):
         blocked = "fp8_block" in stated
         return "fp8", ["fp8_block (block-scaled fp8 GEMMs) simulated as fp8"] if blocked else []
