@@ -573,6 +573,8 @@ def case_random_cli(rng: random.Random) -> Case:
             argv += ["--strategy", _strategy(rng)]
         if rng.random() < 0.2:
             argv.append("--json")
+        elif rng.random() < 0.3:
+            argv.append("--commands")
     elif command == "search":
         argv = ["search", "-m", rng.choice(("tiny.yaml", "tiny-dlrm.yaml")), "-s", "dgx-h100", "--global-batch",
                 rng.choice(("16", "64", "0", "x")), "--refine", "1", "--top", "1"]

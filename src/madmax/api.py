@@ -235,6 +235,7 @@ def _simulate_training(run: TrainingRequest, keep_schedule: bool) -> Result:
     from madmax.parallel.memory import checkpoint_state_bytes, runtime_reserve, stage_memory
     from madmax.program.costs import device_floor_s
     from madmax.program.training import build_training
+    from madmax.results.launch import training_launches
     from madmax.results.training import TrainingRun, training_result
     from madmax.sim import schedule
     from madmax.validate.trust import error_band
@@ -276,7 +277,15 @@ def _simulate_training(run: TrainingRequest, keep_schedule: bool) -> Result:
                        sample_name=request.spec.sample_name,
                        forward_flops_per_token=request.workload.forward_flops_per_token(request.seq_len))
     result = training_result(info, plan, built, timeline, memories, band, keep_schedule)
-    return dataclasses.replace(result, **checkpoint_state_bytes(plan, request.workload.total_params))
+    t = request.task
+    if t.kind is TaskKind.INFERENCE:
+        launches, why = [], f"{request.spec.name}'s inference pass has no launcher here"
+    else:
+        launches, why = training_launches(request.spec, plan.strategy, run.global_batch, request.seq_len, t.dtype,
+                                          n, sysm.gpus_per_node,
+                                          t.finetune.value if t.kind is TaskKind.FINETUNE else None)
+    return dataclasses.replace(result, **checkpoint_state_bytes(plan, request.workload.total_params),
+                               launch=[launch.to_dict() for launch in launches], launch_note=why)
 
 
 def _has_attention(plan) -> bool:

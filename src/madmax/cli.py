@@ -236,6 +236,10 @@ def simulate(
                                                                    "(default: the optimum).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
     trace: Annotated[Path | None, typer.Option(help="Write a Chrome/Perfetto trace JSON here.")] = None,
+    commands: Annotated[bool, typer.Option("--commands", help="Also print the command lines that launch it: "
+                                                              "Megatron-LM and torchtitan flags (training), the "
+                                                              "serving stack's engine (vllm serve, "
+                                                              "sglang.launch_server, trtllm-serve).")] = False,
 ) -> None:
     """Predict one training iteration, or a serving deployment: time, throughput, breakdown and memory."""
     from madmax import api
@@ -266,13 +270,15 @@ def simulate(
     if as_json:
         _emit_json(result.to_dict())
         return
-    from madmax.report.text import print_result, print_serving
+    from madmax.report.text import print_launches, print_result, print_serving
     from madmax.results.serving import ServingResult
 
     if isinstance(result, ServingResult):
         print_serving(result)
     else:
         print_result(result)
+    if commands:
+        print_launches(result.launch, result.launch_note)
 
 
 @app.command()

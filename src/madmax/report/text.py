@@ -223,6 +223,24 @@ def print_serving(result: ServingResult, console: Console | None = None) -> None
         console.print(f"[dim]assumed: {note}[/dim]")
 
 
+def print_launches(launches: list[dict[str, Any]], why: str | None = None, console: Console | None = None) -> None:
+    """The command lines of `Result.launch` / `ServingResult.launch`: each launcher's command, its config file
+    and what does not carry over; when there are none, why (`launch_note`)."""
+    console = console or make_console()
+    if not launches:
+        console.print(f"[yellow]launch: {why or 'no launcher applies'}[/yellow]")
+        return
+    for launch in launches:
+        console.print(f"\n[bold]launch: {launch['tool']} {launch['version']}[/bold]")
+        console.print(launch["command"], soft_wrap=True, markup=False, highlight=False)
+        if launch["config"]:
+            console.print(f"[bold]{launch.get('config_name') or 'config file'}[/bold]")
+            console.print(launch["config"].rstrip(), soft_wrap=True, markup=False, highlight=False)
+        for note in launch["notes"]:
+            console.print(f"[dim]note: {note}[/dim]")
+        console.print(f"[dim]flags: {launch['source']}[/dim]")
+
+
 def _slo_rows(slo: dict[str, Any]) -> list[tuple[str, str]]:
     """The SLOs held against (each measured value and its limit), and the highest rate when searched."""
     rows = []

@@ -59,6 +59,10 @@ class ServingResult:
     error_band: dict[str, Any] | None = None
     cost: dict[str, Any] | None = None  # per million output tokens (`madmax.results.cost.cost_of`), as Result's
     slo: dict[str, Any] | None = None  # the SLOs held against (`madmax.search.capacity.slo_block`), highest rate
+    # The command lines that launch it (`madmax.results.launch.Launch.to_dict`): Megatron-LM and torchtitan for a
+    # decoder's training, the serving stack's engine for a replica; empty where no launcher applies.
+    launch: list[dict[str, Any]] = field(default_factory=list)
+    launch_note: str | None = None  # why `launch` is empty
     schedule: Schedule | None = field(default=None, repr=False, compare=False)
     memory_timeline: dict[int, list[tuple[float, float]]] | None = field(default=None, repr=False, compare=False)
 
@@ -82,7 +86,8 @@ class ServingResult:
             "weights_bytes_per_gpu": self.weights_bytes_per_gpu, "peak_memory_bytes": self.peak_memory_bytes,
             "fits": self.fits, "fits_reason": self.fits_reason, "breakdown": self.breakdown,
             "memory": self.memory, "assumptions": list(self.assumptions), "limits": list(self.limits),
-            "error_band": self.error_band,
+            "error_band": self.error_band, "launch": self.launch,
+            "launch_note": self.launch_note,
         }
         if self.latency is not None:
             out["latency"] = self.latency

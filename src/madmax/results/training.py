@@ -63,6 +63,10 @@ class Result:
     restore_bytes: float = field(default=0.0, repr=False, compare=False)
     # With a token budget (`simulate(tokens=...)`): the goodput model's time, GPU-hours, cost and energy to train it.
     time_to_train: dict[str, Any] | None = None
+    # The command lines that launch it (`madmax.results.launch.Launch.to_dict`): Megatron-LM and torchtitan for a
+    # decoder's training, the serving stack's engine for a replica; empty where no launcher applies.
+    launch: list[dict[str, Any]] = field(default_factory=list)
+    launch_note: str | None = None  # why `launch` is empty
     schedule: Schedule | None = field(default=None, repr=False, compare=False)
     memory_timeline: dict[int, list[tuple[float, float]]] | None = field(default=None, repr=False, compare=False)
 
@@ -77,7 +81,8 @@ class Result:
             "fits": self.fits, "fits_reason": self.fits_reason,
             "breakdown": self.breakdown,
             "memory": self.memory, "assumptions": list(self.assumptions), "error_band": self.error_band,
-            "recompute_choice": self.recompute_choice, "stack": self.stack,
+            "recompute_choice": self.recompute_choice, "stack": self.stack, "launch": self.launch,
+            "launch_note": self.launch_note,
         }
         if self.cost is not None:
             out["cost"] = self.cost

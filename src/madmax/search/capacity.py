@@ -547,7 +547,9 @@ def _row(found: Capacity, u: Unit, *, simulated: bool, rate: float | None, rate_
            "meets": simulated and result is not None and not misses and (gpus or 0) <= (found.max_gpus or MAX_GPUS),
            "missed": "; ".join(misses) if simulated else None, "confirmed": confirmed,
            "usd_per_hour": per_hour, "usd_per_million_output_tokens": found.usd_per_million_output_tokens(per_hour),
-           "power_w": u.power_w(gpus) if gpus else None}
+           "power_w": u.power_w(gpus) if gpus else None,
+           # the engine command of one replica (`madmax.results.launch`), as simulated
+           "launch_command": result.launch[0]["command"] if result is not None and result.launch else None}
     for key in found.slos:
         row[f"{key}_s"] = measured(result, key) if result is not None else None
     return row
@@ -563,6 +565,7 @@ def summary(found: Capacity, top: int) -> dict[str, Any]:
             "simulated": len(found.plans), "timings_s": found.timings_s,
             "deployments": [r for r in rows(found) if r["meets"]][:top],
             "confirm": found.confirm_command(best[0]) if best else None,
+            "launch": ((best[0].confirmed or best[0].result).launch if best else []),
             "closest": [] if best else [{"system": u.system.name, "replica": u.label, "dtype": u.dtype,
                                          "kv_dtype": u.kv_dtype, "missed": misses}
                                         for u, misses in closest(found, top)]}

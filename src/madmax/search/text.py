@@ -181,6 +181,14 @@ def print_capacity(found, top: int, wall_s: float, console: Console | None = Non
                   f"{found.request_rate:g} requests/s over {found.whole_requests(first):,} requests "
                   f"({'meets' if first.confirmed is not None else 'not run'}); to run it again:", soft_wrap=True)
     console.print(found.confirm_command(first), soft_wrap=True, markup=False, highlight=False)
+    result = first.confirmed or first.result
+    for launch in result.launch if result is not None else []:
+        console.print(f"Each replica's engine, {launch['tool']} {launch['version']} (flags: catalog launchers.yaml; "
+                      "`simulate --commands` adds the notes):", soft_wrap=True)
+        console.print(launch["command"], soft_wrap=True, markup=False, highlight=False)
+        if launch["config"]:
+            console.print(f"{launch['config_name']}:\n{launch['config'].rstrip()}", soft_wrap=True, markup=False,
+                          highlight=False)
 
 
 def _latency(seconds: float) -> str:

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from madmax.collective import Collective, Span
+from madmax.config.base import DType
 from madmax.config.checks import readable_file
 from madmax.config.stack import ServingStack, launched, load_stack, with_settings
 from madmax.config.strategy import Strategy
@@ -22,6 +23,8 @@ from madmax.config.units import GIB
 from madmax.errors import ConfigError
 from madmax.program.serving import build_step, stage_times
 from madmax.request import Request
+from madmax.results.launch import Replica as LaunchReplica
+from madmax.results.launch import serving_launch
 from madmax.results.serving import ServingResult, percentiles, step_breakdown
 from madmax.serve import modes
 from madmax.serve.deployment import (
@@ -249,6 +252,7 @@ def _result(request: Request, dep: modes.Deployment, fmt: Formats, stack: Servin
     latency = goodput = None
     if t.mode is ServingMode.RATE or t.max_ttft_s or t.max_tpot_s:
         latency, goodput = _latency(outcome, t.max_ttft_s, t.max_tpot_s)
+    launches, launch_note = _launches(request, dep, fmt, stack, disaggregated=prefill_dep is not None)
     kv_per_token = sum(rep.plan.kv_bytes(s, prompt + output) for s in range(rep.plan.num_stages)) * rep.plan.tp
     if (drafter := draft_head(request)) is not None:  # the draft head caches one more layer
         kv_per_token *= 1 + 1 / drafter.layers
@@ -264,7 +268,7 @@ def _result(request: Request, dep: modes.Deployment, fmt: Formats, stack: Servin
         peak_memory_bytes=memory["total"], fits=fits, fits_reason=reason, breakdown=breakdown, memory=memory,
         assumptions=[*request.assumptions, *notes, *_assumed(request, stack, fmt),
                      *dep.runtime.graph.attention_notes],
-        limits=held, latency=latency,
+        limits=held, latency=latency, launch=launches, launch_note=launch_note,
         goodput=goodput,
         schedule=_trace(dep, pre_prog.step, dec_prog.step) if keep_schedule else None)
 
@@ -317,6 +321,23 @@ def _latency(outcome: modes.Outcome, max_ttft: float | None, max_tpot: float | N
     fraction = float(np.average(ok, weights=outcome.weight)) if len(ok) else 0.0
     return latency, {"requests_per_s": fraction * outcome.requests_per_s, "fraction": fraction,
                      "max_ttft_s": max_ttft, "max_tpot_s": max_tpot}
+
+
+def _launches(request: Request, dep: modes.Deployment, fmt: Formats, stack: ServingStack, disaggregated: bool
+              ) -> tuple[list[dict], str | None]:
+    """The engine command of one replica (`madmax.results.launch`), or why there is none."""
+    if disaggregated:
+        return [], ("disaggregated serving runs prefill and decode engines with a KV-cache transfer and a router "
+                    "(vLLM's --kv-transfer-config, SGLang's --disaggregation-mode, Dynamo): no single engine command "
+                    "is printed")
+    t, s = request.task, dep.replica.strategy
+    a = dep.attention_dp
+    _, k = t.drafting
+    replica = LaunchReplica(tp=s.tp, pp=s.pp, ep=s.ep, etp=s.etp, attention_dp=a, engines=max(1, dep.replicas // a),
+                            kv_fp8=fmt.kv is DType.FP8, weights=fmt.label,
+                            speculative=t.speculative.value if t.speculative is not None else None, draft_len=k)
+    launch, why = serving_launch(request.spec, replica, stack)
+    return ([launch.to_dict()] if launch is not None else []), why
 
 
 # What each quantized weight format is, as the result says it.
