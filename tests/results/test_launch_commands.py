@@ -195,11 +195,11 @@ def test_any_replica_gets_only_table_options(stack, tp, pp, a, ep, etp, engines,
                                              settings_):
     from madmax.config.loaders import load_model
     from madmax.config.stack import load_stack
-    from madmax.results.launch import Replica, serving_launch
+    from madmax.results.launch import LaunchedReplica, serving_launch
 
     launched = load_stack(stack).model_copy(update=settings_)
-    replica = Replica(tp=tp, pp=pp, ep=ep, etp=etp, attention_dp=a, engines=engines, kv_fp8=kv_fp8, weights=weights,
-                      speculative=speculative, draft_len=k)
+    replica = LaunchedReplica(tp=tp, pp=pp, ep=ep, etp=etp, attention_dp=a, engines=engines, kv_fp8=kv_fp8,
+                              weights=weights, speculative=speculative, draft_len=k)
     launch, why = serving_launch(load_model("qwen3-30b-a3b"), replica, launched)
     assert why is None
     d = launch.to_dict()

@@ -223,3 +223,9 @@ def test_speculative_decoding_and_a_shared_prefix_reach_the_api(page, live_serve
     notes = page.eval_on_selector_all("#assumptions li", "items => items.map(i => i.textContent)")
     assert any(n.startswith("speculative decoding: 3 token(s)") for n in notes)
     assert any(n.startswith("prefix caching: every prompt starts with the same 512 tokens") for n in notes)
+    # the launch command of the API's result, as text
+    (launch,) = result["launch"]
+    assert page.text_content("#launch-body pre.launch-command") == launch["command"]
+    config = page.text_content("#launch-body pre.launch-config")
+    assert config == f"# {launch['config_name']}\n{launch['config']}"
+    assert "speculative_config: {decoding_type: Eagle, max_draft_len: 3" in config

@@ -256,7 +256,7 @@ def _titan_data_parallel(s: Strategy, notes: list[str]) -> tuple[int, int]:
 
 
 @dataclass(frozen=True)
-class Replica:
+class LaunchedReplica:
     """What a serving engine's launch needs: the replica's layout, the engine's settings as launched, formats."""
 
     tp: int
@@ -276,7 +276,7 @@ def model_id(model: Any) -> str:
     return next((a for a in getattr(model, "aliases", []) if "/" in a), model.name)
 
 
-def serving_launch(model: Any, r: Replica, stack: Any) -> tuple[Launch | None, str | None]:
+def serving_launch(model: Any, r: LaunchedReplica, stack: Any) -> tuple[Launch | None, str | None]:
     """The command that starts one engine of the deployment under `stack` (a `ServingStack` as launched), or
     None and why."""
     engine = getattr(stack.engine, "value", None)
@@ -298,8 +298,9 @@ def serving_launch(model: Any, r: Replica, stack: Any) -> tuple[Launch | None, s
     return launch, None
 
 
-def _checkpoint_note(r: Replica, engine: str, online: tuple[str, ...]) -> str | None:
-    if r.weights in ("bf16", "fp16", "fp32") or r.weights in online:
+def _checkpoint_note(r: LaunchedReplica, engine: str) -> str | None:
+    """What a quantized format needs from the checkpoint (the engines read its format from the checkpoint)."""
+    if r.weights in ("bf16", "fp16", "fp32"):
         return None
     kind = {"fp8": "FP8", "fp4": "NVFP4 (ModelOpt)", "int8": "int8 W8A8 (SmoothQuant / compressed-tensors)",
             "int4": "int4 AWQ or GPTQ", "mxfp4": "MXFP4"}[r.weights]
@@ -308,7 +309,7 @@ def _checkpoint_note(r: Replica, engine: str, online: tuple[str, ...]) -> str | 
             "checkpoint's config")
 
 
-def _vllm(name: str, r: Replica, stack, notes: list[str]) -> Launch:
+def _vllm(name: str, r: LaunchedReplica, stack, notes: list[str]) -> Launch:
     tool = launcher("serving", "vllm")
     line = _Line(tool)
     line.set("tp", r.tp)
@@ -329,7 +330,7 @@ def _vllm(name: str, r: Replica, stack, notes: list[str]) -> Launch:
     if r.weights == "fp8":
         line.set("quantization", "fp8")
         notes.append("--quantization fp8 quantizes a 16-bit checkpoint as it loads; an FP8 checkpoint needs no flag")
-    elif (text := _checkpoint_note(r, "vLLM", ())) is not None:
+    elif (text := _checkpoint_note(r, "vLLM")) is not None:
         notes.append(text)
     if stack.cuda_graph_max_batch != min(2 * stack.max_batch, 512):
         line.set("cuda_graph_sizes", stack.cuda_graph_max_batch)
@@ -347,13 +348,13 @@ def _vllm(name: str, r: Replica, stack, notes: list[str]) -> Launch:
     return Launch("vllm", tool.version, line.text(model=shlex.quote(name)), None, notes, tool.source)
 
 
-def _vllm_speculative(r: Replica) -> dict[str, Any]:
+def _vllm_speculative(r: LaunchedReplica) -> dict[str, Any]:
     if r.speculative == "eagle":
         return {"method": "eagle3", "model": "<EAGLE-3 draft head>", "num_speculative_tokens": r.draft_len}
     return {"method": r.speculative, "num_speculative_tokens": r.draft_len}
 
 
-def _sglang(name: str, r: Replica, stack, notes: list[str]) -> Launch:
+def _sglang(name: str, r: LaunchedReplica, stack, notes: list[str]) -> Launch:
     tool = launcher("serving", "sglang")
     line = _Line(tool)
     line.set("tp", r.tp * r.attention_dp)
@@ -377,7 +378,7 @@ def _sglang(name: str, r: Replica, stack, notes: list[str]) -> Launch:
         line.set("kv_dtype", "fp8_e4m3")
     if r.weights == "fp8":
         line.set("quantization", "fp8")
-    elif (text := _checkpoint_note(r, "SGLang", ())) is not None:
+    elif (text := _checkpoint_note(r, "SGLang")) is not None:
         notes.append(text)
     line.set("cuda_graph_max_batch", stack.cuda_graph_max_batch)
     if not stack.host_overlaps_gpu:
@@ -395,7 +396,7 @@ def _sglang(name: str, r: Replica, stack, notes: list[str]) -> Launch:
     return Launch("sglang", tool.version, line.text(model=shlex.quote(name)), None, notes, tool.source)
 
 
-def _trtllm(name: str, r: Replica, stack, notes: list[str]) -> Launch:
+def _trtllm(name: str, r: LaunchedReplica, stack, notes: list[str]) -> Launch:
     tool = launcher("serving", "trtllm")
     line, config = _Line(tool), {}
     line.set("tp", r.tp * r.attention_dp)
@@ -426,7 +427,7 @@ def _trtllm(name: str, r: Replica, stack, notes: list[str]) -> Launch:
                          "matches nothing)")
     if r.weights == "int8":
         notes.append("TensorRT-LLM's PyTorch backend (1.0) lists no int8 W8A8 recipe")
-    elif (text := _checkpoint_note(r, "TensorRT-LLM", ())) is not None:
+    elif (text := _checkpoint_note(r, "TensorRT-LLM")) is not None:
         notes.append(text)
     if not stack.mixed_batches:
         notes.append("TensorRT-LLM's in-flight batching always mixes prompts and decodes: the simulated scheduler "
@@ -438,7 +439,7 @@ def _trtllm(name: str, r: Replica, stack, notes: list[str]) -> Launch:
                   config_name=file)
 
 
-def _trtllm_speculative(r: Replica) -> dict[str, Any]:
+def _trtllm_speculative(r: LaunchedReplica) -> dict[str, Any]:
     if r.speculative == "mtp":
         return {"decoding_type": "MTP", "num_nextn_predict_layers": r.draft_len}
     if r.speculative == "eagle":

@@ -23,8 +23,7 @@ from madmax.config.units import GIB
 from madmax.errors import ConfigError
 from madmax.program.serving import build_step, stage_times
 from madmax.request import Request
-from madmax.results.launch import Replica as LaunchReplica
-from madmax.results.launch import serving_launch
+from madmax.results.launch import LaunchedReplica, serving_launch
 from madmax.results.serving import ServingResult, percentiles, step_breakdown
 from madmax.serve import modes
 from madmax.serve.deployment import (
@@ -333,9 +332,9 @@ def _launches(request: Request, dep: modes.Deployment, fmt: Formats, stack: Serv
     t, s = request.task, dep.replica.strategy
     a = dep.attention_dp
     _, k = t.drafting
-    replica = LaunchReplica(tp=s.tp, pp=s.pp, ep=s.ep, etp=s.etp, attention_dp=a, engines=max(1, dep.replicas // a),
-                            kv_fp8=fmt.kv is DType.FP8, weights=fmt.label,
-                            speculative=t.speculative.value if t.speculative is not None else None, draft_len=k)
+    replica = LaunchedReplica(tp=s.tp, pp=s.pp, ep=s.ep, etp=s.etp, attention_dp=a,
+                              engines=max(1, dep.replicas // a), kv_fp8=fmt.kv is DType.FP8, weights=fmt.label,
+                              speculative=t.speculative.value if t.speculative is not None else None, draft_len=k)
     launch, why = serving_launch(request.spec, replica, stack)
     return ([launch.to_dict()] if launch is not None else []), why
 

@@ -210,12 +210,47 @@ function showResult(view) {
     li.textContent = text;
     return li;
   }));
+  showLaunches(result.launch || [], result.launch_note);
   lastTraceUrl = view.trace_url;
   $("trace-link").href = view.trace_url;
   $("simulate-section").hidden = false;
   plotBreakdown(view.bars);
   plotMemory(view.memory_per_stage, result.memory.capacity);
   plotTimeline(view.timeline);
+}
+
+// The commands that launch the result (`launch`: engine or framework, command, its config file, notes), or why
+// there are none (`launch_note`); text only, never markup.
+function showLaunches(launches, note) {
+  const parts = [];
+  for (const launch of launches) {
+    const head = document.createElement("h3");
+    head.textContent = `${launch.tool} ${launch.version}`;
+    const command = document.createElement("pre");
+    command.className = "launch-command";
+    command.dataset.tool = launch.tool;
+    command.textContent = launch.command;
+    parts.push(head, command);
+    if (launch.config) {
+      const config = document.createElement("pre");
+      config.className = "launch-config";
+      config.textContent = `# ${launch.config_name}\n${launch.config}`;
+      parts.push(config);
+    }
+    const notes = document.createElement("ul");
+    for (const text of [...launch.notes, `flags: ${launch.source}`]) {
+      const li = document.createElement("li");
+      li.textContent = text;
+      notes.append(li);
+    }
+    parts.push(notes);
+  }
+  if (!launches.length && note) {
+    const p = document.createElement("p");
+    p.textContent = note;
+    parts.push(p);
+  }
+  $("launch-body").replaceChildren(...parts);
 }
 
 // A served result's p99 latencies (rate mode), its highest rate within the SLOs when searched, and each SLO
