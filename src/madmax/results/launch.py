@@ -309,6 +309,19 @@ def _checkpoint_note(r: LaunchedReplica, engine: str) -> str | None:
             "checkpoint's config")
 
 
+def _pool_and_formats(line: _Line, r: LaunchedReplica, stack, notes: list[str], engine: str, fp8_kv: str) -> None:
+    """The running-request cap, the KV memory fraction, an FP8 KV cache (`fp8_kv`: the engine's spelling) and
+    fp8 weights quantized at load, as vLLM and SGLang take them; other formats come from the checkpoint."""
+    line.set("max_batch", stack.max_batch)
+    line.set("kv_fraction", f"{stack.kv_pool_fraction:g}")
+    if r.kv_fp8:
+        line.set("kv_dtype", fp8_kv)
+    if r.weights == "fp8":
+        line.set("quantization", "fp8")
+    elif (text := _checkpoint_note(r, engine)) is not None:
+        notes.append(text)
+
+
 def _vllm(name: str, r: LaunchedReplica, stack, notes: list[str]) -> Launch:
     tool = launcher("serving", "vllm")
     line = _Line(tool)
@@ -323,15 +336,9 @@ def _vllm(name: str, r: LaunchedReplica, stack, notes: list[str]) -> Launch:
             notes.append(f"ep={r.ep} x etp={r.etp}: vLLM's expert parallelism puts the experts over all TP x DP "
                          "ranks (no expert tensor parallelism beside it)")
     line.set("token_budget", stack.max_num_tokens)
-    line.set("max_batch", stack.max_batch)
-    line.set("kv_fraction", f"{stack.kv_pool_fraction:g}")
-    if r.kv_fp8:
-        line.set("kv_dtype", "fp8")
+    _pool_and_formats(line, r, stack, notes, "vLLM", "fp8")
     if r.weights == "fp8":
-        line.set("quantization", "fp8")
         notes.append("--quantization fp8 quantizes a 16-bit checkpoint as it loads; an FP8 checkpoint needs no flag")
-    elif (text := _checkpoint_note(r, "vLLM")) is not None:
-        notes.append(text)
     if stack.cuda_graph_max_batch != min(2 * stack.max_batch, 512):
         line.set("cuda_graph_sizes", stack.cuda_graph_max_batch)
     if stack.host_overlaps_gpu:
@@ -372,14 +379,7 @@ def _sglang(name: str, r: LaunchedReplica, stack, notes: list[str]) -> Launch:
         line.set("max_prefill", stack.max_num_tokens)
     if stack.mixed_batches:
         line.set("mixed_chunk")
-    line.set("max_batch", stack.max_batch)
-    line.set("kv_fraction", f"{stack.kv_pool_fraction:g}")
-    if r.kv_fp8:
-        line.set("kv_dtype", "fp8_e4m3")
-    if r.weights == "fp8":
-        line.set("quantization", "fp8")
-    elif (text := _checkpoint_note(r, "SGLang")) is not None:
-        notes.append(text)
+    _pool_and_formats(line, r, stack, notes, "SGLang", "fp8_e4m3")
     line.set("cuda_graph_max_batch", stack.cuda_graph_max_batch)
     if not stack.host_overlaps_gpu:
         line.set("no_overlap")
