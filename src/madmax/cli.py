@@ -572,6 +572,9 @@ def search(
                                                  'ttft|tpot|itl|e2e, seconds or ms.')] = None,
     num_requests: Annotated[int | None, typer.Option(help="Requests simulated per replica at each rate a capacity "
                                                           "search tries (default 1000).")] = None,
+    arrivals: Annotated[Path | None, typer.Option(help="CSV of requests to serve (capacity search: columns "
+                                                       "arrival_s, prompt_len, output_len; replaces "
+                                                       "--request-rate and the lengths).")] = None,
     scenario: ScenarioOpt = None,
     prefix_len: PrefixLenOpt = None,
     prefix_hit: PrefixHitOpt = None,
@@ -597,7 +600,8 @@ def search(
     serving_only = {"prompt_len": prompt_len, "output_len": output_len, "mode": None if mode == "static" else mode,
                     "dtypes": dtypes, "kv_dtypes": kv_dtypes, "max_ttft": max_ttft,
                     "max_tpot": max_tpot, "max_batch": max_batch}
-    if task == "inference" and (request_rate is not None or slo is not None or scenario is not None):
+    if task == "inference" and (request_rate is not None or arrivals is not None or slo is not None
+                                or scenario is not None):
         capacity_refuses = {**{k: v for k, v in training_only.items() if k not in ("objective", "price", "power")},
                             "mode": serving_only["mode"], "max_ttft": max_ttft, "max_tpot": max_tpot,
                             "max_batch": max_batch}
@@ -605,7 +609,8 @@ def search(
             _fail(f"{given[0]} does not apply to a capacity search (--request-rate, --slo); allowed: prompt_len, "
                   "output_len, slo, stack, dtypes, kv_dtypes, max_tp, max_pp, num_gpus (the most GPUs), objective "
                   "(throughput, cost, energy), price, power, top, exact, num_requests, calibration, json")
-        _search_capacity(model, system, num_gpus, prompt_len, output_len, request_rate=request_rate, slo=slo,
+        _search_capacity(model, system, num_gpus, prompt_len, output_len, request_rate=request_rate,
+                         arrivals=arrivals, slo=slo,
                          scenario=scenario, prefix_len=prefix_len, prefix_hit=prefix_hit, speculative=speculative,
                          draft_len=draft_len, acceptance=acceptance,
                          stack=stack, dtypes=dtypes, kv_dtypes=kv_dtypes, max_tp=max_tp, max_pp=max_pp,
@@ -679,18 +684,20 @@ def search(
     print_search(outcome, top, wall)
 
 
-def _search_capacity(model, system, num_gpus, prompt_len, output_len, *, request_rate: float | None, as_json: bool,
-                     dtypes: str | None, kv_dtypes: str | None, progress: bool, top: int, **options) -> None:
-    """`madmax search --task inference --request-rate R --slo ...`: the deployments that serve R within the
-    SLOs (madmax.search.capacity)."""
+def _search_capacity(model, system, num_gpus, prompt_len, output_len, *, request_rate: float | None,
+                     arrivals: Path | None, as_json: bool, dtypes: str | None, kv_dtypes: str | None, progress: bool,
+                     top: int, **options) -> None:
+    """`madmax search --task inference --request-rate R --slo ...` (or `--arrivals trace.csv`): the deployments
+    that serve the load within the SLOs (madmax.search.capacity)."""
     from madmax.search.capacity import find_capacity, summary
     from madmax.search.text import print_capacity
 
-    if request_rate is None:
-        _fail("a capacity search (--slo, --scenario) needs request_rate: it finds the deployments that serve "
-              "--request-rate requests/s within the SLOs; allowed: --request-rate R with --slo or --scenario")
+    if request_rate is None and arrivals is None:
+        _fail("a capacity search (--slo, --scenario) needs the load: it finds the deployments that serve it within "
+              "the SLOs; allowed: --request-rate R (or --arrivals trace.csv) with --slo or --scenario")
     systems = [s.strip() for s in system.split(",") if s.strip()] if "," in system else system
-    _run_serving_search(lambda: find_capacity(model, systems, request_rate=request_rate, prompt_len=prompt_len,
+    _run_serving_search(lambda: find_capacity(model, systems, request_rate=request_rate, arrivals=arrivals,
+                                              prompt_len=prompt_len,
                                               output_len=output_len, max_gpus=num_gpus, top=top,
                                               dtypes=_listed(dtypes), kv_dtypes=_listed(kv_dtypes), **options),
                         summary, print_capacity, top, as_json, progress, "capacity search")

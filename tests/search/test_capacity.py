@@ -146,7 +146,7 @@ def test_the_api_returns_a_frame_and_the_serving_layout_search_too():
     layouts = api_search(num_gpus=2, prompt_len=512, output_len=64, dtypes=["fp8"], kv_dtypes=["fp8"], top=1,
                          exact=1)
     assert layouts.loc[0, "simulated"] and layouts.loc[0, "output_tokens_per_s_per_gpu"] > 0
-    with pytest.raises(ConfigError, match="needs request_rate"):
+    with pytest.raises(ConfigError, match="needs the load: request_rate"):
         api_search(slo="p99_ttft=1")
     with pytest.raises(ConfigError, match="global_batch applies to training searches"):
         api_search(global_batch=8, request_rate=5, slo="p99_ttft=1")
@@ -174,7 +174,7 @@ def test_cli_prints_the_deployments_and_the_confirming_command():
 
 
 @pytest.mark.parametrize("extra, names", [
-    (["--slo", "p99_ttft=1"], "needs request_rate"),
+    (["--slo", "p99_ttft=1"], "needs the load"),
     (["--request-rate", "5", "--slo", "p95_ttft=1"], "'p95_ttft' is unknown"),
     (["--request-rate", "5", "--slo", "p99_ttft=1", "--mode", "saturation"], "mode does not apply"),
     (["--request-rate", "5", "--slo", "p99_ttft=1", "--max-ttft", "1"], "max_ttft does not apply"),
@@ -294,3 +294,94 @@ def test_prefix_caching_and_speculative_decoding_serve_every_candidate():
     assert command.endswith("--prefix-len 256 --speculative eagle --draft-len 3 --acceptance 0.7")
     run = json.loads(CliRunner().invoke(app, [*shlex.split(command)[1:], "--json"]).output)
     assert run["latency"]["ttft_s"]["p99"] == pytest.approx(fast.confirmed.latency["ttft_s"]["p99"])
+
+
+# --- an arrivals trace instead of a Poisson rate -----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory):
+    """300 requests at about 60/s (exponential gaps), prompts of 200-1,500 tokens and outputs of 20-200, seeded."""
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    arrival = np.cumsum(rng.exponential(1 / 60.0, 300))
+    prompt, output = rng.integers(200, 1500, 300), rng.integers(20, 200, 300)
+    path = tmp_path_factory.mktemp("trace") / "trace.csv"
+    path.write_text("arrival_s,prompt_len,output_len\n" + "".join(
+        f"{a - arrival[0]:.4f},{p},{o}\n" for a, p, o in zip(arrival, prompt, output, strict=True)))
+    return path
+
+
+@pytest.fixture(scope="module")
+def traced(trace):
+    return find_capacity("llama-3.1-8b", "dgx-h100", arrivals=trace, slo="p99_ttft=200ms,p99_tpot=15ms",
+                         dtypes=["fp8"], kv_dtypes=["fp8"], exact=2, top=2)
+
+
+def test_a_trace_sets_the_rate_and_the_lengths(traced, trace):
+    import csv
+
+    rows_ = list(csv.DictReader(trace.read_text().splitlines()))
+    times = [float(r["arrival_s"]) for r in rows_]
+    assert traced.request_rate == pytest.approx((len(times) - 1) / (times[-1] - times[0]))  # (n - 1) / span
+    assert traced.prompt_len == round(sum(int(r["prompt_len"]) for r in rows_) / len(rows_))
+    assert traced.output_len == round(sum(int(r["output_len"]) for r in rows_) / len(rows_))
+
+
+def test_a_trace_is_dealt_round_robin_and_confirmed_whole(traced, trace, tmp_path):
+    best = traced.meeting()[0]
+    assert best.replicas > 1  # the trace needs several replicas
+    # one replica of k serves every k-th request: the plan's row is that simulation
+    lines = trace.read_text().splitlines()
+    share = tmp_path / "share.csv"
+    share.write_text("\n".join([lines[0], *lines[1::best.replicas]]) + "\n")
+    u = best.unit
+    alone = api.simulate("llama-3.1-8b", "dgx-h100", u.gpus, task="inference", mode="rate", arrivals=str(share),
+                         dtype=u.dtype, kv_dtype=u.kv_dtype, strategy=u.strategy())
+    assert alone.latency["ttft_s"]["p99"] == pytest.approx(best.result.latency["ttft_s"]["p99"], rel=1e-9)
+    # the whole deployment on the whole trace, by the printed command
+    command = shlex.split(traced.confirm_command(best))
+    assert "--arrivals" in command and "--request-rate" not in command
+    result = CliRunner().invoke(app, [*command[1:], "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["latency"]["ttft_s"]["p99"] == pytest.approx(
+        best.confirmed.latency["ttft_s"]["p99"])
+
+
+@pytest.mark.parametrize("extra, names", [
+    ({"request_rate": 5.0}, "request_rate and arrivals both describe the load"),
+    ({"prompt_len": 512}, "prompt_len and arrivals both describe the load"),
+    ({"num_requests": 100}, "num_requests and arrivals both describe the load")])
+def test_a_trace_with_the_options_it_replaces_is_refused(trace, extra, names):
+    with pytest.raises(ConfigError, match=names):
+        find_capacity("llama-3.1-8b", "dgx-h100", arrivals=trace, slo="p99_ttft=1", **extra)
+
+
+def test_a_trace_without_a_rate_and_no_load_at_all_are_refused(tmp_path):
+    one = tmp_path / "one.csv"
+    one.write_text("arrival_s,prompt_len,output_len\n0,128,16\n")
+    with pytest.raises(ConfigError, match="no rate to plan for"):
+        find_capacity("llama-3.1-8b", "dgx-h100", arrivals=one, slo="p99_ttft=1")
+    with pytest.raises(ConfigError, match="needs the load"):
+        find_capacity("llama-3.1-8b", "dgx-h100", slo="p99_ttft=1", prompt_len=128, output_len=16)
+    out = CliRunner().invoke(app, ["search", "-m", "llama-3.1-8b", "-s", "dgx-h100", "--task", "inference",
+                                   "--arrivals", str(one), "--slo", "p99_ttft=1"])
+    assert out.exit_code == 2 and "no rate to plan for" in out.output
+
+
+def test_a_trace_under_the_web_servers_file_policy(trace, tmp_path):
+    # the search's per-replica traces are scratch files read back under the same policy as the user's: inside
+    # the server's data folder when files are restricted, and gone afterwards
+    import shutil
+
+    from madmax.config.checks import files_under
+    from madmax.errors import MadmaxError
+
+    shutil.copy(trace, tmp_path / "trace.csv")
+    with files_under(tmp_path):
+        found = find_capacity("llama-3.1-8b", "dgx-h100", arrivals=tmp_path / "trace.csv", slo="p99_ttft=300ms",
+                              dtypes=["fp8"], kv_dtypes=["fp8"], exact=1, top=1)
+        assert found.meeting() and sorted(p.name for p in tmp_path.iterdir()) == ["trace.csv"]
+        with pytest.raises(MadmaxError, match="outside this server's data directory"):
+            find_capacity("llama-3.1-8b", "dgx-h100", arrivals=trace, slo="p99_ttft=300ms")

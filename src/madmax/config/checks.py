@@ -203,6 +203,12 @@ def files_under(root: Path | None) -> Iterator[None]:
         _FILE_ROOT.reset(token)
 
 
+def scratch_root() -> Path | None:
+    """Where a scratch file that is read back under the file policy goes: inside the root when files are
+    restricted (the web server's data folder), else the system's temporary folder (None)."""
+    return _FILE_ROOT.get()
+
+
 def file_allowed(path: str | Path) -> bool:
     """Whether the file policy (`restrict_files`) lets `path` be read: always without a root; else when it
     resolves (links followed) inside the root or inside the installed package."""

@@ -261,7 +261,8 @@ def search(model: Any, system: Any, num_gpus: int | None = None, task: Any = "pr
     each, usd_per_hour, usd_per_million_output_tokens, power_w); options prompt_len, output_len, stack, dtypes,
     kv_dtypes, max_tp, max_pp, objective (throughput: fewest GPUs, cost, energy), price, power, top, exact,
     num_requests, seed, scenario (an MLPerf scenario's limits instead of slo); `system` may be a list and
-    num_gpus caps the GPUs. `df.attrs["confirm"]` is the simulate command of the best. Without request_rate:
+    num_gpus caps the GPUs; arrivals (a CSV of arrival_s, prompt_len, output_len) replaces request_rate and the
+    lengths. `df.attrs["confirm"]` is the simulate command of the best. Without request_rate or arrivals:
     the serving layouts of num_gpus GPUs (`search.serving`), by
     output tokens/s per GPU within max_ttft and max_tpot.
     """
@@ -282,15 +283,15 @@ def _serving_frame(model: Any, system: Any, num_gpus: int | None, global_batch: 
     if given:
         raise ConfigError(f"{given[0]} applies to training searches; allowed with task=inference: prompt_len, "
                           "output_len, request_rate, slo, dtypes, kv_dtypes and the serving search's options")
-    if any(options.get(k) is not None for k in ("request_rate", "slo", "scenario")):
+    if any(options.get(k) is not None for k in ("request_rate", "arrivals", "slo", "scenario")):
         from madmax.search.capacity import find_capacity, rows
 
-        if options.get("request_rate") is None:
-            raise ConfigError("a capacity search (slo, scenario) needs request_rate: it finds the deployments that "
-                              "serve request_rate requests/s within the SLOs; allowed: request_rate with slo")
+        if options.get("request_rate") is None and options.get("arrivals") is None:
+            raise ConfigError("a capacity search (slo, scenario) needs the load: request_rate (requests/s) or "
+                              "arrivals (a CSV); allowed: request_rate or arrivals with slo")
         found = find_capacity(model, system, max_gpus=num_gpus, **options)
         frame = pd.DataFrame(rows(found))
-        frame.attrs.update({"request_rate": found.request_rate, "slo": dict(found.slos),
+        frame.attrs.update({"request_rate": found.request_rate, "arrivals": found.arrivals, "slo": dict(found.slos),
                             "objective": found.objective, "enumerated": found.enumerated,
                             "rejected": dict(found.rejected), "timings_s": dict(found.timings_s)})
         best = found.meeting()

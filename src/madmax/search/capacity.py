@@ -4,8 +4,9 @@ ranked by GPUs, dollars or watts (the SLOs and the highest rate one deployment s
 
 A deployment is k replicas of one *unit*: tp x pp GPUs (times a attention-data-parallel ranks when a
 mixture-of-experts model spreads its experts over ep = a tp GPUs), in one weight and KV-cache format, under
-one serving stack. Requests arrive as a Poisson process at the rate asked for and are spread round-robin over
-the replicas, each running its own continuous-batching engine (`simulate --mode rate`).
+one serving stack. Requests arrive as a Poisson process at the rate asked for (or as an arrivals trace says:
+its rate and mean lengths screen, every k-th of its requests is one replica's of k) and are spread round-robin
+over the replicas, each running its own continuous-batching engine (`simulate --mode rate`).
 
 1. Units: every (tp, pp) the serving search allows (tp splits the model within one scale-up domain,
    pp <= layers and `max_pp`), each expert layout of an MoE model (`search.serving.expert_layouts` with up to
@@ -33,6 +34,7 @@ SLO each misses, not nothing.
 from __future__ import annotations
 
 import math
+import shlex
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -156,6 +158,8 @@ class Capacity:
     spec: Any = field(default=None, repr=False)  # the model as loaded, simulated
     features: dict[str, Any] = field(default_factory=dict)  # prefix caching and speculative decoding options
     model_arg: str | None = None  # the model as the user named it (a catalog name or a file), for the command
+    arrivals: str | None = None  # the arrivals CSV served instead of Poisson arrivals (its rate and mean lengths)
+    trace: Any = field(default=None, repr=False)  # its (prompt, output, arrival) arrays
 
     def meeting(self) -> list[Plan]:
         """The plans that meet every SLO within the GPU cap, best first."""
@@ -165,18 +169,22 @@ class Capacity:
         return None if usd_per_hour is None else usd_per_hour / (self.request_rate * self.output_len * 3600) * 1e6
 
     def whole_requests(self, plan: Plan) -> int:
-        """Requests of the whole deployment's simulation: a replica's at its share of the rate, times the replicas
-        (at most CONFIRM_MAX_REQUESTS)."""
+        """Requests of the whole deployment's simulation: the trace's, or a replica's at its share of the rate
+        times the replicas (at most CONFIRM_MAX_REQUESTS)."""
+        if self.trace is not None:
+            return len(self.trace[0])
         share = steady_requests(self.request_rate / plan.replicas, self.num_requests, plan.unit.lifetime_s)
         return confirm_requests(share, plan.replicas)
 
     def confirm_command(self, plan: Plan) -> str:
-        """The `madmax simulate` command line that runs `plan`'s deployment at the rate."""
-        u, n = plan.unit, self.whole_requests(plan)
+        """The `madmax simulate` command line that runs `plan`'s deployment at the rate (or the trace)."""
+        u = plan.unit
+        load = (f"--arrivals {shlex.quote(self.arrivals)}" if self.arrivals is not None else
+                f"--request-rate {self.request_rate:g} --prompt-len {self.prompt_len} --output-len {self.output_len}")
+        count = "" if self.arrivals is not None else f" --num-requests {self.whole_requests(plan)}"
         return (f"madmax simulate -m {self.model_arg or self.model} -s {u.system.name} --num-gpus {plan.num_gpus} "
-                f"--task inference --mode rate --request-rate {self.request_rate:g} --prompt-len {self.prompt_len} "
-                f"--output-len {self.output_len} --dtype {u.dtype} --kv-dtype {u.kv_dtype} --stack {self.stack} "
-                f"--strategy {u.strategy(plan.replicas)} --num-requests {n}"
+                f"--task inference --mode rate {load} --dtype {u.dtype} --kv-dtype {u.kv_dtype} --stack {self.stack} "
+                f"--strategy {u.strategy(plan.replicas)}{count}"
                 + "".join(f" --{k.replace('_', '-')} {v}" for k, v in self.features.items()))
 
 
@@ -184,7 +192,7 @@ def confirm_requests(per_replica: int, replicas: int) -> int:
     return min(per_replica * replicas, max(per_replica, CONFIRM_MAX_REQUESTS))
 
 
-def find_capacity(model: Any, systems: Any, *, request_rate: float, slo: str | dict | None = None,
+def find_capacity(model: Any, systems: Any, *, request_rate: float | None = None, slo: str | dict | None = None,
                   prompt_len: int | None = None, output_len: int | None = None, max_gpus: int | None = None,
                   stack: Any = None, dtypes: list[str] | None = None, kv_dtypes: list[str] | None = None,
                   max_tp: int | None = None, max_pp: int | None = None, objective: str = "throughput",
@@ -192,11 +200,15 @@ def find_capacity(model: Any, systems: Any, *, request_rate: float, slo: str | d
                   price: float | None = None, power: float | None = None, calibration: Any = None,
                   scenario: str | None = None, prefix_len: int | None = None, prefix_hit: float | None = None,
                   speculative: str | None = None, draft_len: int | None = None,
-                  acceptance: float | None = None) -> Capacity:
+                  acceptance: float | None = None, arrivals: str | Path | None = None) -> Capacity:
     """Search the deployments that serve `request_rate` requests/s within `slo` (see the module docstring), or
     within an MLPerf `scenario`'s limits (server, interactive). `systems`: one system or a list; `max_gpus`
     caps a deployment's GPUs. prefix_len, prefix_hit, speculative, draft_len and acceptance serve every candidate
-    with prefix caching and speculative decoding as `simulate` takes them. Raises `MadmaxError` on bad input."""
+    with prefix caching and speculative decoding as `simulate` takes them. `arrivals` (a CSV of arrival_s,
+    prompt_len, output_len, as `simulate --arrivals`) replaces the rate and the lengths: the screen takes its
+    rate and mean lengths, and k replicas are judged by one replica serving every k-th request of the trace
+    (the round-robin split simulate makes), the best confirmed on the whole trace. Raises `MadmaxError` on bad
+    input."""
     from madmax import terminal
     from madmax.config.stack import load_stack
 
@@ -206,6 +218,13 @@ def find_capacity(model: Any, systems: Any, *, request_rate: float, slo: str | d
     slos = parse_slos(slo)
     if not slos:
         raise ConfigError("a capacity search needs at least one SLO; allowed: slo such as p99_ttft=1,p99_tpot=50ms")
+    trace = None
+    if arrivals is not None:
+        trace, request_rate, prompt_len, output_len = _trace(model, arrivals, request_rate, prompt_len, output_len,
+                                                             num_requests)
+    elif request_rate is None:
+        raise ConfigError("a capacity search needs the load: request_rate (requests/s, Poisson) or arrivals (a CSV "
+                          "of arrival_s, prompt_len, output_len)")
     rate = positive_number(request_rate, "request_rate", "requests per second")
     if objective not in OBJECTIVES:
         raise ConfigError(f"objective={objective!r} is not a serving objective; allowed: "
@@ -258,7 +277,7 @@ def find_capacity(model: Any, systems: Any, *, request_rate: float, slo: str | d
             by_system[id(u.system)] = by_system.get(id(u.system), 0) + 1
             chosen.append(u)
     terminal.expect(len(chosen) * 8)
-    plans = [_plan(spec, u, rate, slos, stack_spec, lengths, per_replica, seed, calibration, features)
+    plans = [_plan(spec, u, rate, slos, stack_spec, lengths, per_replica, seed, calibration, features, trace)
              for u in chosen]
     plans.sort(key=lambda p: _rank(p, objective, max_gpus, slos))
     timings["simulate"] = time.perf_counter() - clock
@@ -268,7 +287,8 @@ def find_capacity(model: Any, systems: Any, *, request_rate: float, slo: str | d
                      request_rate=rate, prompt_len=lengths[0], output_len=lengths[1], stack=stack_spec.name,
                      slos=slos, objective=objective, max_gpus=max_gpus, plans=plans, screened=units,
                      closest=closest[:top], enumerated=enumerated, rejected=rejected, timings_s=timings,
-                     num_requests=per_replica, spec=spec, model_arg=model_arg, features=features)
+                     num_requests=per_replica, spec=spec, model_arg=model_arg, features=features,
+                     arrivals=None if arrivals is None else str(arrivals), trace=trace)
     clock = time.perf_counter()
     for _ in range(MAX_CONFIRMS):  # the best that the whole deployment's simulation confirms
         best = found.meeting()
@@ -292,6 +312,27 @@ def _scenario_slo(model: Any, name: str, slo: Any) -> dict[str, float]:
     if slo is not None:
         raise ConfigError(f"slo and scenario={chosen.name} both set the latency limits; allowed: one of them")
     return chosen.slo
+
+
+def _trace(model: Any, arrivals: Any, rate: Any, prompt_len: Any, output_len: Any, num_requests: Any
+           ) -> tuple[tuple, float, int, int]:
+    """The arrivals CSV as (prompt, output, arrival) arrays, its rate ((n - 1) / its span) and mean lengths; the
+    options it replaces, when given too, are refused rather than ignored."""
+    from madmax.config.loaders import load_model
+    from madmax.serve import read_arrivals
+
+    given = [name for name, value in (("request_rate", rate), ("prompt_len", prompt_len),
+                                      ("output_len", output_len), ("num_requests", num_requests)) if value is not None]
+    if given:
+        raise ConfigError(f"{given[0]} and arrivals both describe the load; allowed: arrivals alone (its times and "
+                          "lengths), or request_rate with prompt_len and output_len")
+    prompt, output, arrival = read_arrivals(Path(arrivals), load_model(model).max_seq_len)
+    span = float(arrival[-1] - arrival[0])
+    if len(arrival) < 2 or span <= 0:
+        raise ConfigError(f"arrivals {str(arrivals)!r} has {len(arrival)} request(s) over {span:g} s: no rate to plan "
+                          "for; allowed: at least two requests at different times")
+    rate = (len(arrival) - 1) / span
+    return (prompt, output, arrival), rate, max(1, round(float(prompt.mean()))), max(1, round(float(output.mean())))
 
 
 def _base(model, system, prompt_len, output_len, rate, calibration, price, power, objective, features):
@@ -412,7 +453,7 @@ def _worst_ratio(latency: dict[str, float], slos: dict[str, float]) -> float:
 
 
 def _plan(model: Any, unit: Unit, rate: float, slos: dict[str, float], stack, lengths, per_replica: int, seed: int,
-          calibration, features: dict[str, Any]) -> Plan:
+          calibration, features: dict[str, Any], trace: tuple | None = None) -> Plan:
     """The fewest replicas of `unit` whose one replica, at rate / replicas, meets every SLO: an exponential
     search from the estimate's count, then bisection on the integer count (more replicas, a lower rate each,
     never a higher latency). The unit serves no rate when one replica misses an SLO at a rate below
@@ -424,8 +465,11 @@ def _plan(model: Any, unit: Unit, rate: float, slos: dict[str, float], stack, le
 
     def meets(k: int) -> bool:
         if k not in cache:
-            n = steady_requests(rate / k, per_replica, unit.lifetime_s)
-            cache[k] = _simulate(model, unit, 1, rate / k, stack, lengths, n, seed, calibration, features)
+            if trace is not None:  # one replica's share of the trace: every k-th request
+                cache[k] = _simulate_trace(model, unit, 1, _thinned(trace, k), stack, calibration, features)
+            else:
+                n = steady_requests(rate / k, per_replica, unit.lifetime_s)
+                cache[k] = _simulate(model, unit, 1, rate / k, stack, lengths, n, seed, calibration, features)
             count[0] += 1
             terminal.advance()
         return not missed(cache[k], slos)
@@ -475,14 +519,45 @@ def _simulate(model: Any, unit: Unit, replicas: int, rate: float, stack, lengths
         raise AssertionError(f"the capacity search kept a layout simulate refuses: {exc}") from exc
 
 
+def _thinned(trace: tuple, k: int) -> tuple:
+    """The requests a replica of k gets when the trace is dealt round-robin: every k-th, from the first."""
+    return tuple(values[::k] for values in trace)
+
+
+def _simulate_trace(model: Any, unit: Unit, replicas: int, trace: tuple, stack, calibration,
+                    features: dict[str, Any]) -> ServingResult:
+    """`simulate --mode rate --arrivals` of `trace` (prompt, output, arrival arrays), written to a scratch CSV."""
+    import tempfile
+
+    from madmax.api import simulate
+    from madmax.config.checks import scratch_root
+
+    prompt, output, arrival = trace
+    with tempfile.TemporaryDirectory(prefix="madmax-capacity-", dir=scratch_root()) as scratch:
+        path = Path(scratch) / "arrivals.csv"
+        rows = "".join(f"{float(a)!r},{int(p)},{int(o)}\n"
+                       for p, o, a in zip(prompt, output, arrival, strict=True))
+        path.write_text("arrival_s,prompt_len,output_len\n" + rows, encoding="utf-8")
+        try:
+            return simulate(model, unit.system, unit.gpus * replicas, task="inference", mode="rate",
+                            arrivals=str(path), dtype=unit.dtype, kv_dtype=unit.kv_dtype,
+                            strategy=unit.strategy(replicas), stack=stack, calibration=calibration, **features)
+        except MadmaxError as exc:  # a unit the screen kept but simulate refuses is a search bug
+            raise AssertionError(f"the capacity search kept a layout simulate refuses: {exc}") from exc
+
+
 def _confirm(found: Capacity, plan: Plan, stack, calibration, seed: int) -> bool:
     """The plan's whole deployment simulated at the full rate, a replica added while it misses an SLO; whether
     it met them (else the plan carries the whole deployment's misses and leaves the meeting plans)."""
     lengths = (found.prompt_len, found.output_len)
     for _ in range(MAX_GROWTH + 1):
-        n = found.whole_requests(plan)
-        whole = _simulate(found.spec, plan.unit, plan.replicas, found.request_rate, stack, lengths, n, seed,
-                          calibration, found.features)
+        if found.trace is not None:
+            whole = _simulate_trace(found.spec, plan.unit, plan.replicas, found.trace, stack, calibration,
+                                    found.features)
+        else:
+            n = found.whole_requests(plan)
+            whole = _simulate(found.spec, plan.unit, plan.replicas, found.request_rate, stack, lengths, n, seed,
+                              calibration, found.features)
         plan.confirmed = whole
         if not (misses := missed(whole, found.slos)):
             return True
@@ -559,7 +634,8 @@ def summary(found: Capacity, top: int) -> dict[str, Any]:
     """The search's inputs, counts and best plans, for --json."""
     best = found.meeting()[:top]
     return {"model": found.model, "systems": found.systems, "task": "inference", "mode": "rate",
-            "request_rate": found.request_rate, "prompt_len": found.prompt_len, "output_len": found.output_len,
+            "request_rate": found.request_rate, "arrivals": found.arrivals, "prompt_len": found.prompt_len,
+            "output_len": found.output_len,
             "stack": found.stack, "slo": found.slos, "objective": found.objective, "max_gpus": found.max_gpus,
             "enumerated": found.enumerated, "rejected": found.rejected, "screened": len(found.screened),
             "simulated": len(found.plans), "timings_s": found.timings_s,

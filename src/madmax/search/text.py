@@ -139,9 +139,12 @@ def print_capacity(found, top: int, wall_s: float, console: Console | None = Non
     console = console or make_console()
     slos = ", ".join(f"{k} {_latency(v)}" for k, v in found.slos.items())
     cap = f", at most {found.max_gpus:,} GPUs" if found.max_gpus else ""
-    console.print(f"[bold]{found.model}[/bold] on {', '.join(found.systems)} (inference, {found.request_rate:g} "
-                  f"requests/s, stack {found.stack}), {found.prompt_len} in + {found.output_len} out tokens; "
-                  f"SLOs {slos}{cap}", soft_wrap=True)
+    load = (f"{found.request_rate:g} requests/s, stack {found.stack}), {found.prompt_len} in + {found.output_len} "
+            "out tokens" if found.arrivals is None else
+            f"the {len(found.trace[0]):,} requests of {found.arrivals}: {found.request_rate:.3g} requests/s, stack "
+            f"{found.stack}), {found.prompt_len} in + {found.output_len} out tokens on average")
+    console.print(f"[bold]{found.model}[/bold] on {', '.join(found.systems)} (inference, {load}; SLOs {slos}{cap}",
+                  soft_wrap=True)
     console.print(_counts([("replica layouts x formats", f"{found.enumerated:,}"),
                            *((f"  rejected: {rule}", f"{n:,}") for rule, n in found.rejected.items()),
                            ("screened (closed form)", f"{len(found.screened):,}"),
@@ -178,7 +181,7 @@ def print_capacity(found, top: int, wall_s: float, console: Console | None = Non
     first = best[0]
     console.print(f"w/kv: weight and KV-cache formats; req/s each: what each replica serves at the rate (after <: "
                   f"with one replica fewer, which misses an SLO). The first deployment simulated whole at "
-                  f"{found.request_rate:g} requests/s over {found.whole_requests(first):,} requests "
+                  f"{found.request_rate:.4g} requests/s over {found.whole_requests(first):,} requests "
                   f"({'meets' if first.confirmed is not None else 'not run'}); to run it again:", soft_wrap=True)
     console.print(found.confirm_command(first), soft_wrap=True, markup=False, highlight=False)
     result = first.confirmed or first.result

@@ -115,13 +115,13 @@ def _lengths(request: Request) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Prompt and output tokens of every request, and arrivals (rate mode: Poisson or the arrivals CSV)."""
     t = request.task
     if t.arrivals is not None:
-        return _read_arrivals(Path(t.arrivals), request.spec.max_seq_len)
+        return read_arrivals(Path(t.arrivals), request.spec.max_seq_len)
     n = t.num_requests or 1000
     arrival = modes.poisson_arrivals(t.request_rate, n, t.seed) if t.request_rate else np.zeros(n)
     return np.full(n, t.prompt_len), np.full(n, t.output_len), arrival
 
 
-def _read_arrivals(path: Path, max_seq_len: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def read_arrivals(path: Path, max_seq_len: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A CSV of requests: arrival_s, prompt_len, output_len (a header row naming them)."""
     readable_file(path, "task.arrivals")
     try:
