@@ -327,8 +327,8 @@ def _launches(request: Request, dep: modes.Deployment, fmt: Formats, stack: Serv
     """The engine command of one replica (`madmax.results.launch`), or why there is none."""
     if disaggregated:
         return [], ("disaggregated serving runs prefill and decode engines with a KV-cache transfer and a router "
-                    "(vLLM's --kv-transfer-config, SGLang's --disaggregation-mode, Dynamo): no single engine command "
-                    "is printed")
+                    "(vLLM's KV-transfer connectors, SGLang's disaggregation mode, NVIDIA Dynamo): no single engine "
+                    "command is printed")
     t, s = request.task, dep.replica.strategy
     a = dep.attention_dp
     _, k = t.drafting
