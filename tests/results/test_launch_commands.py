@@ -185,7 +185,8 @@ def test_cli_prints_the_commands():
 @given(stack=st.sampled_from(["vllm", "vllm-0.14", "sglang", "trtllm"]),
        tp=st.sampled_from([1, 2, 4, 8]), pp=st.sampled_from([1, 2, 4]), a=st.sampled_from([1, 2, 8]),
        ep=st.sampled_from([1, 2, 8]), etp=st.sampled_from([1, 2]), engines=st.integers(1, 64),
-       kv_fp8=st.booleans(), weights=st.sampled_from(["bf16", "fp16", "fp8", "fp4", "int8", "int4", "mxfp4"]),
+       kv_fp8=st.booleans(),
+       weights=st.sampled_from(["bf16", "fp16", "fp32", "tf32", "fp8", "fp4", "int8", "int4", "mxfp4"]),
        speculative=st.sampled_from([None, "ngram", "eagle", "mtp"]), k=st.integers(1, 16),
        settings_=st.fixed_dictionaries({"chunked_prefill": st.booleans(), "mixed_batches": st.booleans(),
                                         "host_overlaps_gpu": st.booleans(), "max_num_tokens": st.integers(1, 2**20),
@@ -206,3 +207,32 @@ def test_any_replica_gets_only_table_options(stack, tp, pp, a, ep, etp, engines,
     assert flags_of(d) <= known("serving", d["tool"])
     assert str(settings_["max_batch"]) in d["command"]  # the running-request cap is always pinned
     assert all(n and "\n" not in n for n in d["notes"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(tp=st.sampled_from([1, 2, 8]), pp=st.sampled_from([1, 2, 4]), vp=st.sampled_from([1, 2, 3]),
+       cp=st.sampled_from([1, 2]), ep=st.sampled_from([1, 4]), etp=st.sampled_from([1, 2]), dp=st.integers(1, 64),
+       zero=st.integers(0, 3), recompute=st.sampled_from([None, "none", "selective", "full"]),
+       layers=st.sampled_from([None, 1, 3]),
+       dtype=st.sampled_from(["bf16", "fp16", "fp32", "tf32", "fp8", "mxfp8", "fp4"]),
+       flags=st.fixed_dictionaries({name: st.booleans() for name in ("tp_overlap", "dp_overlap", "ep_overlap",
+                                                                     "pp_embedding", "pp_loss", "fp8_params")}
+                                   | {"dispatcher": st.sampled_from(["alltoall", "deepep"])}),
+       per_node=st.sampled_from([4, 8]), mbs=st.integers(1, 4))
+def test_any_training_strategy_gets_only_table_flags(tp, pp, vp, cp, ep, etp, dp, zero, recompute, layers, dtype, flags,
+                                                     per_node, mbs):
+    from madmax.config.base import DType
+    from madmax.config.loaders import load_model
+    from madmax.config.strategy import Strategy
+    from madmax.results.launch import training_launches
+
+    strategy = Strategy(tp=tp, pp=pp, vp=vp, cp=cp, ep=ep, etp=etp, dp=dp, zero=zero, mbs=mbs, recompute=recompute,
+                        recompute_layers=layers if recompute == "full" else None, **flags)
+    n = tp * pp * cp * dp
+    launches, why = training_launches(load_model("qwen3-30b-a3b"), strategy, dp * mbs * 4, 4096, DType(dtype), n,
+                                      per_node)
+    assert why is None and [launch.tool for launch in launches] == ["megatron-lm", "torchtitan"]
+    for launch in launches:
+        d = launch.to_dict()
+        assert flags_of(d) <= known("training", d["tool"]), d["tool"]
+        assert all(note and "\n" not in note for note in d["notes"])

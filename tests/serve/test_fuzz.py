@@ -19,7 +19,8 @@ values = st.one_of(st.none(), st.integers(-3, 5000), st.floats(allow_nan=True, a
 @given(batch=values, prompt=values, output=values,
        mode=st.sampled_from([None, "static", "concurrency", "saturation", "rate", "disaggregated", "burst", 3]),
        rate=values, requests=st.one_of(st.none(), st.integers(-2, 60)), dtype=st.sampled_from(
-           [None, "bf16", "fp8", "fp4", "int4", "nvfp4", "fp32", "int8", "FP8", "mxfp4", "awq", "w8a8", "int3"]),
+           [None, "bf16", "fp8", "fp4", "int4", "nvfp4", "fp32", "tf32", "int8", "FP8", "mxfp4", "awq", "w8a8",
+            "int3"]),
        kv=st.sampled_from([None, "fp8", "bf16", "fp4"]),
        stack=st.sampled_from([None, "trtllm", "vllm", "vllm-0.14", "sglang", "trtllm-0.9", "tgi", {}]),
        launch=st.sampled_from([None, "engine", "sized", "aiconfigurator", "fast", 1]),

@@ -300,11 +300,15 @@ def serving_launch(model: Any, r: LaunchedReplica, stack: Any) -> tuple[Launch |
 
 def _checkpoint_note(r: LaunchedReplica, engine: str) -> str | None:
     """What a quantized format needs from the checkpoint (the engines read its format from the checkpoint)."""
-    if r.weights in ("bf16", "fp16", "fp32"):
+    if r.weights in ("bf16", "fp16"):
         return None
     kind = {"fp8": "FP8", "fp4": "NVFP4 (ModelOpt)", "int8": "int8 W8A8 (SmoothQuant / compressed-tensors)",
-            "int4": "int4 AWQ or GPTQ", "mxfp4": "MXFP4"}[r.weights]
-    article = "an" if kind[0] in "AEFIMNO" else "a"  # the letters read with a vowel sound: an FP8, an MXFP4
+            "int4": "int4 AWQ or GPTQ", "mxfp4": "MXFP4"}.get(r.weights)
+    if kind is None:  # fp32, tf32: full-precision math, which the engines' serving paths do not default to
+        return (f"weights {r.weights}: the command serves the checkpoint's 16-bit format; {engine}'s fp32 setting "
+                "is not in the launcher table, so the simulated precision is not carried over")
+    # an FP8, an MXFP4, an int4: the letters and words read with a vowel sound
+    article = "an" if kind[0].upper() in "AEFHILMNORSX" else "a"
     return (f"weights {r.weights}: serve {article} {kind} checkpoint; {engine} reads its format from the "
             "checkpoint's config")
 
