@@ -506,7 +506,7 @@ _OPTION_VALUES = {
     "--num-gpus": ("8", "16", "0", "-8", "3", "8.5", "abc", "1e3", "", "nan", " 8"),
     "--global-batch": ("16", "64", "0", "-1", "3", "2.5", "x", "", "1e2"),
     "--seq-len": ("1024", "2048", "0", "-5", "100000", "x", "3"),
-    "--dtype": ("bf16", "fp8", "fp16", "fp32", "int4", "fp4", "xx", "", "BF16", "int8", "mxfp4", "gptq"),
+    "--dtype": ("bf16", "fp8", "fp16", "fp32", "tf32", "int4", "fp4", "xx", "", "BF16", "int8", "mxfp4", "gptq"),
     "--task": ("pretrain", "finetune", "inference", "x", ""),
     "--finetune": ("full", "lora", "qlora", ""),
     "--lora-rank": ("8", "0", "-1", "x"),
