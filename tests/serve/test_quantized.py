@@ -102,3 +102,11 @@ def test_layout_search_tries_named_quantized_formats():
     assert {c.dtype for c in found.candidates} == {"int4", "mxfp4"}
     with pytest.raises(MadmaxError, match=r"allowed: bf16, fp16, fp8, int4, int8, mxfp4$"):
         find_serving("llama-3.1-8b", "dgx-h100", 1, prompt_len=512, output_len=64, dtypes=["fp4"])
+
+
+def test_every_weight_format_has_a_name_and_bytes():
+    from madmax.config.stack import weight_bytes_per_param, weight_format_name
+
+    for dtype in ("fp8", "fp4", "int8", "int4", "mxfp4"):
+        assert weight_format_name(dtype) and weight_bytes_per_param(dtype) > 0, dtype
+    assert weight_format_name("bf16") is None and weight_bytes_per_param("bf16") is None

@@ -210,6 +210,13 @@ def load_stack(spec: str | Path | dict | ServingStack | None = None) -> ServingS
                       f"allowed: {', '.join(stack_names())}")
 
 
+def weight_format_name(dtype: str) -> str | None:
+    """What a quantized weight format is called in results and launch notes (catalog serving.yaml
+    weight_formats), e.g. 'int8 W8A8 (SmoothQuant)'; None for a plain format."""
+    entry = _catalog().get("weight_formats", {}).get(str(dtype))
+    return None if entry is None else str(entry["name"])
+
+
 def weight_bytes_per_param(dtype: str) -> float | None:
     """Bytes per weight element of a quantized format (fp8, fp4, int4), scales included; None for a
     plain format (its element size)."""

@@ -15,6 +15,7 @@ from typing import Any
 
 from madmax.config.base import DType
 from madmax.config.launchers import Launcher, launcher
+from madmax.config.stack import weight_format_name
 from madmax.config.strategy import Recompute, Strategy
 
 
@@ -302,8 +303,7 @@ def _checkpoint_note(r: LaunchedReplica, engine: str) -> str | None:
     """What a quantized format needs from the checkpoint (the engines read its format from the checkpoint)."""
     if r.weights in ("bf16", "fp16"):
         return None
-    kind = {"fp8": "FP8", "fp4": "NVFP4 (ModelOpt)", "int8": "int8 W8A8 (SmoothQuant / compressed-tensors)",
-            "int4": "int4 AWQ or GPTQ", "mxfp4": "MXFP4"}.get(r.weights)
+    kind = weight_format_name(r.weights)
     if kind is None:  # fp32, tf32: full-precision math, which the engines' serving paths do not default to
         return (f"weights {r.weights}: the command serves the checkpoint's 16-bit format; {engine}'s fp32 setting "
                 "is not in the launcher table, so the simulated precision is not carried over")

@@ -16,9 +16,9 @@ import numpy as np
 from madmax.collective import Collective, Span
 from madmax.config.base import DType
 from madmax.config.checks import readable_file
-from madmax.config.stack import ServingStack, launched, load_stack, with_settings
+from madmax.config.stack import ServingStack, launched, load_stack, weight_format_name, with_settings
 from madmax.config.strategy import Strategy
-from madmax.config.task import MAX_ARRIVAL_S, ServingMode
+from madmax.config.task import INFERENCE_ONLY_DTYPES, MAX_ARRIVAL_S, ServingMode
 from madmax.config.units import GIB
 from madmax.errors import ConfigError
 from madmax.program.serving import build_step, stage_times
@@ -339,19 +339,14 @@ def _launches(request: Request, dep: modes.Deployment, fmt: Formats, stack: Serv
     return ([launch.to_dict()] if launch is not None else []), why
 
 
-# What each quantized weight format is, as the result says it.
-_QUANTIZED = {"int8": "int8 W8A8 (SmoothQuant: int8 weights, per-token int8 activations)",
-              "int4": "int4 weight-only (AWQ/GPTQ, groups of 128)",
-              "mxfp4": "MXFP4 (E2M1 with an E8M0 scale per 32)"}
-
-
 def _assumed(request: Request, stack: ServingStack, fmt: Formats) -> list[str]:
     notes = [f"serving stack {stack.label}: {stack.description}"]
-    if fmt.label in _QUANTIZED:
+    if fmt.label in INFERENCE_ONLY_DTYPES:  # the serving-only weight formats say what they are and how they run
         read = f"{fmt.weight_bytes_per_param:g} bytes per weight with scales"
         math_in = (f"read into {fmt.gemm.value} GEMMs" if fmt.weight_width is not None
                    else f"GEMMs on {fmt.gemm.value} tensor cores")
-        notes.append(f"weights {_QUANTIZED[fmt.label]}: {read}, {math_in} (catalog serving.yaml weight_formats)")
+        notes.append(f"weights {weight_format_name(fmt.label)}: {read}, {math_in} (catalog serving.yaml "
+                     "weight_formats)")
     if request.system.gpu.name not in ("h100-sxm", "h200"):
         notes.append(f"serving stack defaults are those of an H100-class GPU; gpu {request.system.gpu.name} may "
                      "differ (vLLM's token budget is 2048 on A100 and GPUs under 70 GB)")
