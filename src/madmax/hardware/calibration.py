@@ -158,10 +158,11 @@ def _columns(rows: list[dict], *names: str) -> list[np.ndarray]:
     return [np.array([r[n] for r in rows], dtype=float) for n in names]
 
 
-def _gemm_predict(m, k, n, width, peak, shape, bw, lat, launch):
-    """Vectorized `compute._gemm_s`; shape = (e_d, k0, n0)."""
-    t_compute = gemm_flops(m, k, n) / (peak * gemm_efficiency(k, n, *shape))
-    return np.maximum(launch, np.maximum(t_compute, stream_s(gemm_bytes(m, k, n, width), bw, lat)))
+def _gemm_predict(flops, num_bytes, k, n, peak, shape, bw, lat, launch):
+    """Vectorized `compute._gemm_s` of GEMMs of `flops` moving `num_bytes` (precomputed once per fit, for
+    speed: the fits evaluate this thousands of times); shape = (e_d, k0, n0)."""
+    t_compute = flops / (peak * gemm_efficiency(k, n, *shape))
+    return np.maximum(launch, np.maximum(t_compute, stream_s(num_bytes, bw, lat)))
 
 
 def _fit_gemm(rows: list[dict], peaks: ReferencePeaks, hbm_read_fraction: float) -> dict[str, Any]:
@@ -172,15 +173,16 @@ def _fit_gemm(rows: list[dict], peaks: ReferencePeaks, hbm_read_fraction: float)
     ref = max(by_dtype, key=lambda d: len(by_dtype[d]))
     m, k, n, t = _columns(by_dtype[ref], "m", "k", "n", "time_s")
     width, peak, hbm = ref.num_bytes, peaks.flops_per_s[ref], peaks.hbm_bytes_per_s
+    flops, num_bytes = gemm_flops(m, k, n), gemm_bytes(m, k, n, width)
 
     def unpack(z):
         return _sigmoid(z[0]), *np.exp(z[1:5]), _sigmoid(z[5])
 
     def loss(z):
         e, k0, n0, launch, lat, read = unpack(z)
-        return _log_l1(_gemm_predict(m, k, n, width, peak, (e, k0, n0), hbm * read, lat, launch), t)
+        return _log_l1(_gemm_predict(flops, num_bytes, k, n, peak, (e, k0, n0), hbm * read, lat, launch), t)
 
-    measured = np.median(gemm_flops(m, k, n) / (peak * t))
+    measured = np.median(flops / (peak * t))
     z0 = [_logit(measured), np.log(k.min()), np.log(n.min()), np.log(t.min()), np.log(t.min()),
           _logit(hbm_read_fraction)]
     e, k0, n0, launch, lat, read = unpack(minimize(loss, z0))
@@ -193,11 +195,13 @@ def _fit_gemm(rows: list[dict], peaks: ReferencePeaks, hbm_read_fraction: float)
 
         scale = dpeak / peak  # GemmFit.shape_scale under 'peak' scaling
 
-        def dloss(z, dm=dm, dk=dk, dn=dn, dt=dt, dpeak=dpeak, dwidth=dtype.num_bytes, scale=scale):
-            return _log_l2(_gemm_predict(dm, dk, dn, dwidth, dpeak, (_sigmoid(z[0]), k0 * scale, n0 * scale),
+        dflops, dbytes = gemm_flops(dm, dk, dn), gemm_bytes(dm, dk, dn, dtype.num_bytes)
+
+        def dloss(z, dflops=dflops, dbytes=dbytes, dk=dk, dn=dn, dt=dt, dpeak=dpeak, scale=scale):
+            return _log_l2(_gemm_predict(dflops, dbytes, dk, dn, dpeak, (_sigmoid(z[0]), k0 * scale, n0 * scale),
                                          hbm * read, lat, launch), dt)
 
-        start = np.median(gemm_flops(dm, dk, dn) / (dpeak * dt))
+        start = np.median(dflops / (dpeak * dt))
         fractions[dtype] = _sigmoid(minimize(dloss, [_logit(start)])[0])
     return {"reference_dtype": ref, "peak_fraction": fractions, "k0": k0, "n0": n0, "shape_scaling": "peak",
             "read_fraction": read, "launch_s": launch, "latency_s": lat,
@@ -259,15 +263,25 @@ def _fit_attention(decode: list[dict], prefill: list[dict], peaks: ReferencePeak
 REQUIRED_KINDS = ("gemm", "hbm_copy", "attention", "decode_attention")
 
 
-def _fit_parameters(records: list[dict], peaks: ReferencePeaks) -> dict[str, Any]:
+def _read_fraction(records: list[dict], peaks: ReferencePeaks) -> float:
+    """Median measured HBM read bandwidth over the datasheet's (1/2 without read rows)."""
+    reads = _rows(records, "hbm_read")
+    if not reads:
+        return 1 / 2
+    return float(np.median([r["bytes_moved"] / (r["time_s"] * peaks.hbm_bytes_per_s) for r in reads]))
+
+
+def _fit_parameters(records: list[dict], peaks: ReferencePeaks,
+                    gemm: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The profile's parameters fitted to `records`. `gemm`: the result of `_fit_gemm` on these records'
+    GEMM rows when the caller already has it (it depends on no other kind)."""
     missing = [kind for kind in REQUIRED_KINDS if not _rows(records, kind)]
     if missing:
         raise ConfigError(f"calibration records have no {', '.join(missing)} rows; "
                           f"needed: {', '.join(REQUIRED_KINDS)}")
     hbm = peaks.hbm_bytes_per_s
-    reads = _rows(records, "hbm_read")
-    read_fraction = float(np.median([r["bytes_moved"] / (r["time_s"] * hbm) for r in reads])) if reads else 1 / 2
-    g = _fit_gemm(_rows(records, "gemm"), peaks, read_fraction)
+    read_fraction = _read_fraction(records, peaks)
+    g = dict(gemm or _fit_gemm(_rows(records, "gemm"), peaks, read_fraction))
     lat = g.pop("latency_s")
     copy = float(np.median([r["bytes_moved"] / ((r["time_s"] - lat) * hbm) for r in _rows(records, "hbm_copy")]))
     attention = _fit_attention(_rows(records, "decode_attention"), _rows(records, "attention"), peaks, lat,
@@ -363,8 +377,8 @@ def fit_errors(profile: ComputeProfile, records: list[dict]) -> dict[str, dict[s
 def held_out_errors(records: list[dict], peaks: ReferencePeaks) -> dict[str, dict[str, Any]]:
     """Errors on rows left out of the fit: each GEMM shape (m, k, n), each attention sequence length,
     each decode-attention row. (The in-sample `memory_read` is already held out: no read row is fitted.)"""
-    def refit_predict(keep: Callable[[dict], bool], kind: str) -> list[tuple[float, float]]:
-        fitted = _fit_parameters([r for r in records if keep(r)], peaks)
+    def refit_predict(keep: Callable[[dict], bool], kind: str, gemm: dict | None) -> list[tuple[float, float]]:
+        fitted = _fit_parameters([r for r in records if keep(r)], peaks, gemm)
         profile = ComputeProfile.model_validate({"device": "held-out", "software": "", "source": "",
                                                  "reference_peaks": peaks.model_dump(), **fitted})
         left = [r for r in records if not keep(r) or r.get("kind") == "env"]
@@ -376,13 +390,15 @@ def held_out_errors(records: list[dict], peaks: ReferencePeaks) -> dict[str, dic
         "attention_backward": ("attention", lambda r: r["seq"]),
         "decode_attention": ("decode_attention", lambda r: (r["batch"], r["kv_len"])),
     }
+    # Leaving out attention or decode rows does not change the GEMM fit: it is fitted once for them.
+    all_gemm = _fit_gemm(_rows(records, "gemm"), peaks, _read_fraction(records, peaks))
     out = {}
     for kind, (record_kind, key) in groups.items():
         pairs = []
         for value in sorted({key(r) for r in _rows(records, record_kind)}):
             def keep(r, value=value, record_kind=record_kind, key=key):
                 return r.get("kind") != record_kind or key(r) != value
-            pairs += refit_predict(keep, kind)
+            pairs += refit_predict(keep, kind, None if record_kind == "gemm" else all_gemm)
         out[kind] = _summary(_relative(*zip(*pairs, strict=True)))
     return out
 
