@@ -13,6 +13,11 @@ from madmax.config.loaders import load_model
 from madmax.errors import MadmaxError
 from madmax.workload import param_counts
 
+# No test depends on the machine's speed: Hypothesis's per-example deadline (200 ms by default) is off, so a
+# slow or shared CI core (the suite runs one worker per core) cannot fail an example that is correct.
+settings.register_profile("madmax", deadline=None)
+settings.load_profile("madmax")
+
 
 def mangled(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
     """`base` with each key of `changes` set to its value, or removed where the value is None."""
