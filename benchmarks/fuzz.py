@@ -516,6 +516,8 @@ _OPTION_VALUES = {
     "--batch": ("1", "8", "0", "x", "10000001"),
     "--prompt-len": ("128", "0", "-1", "100000000"),
     "--output-len": ("16", "0", "-1"),
+    "--prompt-len-std": ("32", "0", "-1", "1e9", "nan", "inf", "x"),
+    "--output-len-std": ("4", "0", "0.5", "-1", "1e308", "x"),
     "--kv-dtype": ("fp8", "bf16", "fp4", "x"),
     "--stack": ("vllm", "trtllm", "megatron-core", "pytorch", "x", ""),
     "--expert-load": ("balanced", "1.3", "zipf:1.1", "zipf:", "zipf:-1", "0.5", "x"),
@@ -669,6 +671,8 @@ def case_capacity(rng: random.Random) -> Case:
                 "--prompt-len", "64", "--output-len", pick(("8",), ("1",)), "--num-requests", "20",
                 "--slo", slo, *(["--request-rate", pick(("2", "1e-3"), ("0", "x"))] if rng.random() < 0.5 else []),
                 *(["--seed", "1"] if rng.random() < 0.1 else []), *(["--json"] if rng.random() < 0.3 else []),
+                *(["--prompt-len-std", pick(("16", "0"), ("-1", "nan", "1e9"))] if rng.random() < 0.2 else []),
+                *(["--output-len-std", pick(("2",), ("-1", "1e9"))] if rng.random() < 0.2 else []),
                 *(["--scenario", rng.choice(("server", "offline", "x"))] if rng.random() < 0.2 else [])]
     return _case("capacity", argv=argv)
 

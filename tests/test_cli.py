@@ -162,7 +162,7 @@ CASES = [
     Case("inference-global-batch", inf("--global-batch", "64"), ["task.global_batch applies to training"]),
     Case("static-num-requests", inf("--num-requests", "100"), ["task.num_requests does not apply to mode static"]),
     Case("seed-without-rate", inf("--mode", "concurrency", "--seed", "3"),
-         ["task.seed draws Poisson arrivals, which only a request_rate has"]),
+         ["task.seed draws Poisson arrivals or request lengths, which only a request_rate or a prompt_len_std"]),
     Case("inference-disaggregated-without-workers", inf("--mode", "disaggregated"),
          ["disaggregated", "prefill_workers", "decode_workers"]),
     # 4 x 1 + 1 x 2 = 6 GPUs of the 8 of one node.

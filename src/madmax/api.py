@@ -31,7 +31,8 @@ def simulate(model: str | Path | dict | ModelSpec, system: str | Path | dict | S
              task: str | Task | dict = "pretrain", global_batch: int | None = None, seq_len: int | None = None,
              dtype: str | None = None, strategy: str | dict | Strategy | None = None, *,
              batch: int | None = None, prompt_len: int | None = None, output_len: int | None = None,
-             mode: str | None = None, kv_dtype: str | None = None, request_rate: float | None = None,
+             prompt_len_std: float | None = None, output_len_std: float | None = None, mode: str | None = None,
+             kv_dtype: str | None = None, request_rate: float | None = None,
              num_requests: int | None = None, arrivals: str | Path | None = None, max_ttft: float | None = None,
              max_tpot: float | None = None, seed: int | None = None, stack: str | Path | dict | None = None,
              launch: str | None = None, engine: str | None = None, finetune: str | None = None,
@@ -53,27 +54,27 @@ def simulate(model: str | Path | dict | ModelSpec, system: str | Path | dict | S
     `madmax calibrate`); default the shipped H200 profile. Raises `MadmaxError` for bad input; a
     strategy that does not fit in memory is a result with `fits == False`.
 
-    Inference of a generative model (`task="inference"`) serves requests of `prompt_len` input and
-    `output_len` output tokens in `mode` static (default), concurrency, saturation, rate or
-    disaggregated (`madmax.serve`), with `batch` requests per replica, strategy tp, pp and dp (replicas)
-    or the disaggregated workers, under the serving `stack` (trtllm default, vllm, vllm-0.14, sglang,
-    trtllm-0.9) as `launch`ed (sized default: the engine's defaults raised where they cannot serve the load;
-    engine: the defaults; aiconfigurator: its generator's settings), with `engine` settings over both
-    ("max_num_tokens=16384,chunked_prefill=1");
-    `dtype` bf16, fp16, fp8, fp4 (NVFP4), int8 (W8A8), int4 (weight-only; awq, gptq) or mxfp4, `kv_dtype` bf16
-    or fp8; rate mode takes
-    `request_rate` (requests/s) or an `arrivals` CSV (arrival_s, prompt_len, output_len), and
-    `max_ttft`/`max_tpot` (s) for goodput. `slo` ("p99_ttft=1,p99_tpot=50ms" or {"p99_ttft": 1.0}: mean, p50,
-    p90 or p99 of ttft, tpot, itl or e2e, seconds) holds a rate-mode result against latency objectives (its `slo`
-    block: each measured value, met, missed); without `request_rate` or `arrivals` it finds the highest
-    Poisson rate the deployment serves within them (`madmax.serve.slo.highest_rate`) and returns the
-    result at that rate. `scenario` runs an MLPerf Inference scenario (catalog/scenarios.yaml): offline (the
-    saturation mode), server or interactive (the rate mode within its benchmark's p99 TTFT and TPOT limits, for
-    the models a benchmark runs). `prefix_len` (tokens every prompt shares, a system prompt) turns on prefix
-    caching: each engine keeps the prefix's KV cache once and a share `prefix_hit` (default 1) of the requests
-    prefill only the rest of their prompt. `speculative` (ngram, eagle, mtp) with `draft_len` k and `acceptance`
-    a (mtp: 1 and 0.85 by default) verifies k + 1 tokens a request each decode step and gains
-    (1 - a^(k+1)) / (1 - a) on average, after k passes of the draft head. Returns a `ServingResult`.
+    Inference of a generative model (`task="inference"`) serves requests of `prompt_len` input and `output_len`
+    output tokens in `mode` static (default), concurrency, saturation, rate or disaggregated (`madmax.serve`), with
+    `batch` requests per replica, strategy tp, pp and dp (replicas) or the disaggregated workers, under the serving
+    `stack` (trtllm default, vllm, vllm-0.14, sglang, trtllm-0.9) as `launch`ed (sized default: the engine's
+    defaults raised where they cannot serve the load; engine: the defaults; aiconfigurator: its generator's
+    settings), with `engine` settings over both ("max_num_tokens=16384,chunked_prefill=1"); `dtype` bf16, fp16, fp8,
+    fp4 (NVFP4), int8 (W8A8), int4 (weight-only; awq, gptq) or mxfp4, `kv_dtype` bf16 or fp8; rate mode takes
+    `request_rate` (requests/s) or an `arrivals` CSV (arrival_s, prompt_len, output_len), and `max_ttft`/`max_tpot`
+    (s) for goodput. `prompt_len_std` / `output_len_std` (tokens) draw each request's lengths from a normal of mean
+    prompt_len / output_len (aiperf's --isl-stddev / --osl-stddev; with `seed`) in modes concurrency, saturation,
+    rate and disaggregated. `slo` ("p99_ttft=1,p99_tpot=50ms" or {"p99_ttft": 1.0}: mean, p50, p90 or p99 of ttft,
+    tpot, itl or e2e, seconds) holds a rate-mode result against latency objectives (its `slo` block: each measured
+    value, met, missed); without `request_rate` or `arrivals` it finds the highest Poisson rate the deployment
+    serves within them (`madmax.serve.slo.highest_rate`) and returns the result at that rate. `scenario` runs an
+    MLPerf Inference scenario (catalog/scenarios.yaml): offline (the saturation mode), server or interactive (the
+    rate mode within its benchmark's p99 TTFT and TPOT limits, for the models a benchmark runs). `prefix_len`
+    (tokens every prompt shares, a system prompt) turns on prefix caching: each engine keeps the prefix's KV cache
+    once and a share `prefix_hit` (default 1) of the requests prefill only the rest of their prompt. `speculative`
+    (ngram, eagle, mtp) with `draft_len` k and `acceptance` a (mtp: 1 and 0.85 by default) verifies k + 1 tokens a
+    request each decode step and gains (1 - a^(k+1)) / (1 - a) on average, after k passes of the draft head. Returns
+    a `ServingResult`.
 
     Training takes `stack`, the training framework (`madmax.config.training_stack`): megatron-core
     (default), megatron-lm-2021, pytorch, fsdp2, deepspeed, megatron-deepspeed, automodel, torchtitan,
@@ -103,7 +104,8 @@ def simulate(model: str | Path | dict | ModelSpec, system: str | Path | dict | S
     requested = parse_strategy(strategy)
     request = resolve_request(model, system, num_gpus, task, calibration=calibration, flash=requested.flash,
                               global_batch=global_batch, seq_len=seq_len, dtype=dtype, batch=batch,
-                              prompt_len=prompt_len, output_len=output_len, mode=mode, kv_dtype=kv_dtype,
+                              prompt_len=prompt_len, output_len=output_len, prompt_len_std=prompt_len_std,
+                              output_len_std=output_len_std, mode=mode, kv_dtype=kv_dtype,
                               request_rate=request_rate, num_requests=num_requests,
                               arrivals=None if arrivals is None else str(arrivals), max_ttft_s=max_ttft,
                               max_tpot_s=max_tpot, seed=seed, launch=launch, engine=engine, finetune=finetune,

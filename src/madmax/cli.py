@@ -123,6 +123,11 @@ NumGpusOpt = Annotated[int | None, typer.Option(help="Cluster size in GPUs (defa
 TaskOpt = Annotated[str, typer.Option(help="pretrain, finetune or inference.")]
 SeqLenOpt = Annotated[int | None, typer.Option(help="Tokens per sequence (default: the model's).")]
 PromptLenOpt = Annotated[int | None, typer.Option(help="Prompt tokens per request (inference).")]
+PromptLenStdOpt = Annotated[float | None, typer.Option(
+    help="Standard deviation of the prompt tokens: each request's drawn from a normal of mean --prompt-len "
+         "(aiperf's --isl-stddev; concurrency, saturation, rate, disaggregated modes).")]
+OutputLenStdOpt = Annotated[float | None, typer.Option(
+    help="Standard deviation of the output tokens, as aiperf's --osl-stddev.")]
 OutputLenOpt = Annotated[int | None, typer.Option(help="Generated tokens per request (inference).")]
 FinetuneOpt = Annotated[str | None, typer.Option(help="Fine-tuning method: full or lora.")]
 LoraRankOpt = Annotated[int | None, typer.Option(help="LoRA rank r.")]
@@ -195,6 +200,8 @@ def simulate(
                                                    "in saturation mode).")] = None,
     prompt_len: PromptLenOpt = None,
     output_len: OutputLenOpt = None,
+    prompt_len_std: PromptLenStdOpt = None,
+    output_len_std: OutputLenStdOpt = None,
     mode: Annotated[str | None, typer.Option(help="Serving mode: static (default), concurrency, saturation, rate, "
                                                   "disaggregated.")] = None,
     kv_dtype: Annotated[str | None, typer.Option(help="KV-cache format (inference): bf16, fp16, fp8.")] = None,
@@ -205,7 +212,8 @@ def simulate(
                                                        "output_len.")] = None,
     max_ttft: Annotated[float | None, typer.Option(help="Time-to-first-token limit for goodput, seconds.")] = None,
     max_tpot: Annotated[float | None, typer.Option(help="Time-per-output-token limit for goodput, seconds.")] = None,
-    seed: Annotated[int | None, typer.Option(help="Seed of the Poisson arrivals (rate mode).")] = None,
+    seed: Annotated[int | None, typer.Option(help="Seed of the Poisson arrivals (rate mode) and of drawn request "
+                                                  "lengths.")] = None,
     slo: Annotated[str | None, typer.Option(help='Latency objectives (rate mode), e.g. "p99_ttft=1,p99_tpot=50ms": '
                                                  "checked, or without --request-rate the highest rate that meets "
                                                  "them is found.")] = None,
@@ -247,7 +255,8 @@ def simulate(
     try:
         result = api.simulate(model=model, system=system, num_gpus=num_gpus, task=task,
                               global_batch=global_batch, seq_len=seq_len, dtype=dtype, strategy=strategy,
-                              batch=batch, prompt_len=prompt_len, output_len=output_len, mode=mode,
+                              batch=batch, prompt_len=prompt_len, output_len=output_len,
+                              prompt_len_std=prompt_len_std, output_len_std=output_len_std, mode=mode,
                               kv_dtype=kv_dtype, request_rate=request_rate, num_requests=num_requests,
                               arrivals=arrivals, max_ttft=max_ttft, max_tpot=max_tpot, seed=seed, stack=stack,
                               launch=launch, engine=engine, finetune=finetune, lora_rank=lora_rank,

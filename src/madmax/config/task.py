@@ -45,6 +45,7 @@ class ServingMode(StrEnum):
 
 
 Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+Tokens = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 
 MAX_REQUESTS = 10_000_000  # requests a serving simulation takes (memory of its request arrays)
@@ -99,6 +100,11 @@ class Task(Schema):
         description="Requests served at once per replica (inference; the largest tried in saturation mode).")
     prompt_len: PositiveInt | None = Field(None, description="Prompt tokens per request (inference).")
     output_len: PositiveInt | None = Field(None, description="Generated tokens per request (inference).")
+    prompt_len_std: Tokens = Field(0.0, description="Standard deviation of the prompt tokens (inference): each "
+                                   "request's drawn from a normal of mean prompt_len, as aiperf's --isl-stddev; "
+                                   "0: every prompt prompt_len tokens.")
+    output_len_std: Tokens = Field(0.0, description="Standard deviation of the generated tokens (inference), as "
+                                   "aiperf's --osl-stddev; 0: every request output_len tokens.")
     mode: ServingMode = Field(ServingMode.STATIC, description="Serving mode (inference): static, concurrency, "
                                                               "saturation, rate or disaggregated.")
     kv_dtype: DType | None = Field(None, description="Format of the KV cache (inference): bf16, fp16 or fp8; "
@@ -187,9 +193,30 @@ class Task(Schema):
             raise ValueError("task.prefix_len is modelled on aggregated engines; allowed: modes static, "
                              "concurrency, saturation, rate")
         self._speculative_fields()
-        if self._given("seed") and self.request_rate is None:
-            raise ValueError("task.seed draws Poisson arrivals, which only a request_rate has; allowed: "
-                             "request_rate with seed, or no seed")
+        self._length_spread()
+        if self._given("seed") and self.request_rate is None and not self.spread:
+            raise ValueError("task.seed draws Poisson arrivals or request lengths, which only a request_rate or a "
+                             "prompt_len_std / output_len_std has; allowed: one of those with seed, or no seed")
+
+    @property
+    def spread(self) -> bool:
+        """Whether request lengths are drawn (a prompt_len_std or output_len_std above 0)."""
+        return self.prompt_len_std > 0 or self.output_len_std > 0
+
+    def _length_spread(self) -> None:
+        """Drawn lengths need a mode that serves requests one by one, and no other source of lengths."""
+        given = [n for n in ("prompt_len_std", "output_len_std") if self._given(n)]
+        if not given:
+            return
+        if self.arrivals is not None:
+            raise ValueError(f"task.{given[0]} does not apply beside task.arrivals, whose CSV lists each request's "
+                             "lengths; allowed: one of the two")
+        if self.mode is ServingMode.STATIC:
+            raise ValueError(f"task.{given[0]} draws each request's length, but mode static serves one batch of one "
+                             "prompt and output length; allowed: modes concurrency, saturation, rate, disaggregated")
+        if self.prefix_len:
+            raise ValueError(f"task.{given[0]} with task.prefix_len: a drawn prompt can be shorter than the shared "
+                             "prefix; allowed: one of the two")
 
     def _speculative_fields(self) -> None:
         """Speculative decoding's draft length and acceptance: mtp takes DeepSeek-V3's (1, 0.85) by default;
@@ -335,6 +362,7 @@ INFERENCE_ONLY_DTYPES = ("int8", "int4", "mxfp4")
 # Training only: MXFP8 (Blackwell block-scaled fp8, a Transformer Engine training recipe).
 TRAINING_ONLY_DTYPES = ("mxfp8",)
 KV_DTYPES = ("bf16", "fp16", "fp8")
-SERVING_FIELDS = ("batch", "prompt_len", "output_len", "mode", "kv_dtype", "request_rate", "num_requests", "arrivals",
+SERVING_FIELDS = ("batch", "prompt_len", "output_len", "prompt_len_std", "output_len_std", "mode", "kv_dtype",
+                  "request_rate", "num_requests", "arrivals",
                   "max_ttft_s", "max_tpot_s", "seed", "launch", "engine", "prefix_len", "prefix_hit", "speculative",
                   "draft_len", "acceptance")

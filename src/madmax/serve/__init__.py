@@ -38,6 +38,7 @@ from madmax.serve.deployment import (
     runtime_of,
     serving_strategy,
 )
+from madmax.serve.lengths import TRUNCATE_SIGMAS, Lengths
 from madmax.serve.limits import limits
 from madmax.sim import schedule
 
@@ -51,15 +52,19 @@ def simulate_serving(request: Request, requested: Strategy, stack: str | Path | 
     check_keys(requested, t.mode)
     check_request(request)
     fmt = formats(request)
-    prompt, output, arrival = _lengths(request)
+    lengths = request_lengths(request)
+    prompt, output, arrival = _lengths(request, lengths)
     if t.prefix_len and int(np.min(prompt)) <= t.prefix_len:
         raise ConfigError(f"task.prefix_len={t.prefix_len} is not shorter than every prompt (the shortest has "
                           f"{int(np.min(prompt))} tokens); allowed: a shared prefix shorter than every prompt")
     p_mean, o_mean = float(np.mean(prompt)), float(np.mean(output))
     context = p_mean + o_mean
+    # The longest prompt and request any engine can be given (drawn lengths: their bounds, not the sample's).
+    max_prompt = max(int(np.max(prompt)), lengths.longest[0])
+    longest = max(float(np.max(prompt + output)), float(sum(lengths.longest)))
     if t.mode is ServingMode.DISAGGREGATED:
-        return _disaggregated(request, requested, load_stack(stack), fmt, p_mean, o_mean, keep_schedule)
-    engine_stack, launch_notes = _launch(load_stack(stack), request, "agg", int(np.max(prompt)))
+        return _disaggregated(request, requested, load_stack(stack), fmt, lengths, p_mean, o_mean, keep_schedule)
+    engine_stack, launch_notes = _launch(load_stack(stack), request, "agg", max_prompt)
     runtime = runtime_of(request, engine_stack)
     strategy = serving_strategy(request, requested, requested.tp, requested.pp, ep=requested.ep, etp=_etp(requested))
     static = t.mode is ServingMode.STATIC
@@ -70,19 +75,18 @@ def simulate_serving(request: Request, requested: Strategy, stack: str | Path | 
     rep = replica(request, strategy, engine_stack, fmt, step_tokens, sequences, context)
     # When the longest request does not fit, the run is simulated as though the cache had room, and reported
     # as not fitting.
-    longest = float(np.max(prompt + output))
     dep = modes.Deployment(rep, runtime, strategy.dp, context, unbounded_kv=not rep.holds(longest),
                            **engine_settings(request))
-    notes: list[str] = list(launch_notes)
+    notes: list[str] = [*launch_notes, *_lengths_note(lengths, p_mean, o_mean)]
     if t.mode is ServingMode.SATURATION:
         cap = max(1, min(t.batch or rep.max_sequences or 1, rep.max_sequences or 1,
                          engine_stack.max_batch * strategy.pp))
-        outcome = modes.saturation(dep, cap, int(p_mean), int(o_mean), t.num_requests)
+        outcome = modes.saturation(dep, cap, lengths, t.num_requests)
         batch = outcome.batch
     elif static:
         outcome = modes.static(dep, batch, int(p_mean), int(o_mean), _static_prefill_s(dep, batch, int(p_mean), notes))
     elif t.mode is ServingMode.CONCURRENCY:
-        outcome = modes.closed_loop(dep, batch, int(p_mean), int(o_mean), t.num_requests)
+        outcome = modes.closed_loop(dep, batch, lengths, t.num_requests)
     else:
         outcome = modes.open_loop(dep, arrival, prompt, output)
         batch = 0
@@ -111,14 +115,39 @@ def _speculative_note(request: Request, dep: modes.Deployment) -> str:
             "tokens come in bursts (mean-field: inter-token latency is the step over the tokens it gains)")
 
 
-def _lengths(request: Request) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Prompt and output tokens of every request, and arrivals (rate mode: Poisson or the arrivals CSV)."""
+def request_lengths(request: Request) -> Lengths:
+    """The task's prompt and output tokens per request: fixed, or normal of the given standard deviations."""
+    t = request.task
+    return Lengths(t.prompt_len or 0, t.output_len or 0, t.prompt_len_std, t.output_len_std, t.seed)
+
+
+def _lengths_note(lengths: Lengths, prompt_mean: float, output_mean: float) -> list[str]:
+    """What drawn request lengths were (nothing for fixed ones)."""
+    if not lengths.spread:
+        return []
+    (p_hi, o_hi), k = lengths.longest, TRUNCATE_SIGMAS
+
+    def one(name: str, mean: int, std: float, hi: int, sample: float) -> str:
+        if not std:
+            return f"{name} {mean:,} tokens each"
+        return f"{name} normal of mean {mean:,} and std {std:g} tokens within [1, {hi:,}] (sample mean {sample:,.0f})"
+
+    return [f"request lengths drawn per request with seed {lengths.seed}, as aiperf's --isl-stddev/--osl-stddev: "
+            f"{one('prompts', lengths.prompt, lengths.prompt_std, p_hi, prompt_mean)}; "
+            f"{one('outputs', lengths.output, lengths.output_std, o_hi, output_mean)} (a draw beyond mean + {k} "
+            "std or below 1 is drawn again); the engine is sized by the longest"]
+
+
+def _lengths(request: Request, lengths: Lengths) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Prompt and output tokens of every request, and arrivals (rate mode: Poisson or the arrivals CSV). Drawn
+    lengths are sampled here too (the first num_requests, or 1,000), for the means that size the engine."""
     t = request.task
     if t.arrivals is not None:
         return read_arrivals(Path(t.arrivals), request.spec.max_seq_len)
     n = t.num_requests or 1000
     arrival = modes.poisson_arrivals(t.request_rate, n, t.seed) if t.request_rate else np.zeros(n)
-    return np.full(n, t.prompt_len), np.full(n, t.output_len), arrival
+    prompt, output = lengths.draw(n)
+    return prompt, output, arrival
 
 
 def read_arrivals(path: Path, max_seq_len: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -361,8 +390,8 @@ def _trace(dep: modes.Deployment, prefill, decode):
     return schedule(pre.program)
 
 
-def _disaggregated(request: Request, requested: Strategy, stack: ServingStack, fmt: Formats, prompt: float,
-                   output: float, keep_schedule: bool) -> ServingResult:
+def _disaggregated(request: Request, requested: Strategy, stack: ServingStack, fmt: Formats, lengths: Lengths,
+                   prompt: float, output: float, keep_schedule: bool) -> ServingResult:
     """Prefill workers and decode workers (strategy prefill_workers, prefill_tp, ..., decode_pp)."""
     t, n = request.task, request.num_gpus
     pw, dw = requested.prefill_workers, requested.decode_workers
@@ -382,29 +411,30 @@ def _disaggregated(request: Request, requested: Strategy, stack: ServingStack, f
                           f"decode_ep / decode_tp when larger) but num_gpus={n}; allowed: workers that use all {n} "
                           "GPUs")
     context = prompt + output
+    longest_prompt, longest_output = lengths.longest
     concurrency = t.batch or 0
-    pre_stack, pre_notes = _launch(stack, request, "prefill", int(prompt), batch=1)
-    dec_stack, dec_notes = _launch(stack, request, "decode", int(prompt),
+    pre_stack, pre_notes = _launch(stack, request, "prefill", longest_prompt, batch=1)
+    dec_stack, dec_notes = _launch(stack, request, "decode", longest_prompt,
                                    batch=math.ceil(concurrency / (dw * ds.dp)) if concurrency else None)
     runtime = runtime_of(request, pre_stack)
     pre_rep = replica(request, ps, pre_stack, fmt, pre_stack.max_num_tokens, pre_stack.max_num_tokens, prompt)
     dec_rep = replica(request, ds, dec_stack, fmt, dec_stack.max_batch, dec_stack.max_batch, context)
-    pre = modes.Deployment(pre_rep, runtime, pw * ps.dp, prompt, unbounded_kv=not pre_rep.holds(prompt))
+    pre = modes.Deployment(pre_rep, runtime, pw * ps.dp, prompt, unbounded_kv=not pre_rep.holds(longest_prompt))
     dec = modes.Deployment(dec_rep, runtime_of(request, dec_stack), dw * ds.dp, context,
-                           unbounded_kv=not dec_rep.holds(context))
+                           unbounded_kv=not dec_rep.holds(longest_prompt + longest_output))
     domain = request.system.scale_up_domain
     per_gpu = max(pre_rep.plan.kv_bytes(s, prompt) for s in range(pre_rep.plan.num_stages))
     span = Span(2, 1) if n <= domain else Span(1, 2)
     transfer = runtime.network.collective_s(Collective.SEND_RECV, per_gpu, span)
     total = t.num_requests or modes.REQUESTS_PER_SLOT * max(concurrency, 1)
     arrival = modes.poisson_arrivals(t.request_rate, total, t.seed) if t.request_rate else None
-    outcome = modes.disaggregated(modes.Disaggregated(pre, dec, transfer), arrival, concurrency, int(prompt),
-                                  int(output), total)
+    outcome = modes.disaggregated(modes.Disaggregated(pre, dec, transfer), arrival, concurrency, lengths, total)
     text = (f"prefill_workers={pw},prefill_tp={ps.tp},prefill_pp={ps.pp},decode_workers={dw},decode_tp={ds.tp},"
             f"decode_pp={ds.pp}")
     if request.spec.has_experts:
         text += f",prefill_ep={ps.ep},decode_ep={ds.ep}" + _overlap(ps)
     notes = [*(f"prefill workers: {note}" for note in pre_notes), *(f"decode workers: {note}" for note in dec_notes),
+             *_lengths_note(lengths, prompt, output),
              f"KV cache of a prompt sent from prefill to decode worker in {transfer * 1e3:.3f} ms "
              f"({per_gpu / 2**20:.1f} MiB per GPU over the {'scale-up' if span.inter == 1 else 'scale-out'} fabric)"]
     return _result(request, dec, fmt, dec_stack, outcome, concurrency, prompt, output, notes, keep_schedule, text,

@@ -31,6 +31,7 @@ from madmax.parallel.memory import runtime_reserve
 from madmax.parallel.serving import ServingPlan, attention_dp, build_serving_plan
 from madmax.program.serving import Runtime, make_runtime
 from madmax.request import Request, gemm_format
+from madmax.serve.lengths import TRUNCATE_SIGMAS, Lengths
 
 # Strategy keys of a serving run; the rest are training's.
 SERVING_KEYS = ("tp", "pp", "dp", "order", "ep", "etp", "ep_overlap", "dispatch_fp8", "dispatcher")
@@ -107,6 +108,12 @@ def check_request(request: Request) -> None:
         if t.prompt_len + t.output_len > spec.max_seq_len:
             raise ConfigError(f"task.prompt_len + output_len = {t.prompt_len + t.output_len} exceeds max_seq_len="
                               f"{spec.max_seq_len} of {spec.name}; allowed: at most {spec.max_seq_len} tokens")
+        if t.spread:
+            longest = sum(Lengths(t.prompt_len, t.output_len, t.prompt_len_std, t.output_len_std).longest)
+            if longest > spec.max_seq_len:
+                raise ConfigError(f"the longest drawn request, task.prompt_len + output_len + {TRUNCATE_SIGMAS} x "
+                                  f"(prompt_len_std + output_len_std) = {longest:,} tokens, exceeds max_seq_len="
+                                  f"{spec.max_seq_len} of {spec.name}; allowed: lengths and deviations within it")
 
 
 def tp_splits(spec, tp: int) -> bool:

@@ -38,6 +38,7 @@ from madmax.program.serving import (
 )
 from madmax.serve.deployment import Replica
 from madmax.serve.group import Group, Router
+from madmax.serve.lengths import Lengths
 from madmax.serve.loop import Engine, Requests, Scheduler, Tokens, run_engines
 from madmax.sim import Schedule, schedule
 
@@ -230,14 +231,14 @@ def _shares(total: int, parts: int) -> list[int]:
     return [base + (1 if i < extra else 0) for i in range(parts)]
 
 
-def closed_loop(dep: Deployment, batch: int, prompt: int, output: int, num_requests: int | None) -> Outcome:
+def closed_loop(dep: Deployment, batch: int, lengths: Lengths, num_requests: int | None) -> Outcome:
     """`batch` requests in flight per replica, each finished one replaced at once (per engine; an engine with
     attention data parallelism holds the clients of its a replicas)."""
     outcomes = []
     a = dep.attention_dp
     for concurrency, engines in _engine_groups(batch, dep.pp):
         n = max(concurrency, num_requests // dep.engines) if num_requests else REQUESTS_PER_SLOT * concurrency
-        outcomes.append((_closed_engine(dep, a * concurrency, prompt, output, a * n, 1 / dep.pp),
+        outcomes.append((_closed_engine(dep, a * concurrency, lengths, a * n, 1 / dep.pp),
                          engines * dep.replicas // a))
     return _combine(outcomes, batch, dep.runtime.stack.frontend_s)
 
@@ -248,8 +249,9 @@ def _engine_groups(batch: int, pp: int) -> list[tuple[int, int]]:
     return [(c, shares.count(c)) for c in sorted(set(shares)) if c > 0]
 
 
-def _closed_engine(dep: Deployment, concurrency: int, prompt: int, output: int, n: int, share: float) -> Requests:
-    reqs = Requests(arrival=np.zeros(n), prompt=np.full(n, prompt), output=np.full(n, output))
+def _closed_engine(dep: Deployment, concurrency: int, lengths: Lengths, n: int, share: float) -> Requests:
+    prompt, output = lengths.draw(n)
+    reqs = Requests(arrival=np.zeros(n), prompt=prompt, output=output)
     sent = [concurrency]
     round_trip = dep.runtime.stack.frontend_s  # the last token's way to the client, the next request's back
 
@@ -301,14 +303,14 @@ def _combine(groups: list[tuple[Requests, int]], batch: int, frontend_s: float =
                    cached_share=cached / prompts if prompts else 0.0)
 
 
-def saturation(dep: Deployment, cap: int, prompt: int, output: int, num_requests: int | None) -> Outcome:
+def saturation(dep: Deployment, cap: int, lengths: Lengths, num_requests: int | None) -> Outcome:
     """The closed loop at batches 1, 2, 4, ... up to `cap` and at `cap`; the one with the most output
     tokens/s. Without `num_requests` each batch runs SATURATION_PER_SLOT requests per client: what is asked
     of it is its steady throughput, not a benchmark's means over its rounds."""
     candidates = batch_ladder(cap)
     best = None
     for b in candidates:
-        result = closed_loop(dep, b, prompt, output, num_requests or SATURATION_PER_SLOT * b * dep.replicas)
+        result = closed_loop(dep, b, lengths, num_requests or SATURATION_PER_SLOT * b * dep.replicas)
         if best is None or result.output_tokens_per_s > best.output_tokens_per_s:
             best = result
     assert best is not None
@@ -368,13 +370,14 @@ class Disaggregated:
     transfer_s: float
 
 
-def disaggregated(dis: Disaggregated, arrival: np.ndarray | None, concurrency: int, prompt: int,
-                  output: int, n: int) -> Outcome:
+def disaggregated(dis: Disaggregated, arrival: np.ndarray | None, concurrency: int, lengths: Lengths,
+                  n: int) -> Outcome:
     """Requests prefilled on the prefill workers (their first token), their KV cache sent to a decode
     worker (round-robin), decoded there. A closed loop of `concurrency` requests, or open-loop arrivals."""
     closed = arrival is None
     arrival = np.zeros(n) if arrival is None else arrival
-    reqs = Requests(arrival=arrival.copy(), prompt=np.full(n, prompt), output=np.full(n, output))
+    prompt, output = lengths.draw(n)
+    reqs = Requests(arrival=arrival.copy(), prompt=prompt, output=output)
     decoders = [dis.decode.engine(reqs, 1 / dis.decode.pp, decode_only=True)
                 for _ in range(dis.decode.engines // dis.decode.attention_dp)]
     counter = {"decode": 0, "prefill": 0, "sent": min(concurrency, n) if closed else n}
