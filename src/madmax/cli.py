@@ -563,6 +563,8 @@ def search(
     power: PowerOpt = None,
     prompt_len: PromptLenOpt = None,
     output_len: OutputLenOpt = None,
+    prompt_len_std: PromptLenStdOpt = None,
+    output_len_std: OutputLenStdOpt = None,
     mode: Annotated[str, typer.Option(help="Serving mode simulated for the best (inference): static, "
                                            "concurrency, saturation.")] = "static",
     stack: SearchStackOpt = None,
@@ -616,19 +618,21 @@ def search(
                             "max_batch": max_batch}
         if given := [name for name, value in capacity_refuses.items() if value is not None]:
             _fail(f"{given[0]} does not apply to a capacity search (--request-rate, --slo); allowed: prompt_len, "
-                  "output_len, slo, stack, dtypes, kv_dtypes, max_tp, max_pp, num_gpus (the most GPUs), objective "
-                  "(throughput, cost, energy), price, power, top, exact, num_requests, calibration, json")
+                  "output_len, prompt_len_std, output_len_std, slo, stack, dtypes, kv_dtypes, max_tp, max_pp, "
+                  "num_gpus (the most GPUs), objective (throughput, cost, energy), price, power, top, exact, "
+                  "num_requests, calibration, json")
         _search_capacity(model, system, num_gpus, prompt_len, output_len, request_rate=request_rate,
                          arrivals=arrivals, slo=slo,
                          scenario=scenario, prefix_len=prefix_len, prefix_hit=prefix_hit, speculative=speculative,
-                         draft_len=draft_len, acceptance=acceptance,
+                         draft_len=draft_len, acceptance=acceptance, prompt_len_std=prompt_len_std,
+                         output_len_std=output_len_std,
                          stack=stack, dtypes=dtypes, kv_dtypes=kv_dtypes, max_tp=max_tp, max_pp=max_pp,
                          objective=objective, top=top, exact=exact, num_requests=num_requests, price=price,
                          power=power, calibration=calibration, as_json=as_json, progress=progress)
         return
     capacity_only = {"num_requests": num_requests, "scenario": scenario, "prefix_len": prefix_len,
                      "prefix_hit": prefix_hit, "speculative": speculative, "draft_len": draft_len,
-                     "acceptance": acceptance}
+                     "acceptance": acceptance, "prompt_len_std": prompt_len_std, "output_len_std": output_len_std}
     if given := [name for name, value in capacity_only.items() if value is not None]:
         _fail(f"{given[0]} applies to a capacity search; allowed: --task inference with --request-rate and --slo or "
               "--scenario")

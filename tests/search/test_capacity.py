@@ -385,3 +385,19 @@ def test_a_trace_under_the_web_servers_file_policy(trace, tmp_path):
         assert found.meeting() and sorted(p.name for p in tmp_path.iterdir()) == ["trace.csv"]
         with pytest.raises(MadmaxError, match="outside this server's data directory"):
             find_capacity("llama-3.1-8b", "dgx-h100", arrivals=trace, slo="p99_ttft=300ms")
+
+
+def test_drawn_lengths_reach_every_simulation_of_a_capacity_search():
+    found = find_capacity("llama-3.1-8b", "dgx-h100", request_rate=5, slo="p99_ttft=1,p99_tpot=50ms",
+                          prompt_len_std=128, output_len_std=16, max_tp=1, **SMALL)
+    best = found.meeting()[0]
+    assert "--prompt-len-std 128" in found.confirm_command(best)
+    assert "--output-len-std 16" in found.confirm_command(best)
+    # The plan's own simulation drew them, and says so.
+    assert any(a.startswith("request lengths drawn") for a in best.result.assumptions)
+
+
+def test_a_layout_search_refuses_drawn_lengths_in_one_sentence():
+    out = CliRunner().invoke(app, ["search", "-m", "llama-3.1-8b", "-s", "dgx-h100", "--task", "inference",
+                                   "--prompt-len", "128", "--output-len", "16", "--prompt-len-std", "8"])
+    assert out.exit_code == 2 and "prompt_len_std applies to a capacity search" in out.output

@@ -200,11 +200,13 @@ def find_capacity(model: Any, systems: Any, *, request_rate: float | None = None
                   price: float | None = None, power: float | None = None, calibration: Any = None,
                   scenario: str | None = None, prefix_len: int | None = None, prefix_hit: float | None = None,
                   speculative: str | None = None, draft_len: int | None = None,
-                  acceptance: float | None = None, arrivals: str | Path | None = None) -> Capacity:
+                  acceptance: float | None = None, arrivals: str | Path | None = None,
+                  prompt_len_std: float | None = None, output_len_std: float | None = None) -> Capacity:
     """Search the deployments that serve `request_rate` requests/s within `slo` (see the module docstring), or
     within an MLPerf `scenario`'s limits (server, interactive). `systems`: one system or a list; `max_gpus`
     caps a deployment's GPUs. prefix_len, prefix_hit, speculative, draft_len and acceptance serve every candidate
-    with prefix caching and speculative decoding as `simulate` takes them. `arrivals` (a CSV of arrival_s,
+    with prefix caching and speculative decoding as `simulate` takes them; prompt_len_std and output_len_std draw
+    each request's lengths (the screen takes the means, every simulation the draws). `arrivals` (a CSV of arrival_s,
     prompt_len, output_len, as `simulate --arrivals`) replaces the rate and the lengths: the screen takes its
     rate and mean lengths, and k replicas are judged by one replica serving every k-th request of the trace
     (the round-robin split simulate makes), the best confirmed on the whole trace. Raises `MadmaxError` on bad
@@ -242,7 +244,8 @@ def find_capacity(model: Any, systems: Any, *, request_rate: float | None = None
     per_replica = num_requests or DEFAULT_REQUESTS
     features = {k: v for k, v in (("prefix_len", prefix_len), ("prefix_hit", prefix_hit),
                                   ("speculative", speculative), ("draft_len", draft_len),
-                                  ("acceptance", acceptance)) if v is not None}
+                                  ("acceptance", acceptance), ("prompt_len_std", prompt_len_std),
+                                  ("output_len_std", output_len_std)) if v is not None}
     stack_spec = load_stack(stack)
     system_list = systems if isinstance(systems, list | tuple) else [systems]
     if not system_list:
