@@ -558,6 +558,8 @@ def search(
     capacity_factor: CapacityFactorOpt = None,
     fp8_params: Annotated[bool, typer.Option(help="With --dtype fp8: keep every candidate's GEMM weights in fp8 "
                                                   "only (strategy key fp8_params; ZeRO 0-2).")] = False,
+    memory_margin: Annotated[str | None, typer.Option(help="Memory each GPU keeps free in a training search: a share "
+                                                           "(5%, default) or bytes (4GiB); 0 uses it all.")] = None,
     calibration: CalibrationOpt = None,
     price: PriceOpt = None,
     power: PowerOpt = None,
@@ -607,7 +609,7 @@ def search(
                      "capacity_factor": capacity_factor, "fp8_params": fp8_params or None,
                      "objective": None if objective == "throughput" else objective, "hybrid": None if hybrid else False,
                      "refine": None if refine == 2000 else refine, "workers": None if workers == 1 else workers,
-                     "price": price, "power": power}
+                     "price": price, "power": power, "memory_margin": memory_margin}
     serving_only = {"prompt_len": prompt_len, "output_len": output_len, "mode": None if mode == "static" else mode,
                     "dtypes": dtypes, "kv_dtypes": kv_dtypes, "max_ttft": max_ttft,
                     "max_tpot": max_tpot, "max_batch": max_batch}
@@ -677,7 +679,7 @@ def search(
                            emb=emb.split(",") if emb else None, max_ep=max_ep, max_etp=max_etp,
                            ep_overlap=numbers(ep_overlap, "ep_overlap"), expert_load=expert_load,
                            capacity_factor=capacity_factor, stack=stack, fp8_params=fp8_params, price=price,
-                           power=power, reliability=reliability)
+                           power=power, reliability=reliability, memory_margin=memory_margin)
         wall = time.perf_counter() - start
         if out is not None:
             try:

@@ -11,6 +11,7 @@ import numpy as np
 
 from madmax.config.base import DType
 from madmax.config.strategy import DEFAULT_ORDER, EMB_SHARDINGS, Recompute
+from madmax.config.units import GIB
 from madmax.errors import ConfigError
 from madmax.program import builder_for
 from madmax.search.bound import EXHAUSTIVE, run_bounded
@@ -23,6 +24,61 @@ from madmax.sim import gc_paused
 
 DEFAULT_EXACT = 20
 DEFAULT_REFINE = 2000
+# Share of each GPU's usable memory the training search keeps free unless told otherwise. A plan predicted to use
+# the last GiB runs out of memory on the first allocation the model does not count (allocator fragmentation beyond
+# catalog runtime.yaml's allocator_fragmentation, which GMLake measured at 15% on average and up to 33% of A100-80GB
+# memory for eight LLMs under recomputation, offloading and LoRA, Guo et al., ASPLOS 2024, arXiv 2401.08156; a larger
+# NCCL buffer; a longer sample). Not fitted: a stated headroom, printed with every search; 0 uses it all.
+DEFAULT_MEMORY_MARGIN = 0.05
+MAX_MEMORY_MARGIN = 0.5  # a margin of half the memory or more is not headroom
+
+
+def memory_margin_bytes(value: Any, usable_bytes: float) -> float:
+    """Bytes to keep free per GPU: `value` as a share of `usable_bytes` (a number in [0, 0.5), or text '5%'), or
+    a quantity of bytes ('4 GiB'); None: DEFAULT_MEMORY_MARGIN. ConfigError naming memory_margin otherwise."""
+    from madmax.config.units import parse_quantity
+
+    allowed = (f"allowed: a share of the usable memory below {MAX_MEMORY_MARGIN:g} (0.05 or 5%) or bytes below half of "
+               f"it (4 GiB); 0 keeps none free")
+    if value is None:
+        return DEFAULT_MEMORY_MARGIN * usable_bytes
+    share = margin = None
+    try:
+        if isinstance(value, bool):
+            raise ValueError
+        if not isinstance(value, str):
+            share = float(value)
+        elif value.strip().endswith("%"):
+            share = float(value.strip()[:-1]) / 100
+        else:
+            try:
+                share = float(value)
+            except ValueError:  # a quantity with its unit
+                margin = parse_quantity(value.strip(), "bytes")
+    except (TypeError, ValueError, OverflowError):
+        raise ConfigError(f"memory_margin={value!r} is not understood; {allowed}") from None
+    if share is not None:
+        if not 0 <= share < MAX_MEMORY_MARGIN:
+            raise ConfigError(f"memory_margin={value!r} is not a share of memory in [0, {MAX_MEMORY_MARGIN:g}); "
+                              f"{allowed}")
+        return share * usable_bytes
+    assert margin is not None
+    if not 0 <= margin < MAX_MEMORY_MARGIN * usable_bytes:
+        raise ConfigError(f"memory_margin={value!r} is not below half of the {usable_bytes / GIB:,.1f} GiB a GPU can "
+                          f"use; {allowed}")
+    return margin
+
+
+def with_memory_margin(ctx: Context, value: Any) -> Context:
+    """`ctx` whose GPUs' usable memory is lowered by the margin, for the screen and the simulations alike."""
+    gpu = ctx.system.gpu
+    usable = gpu.usable_memory_bytes
+    margin = memory_margin_bytes(value, usable)
+    if margin == 0:
+        return ctx
+    system = ctx.system.model_copy(update={"gpu": gpu.model_copy(update={"usable_bytes": usable - margin})})
+    return replace(ctx, system=system, simulate_kwargs={**ctx.simulate_kwargs, "system": system},
+                   memory_margin_bytes=margin)
 
 
 def _check_stack(stack: str | None) -> None:
@@ -62,7 +118,8 @@ def find(model: Any, system: Any, num_gpus: int | None = None, task: Any = "pret
          max_ep: int | None = None, max_etp: int | None = None, ep_overlap: list[bool] | None = None,
          calibration: str | Path | None = None, workers: int = 1, stack: str | None = None,
          fp8_params: bool = False, price: float | None = None, power: float | None = None,
-         reliability: str | Path | dict | None = None, **task_fields: Any) -> Outcome:
+         reliability: str | Path | dict | None = None, memory_margin: float | str | None = None,
+         **task_fields: Any) -> Outcome:
     """Search every valid strategy; see `search` for the arguments. Returns the full `Outcome`.
 
     With `tokens` and a time, cost or energy objective, each simulated strategy carries its `time_to_train` (the
@@ -72,6 +129,7 @@ def find(model: Any, system: Any, num_gpus: int | None = None, task: Any = "pret
     _check_stack(stack)
     ctx = prepare(model, system, num_gpus, task, global_batch, seq_len, dtype, calibration=calibration,
                   **{k: v for k, v in task_fields.items() if v is not None})
+    ctx = with_memory_margin(ctx, memory_margin)
     if fp8_params:
         zero = _fp8_params_zeros(ctx, zero)
         ctx = replace(ctx, fp8_params=True)
@@ -237,7 +295,8 @@ def search(model: Any, system: Any, num_gpus: int | None = None, task: Any = "pr
     mixture-of-experts model is also searched over ep, etp and ep_overlap (filters max_ep, max_etp,
     ep_overlap=[...]; default both settings), with the routing of `simulate` (expert_load,
     capacity_factor). With dtype fp8, fp8_params=True keeps every candidate's GEMM weights in fp8 only
-    (strategy key fp8_params: no bf16 copy, fp8 parameter gathers; ZeRO 0-2).
+    (strategy key fp8_params: no bf16 copy, fp8 parameter gathers; ZeRO 0-2). memory_margin keeps each GPU's memory
+    partly free: a share (0.05, "5%") or bytes ("4 GiB"); default 5%, 0 uses it all.
 
     One row per evaluated candidate (it passes the divisibility rules and fits in memory). Columns: the
     strategy and its degrees (`shard` 0: the whole data-parallel group; an MoE model adds `ep`, `etp`

@@ -31,6 +31,8 @@ class Context:
     simulate_kwargs: dict[str, Any]
     # Every candidate keeps its low-precision GEMMs' weights in that format only (strategy fp8_params).
     fp8_params: bool = False
+    # HBM per GPU the search keeps free (`search.api.with_memory_margin`): the system's usable memory is lowered by it
+    memory_margin_bytes: float = 0.0
     plans: dict = field(default_factory=dict, compare=False, repr=False)  # units of the plans built so far
 
     @property

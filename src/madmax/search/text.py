@@ -37,7 +37,8 @@ def report(outcome: Outcome, top: int, wall_s: float) -> dict[str, Any]:
     return {"enumerated": outcome.enumerated, "rejected": dict(outcome.rejected), "valid": outcome.valid,
             "evaluated": outcome.evaluated, "replayed": int((outcome.refined_s == outcome.refined_s).sum()),
             "simulated": len(outcome.exact), "wall_s": wall_s,
-            "strategies_per_s": outcome.valid / wall_s if wall_s > 0 else float("inf"), "top": top}
+            "strategies_per_s": outcome.valid / wall_s if wall_s > 0 else float("inf"), "top": top,
+            "memory_limit_bytes": outcome.ctx.capacity_bytes, "memory_margin_bytes": outcome.ctx.memory_margin_bytes}
 
 
 def _counts(rows: list[tuple[str, str]]) -> Table:
@@ -60,6 +61,14 @@ def throughput_per_gpu(sample_name: str, num_gpus: int) -> tuple[str, Any]:
     return f"{short}/s/GPU", lambda r: r.samples_per_s / num_gpus
 
 
+def memory_line(limit_bytes: float, margin_bytes: float) -> str:
+    """What memory the search's plans were held to."""
+    if not margin_bytes:
+        return f"memory: plans within the {limit_bytes / GIB:,.1f} GiB a GPU can use (no margin kept free)"
+    return (f"memory: plans within {limit_bytes / GIB:,.1f} of the {(limit_bytes + margin_bytes) / GIB:,.1f} GiB a GPU "
+            f"can use ({margin_bytes / GIB:,.1f} GiB kept free; --memory-margin 0 uses it all)")
+
+
 def print_search(outcome: Outcome, top: int, wall_s: float, console: Console | None = None) -> None:
     """The pruning counts, then the top strategies with time, throughput, MFU, memory and exposed comm."""
     console = console or make_console()
@@ -69,6 +78,7 @@ def print_search(outcome: Outcome, top: int, wall_s: float, console: Console | N
     console.print(f"[bold]{ctx.spec.name}[/bold] on {ctx.num_gpus} x {ctx.system.name} ({ctx.task.kind.value}, "
                   f"{ctx.dtype.value}), global batch {batch}; objective {score.objective.value}", soft_wrap=True)
     info = report(outcome, top, wall_s)
+    console.print(f"[dim]{memory_line(ctx.capacity_bytes, ctx.memory_margin_bytes)}[/dim]", soft_wrap=True)
     # A table search simulates every candidate: it has no replay step.
     replayed = [] if ctx.has_tables else [("replayed step by step", f"{info['replayed']:,}")]
     console.print(_counts([("enumerated", f"{info['enumerated']:,}"),

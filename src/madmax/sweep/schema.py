@@ -119,6 +119,8 @@ class SearchOptions(_Strict):
     sp: list[bool] | None = None
     hybrid: bool = True
     orders: list[str] | str | None = None
+    memory_margin: float | str | None = Field(None, description="HBM each GPU keeps free: a share (0.05, '5%', "
+                                              "default) or bytes ('4 GiB'); 0 uses it all.")
 
     @field_validator("objective")
     @classmethod
