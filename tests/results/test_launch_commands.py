@@ -33,7 +33,7 @@ def known(kind: str, tool: str) -> set[str]:
 
 
 def test_the_table_names_a_source_for_every_option():
-    for kind in ("training", "serving"):
+    for kind in ("training", "serving", "routers"):
         for name in launcher_names(kind):
             entry = launcher(kind, name)
             assert entry.version and entry.source
@@ -102,11 +102,45 @@ def test_speculative_spellings():
     assert "speculative_config: {decoding_type: Eagle, max_draft_len: 3" in trt
 
 
+DISAGG = dict(model="llama-3.1-8b", system="dgx-h100", num_gpus=8, task="inference", mode="disaggregated", batch=8,
+              prompt_len=512, output_len=64, strategy="prefill_workers=2,prefill_tp=2,decode_workers=1,decode_tp=4")
+
+
+@pytest.mark.parametrize("stack", ["vllm", "sglang", "trtllm"])
+def test_a_disaggregated_deployment_prints_its_servers_and_router(stack):
+    r = api.simulate(**DISAGG, stack=stack)
+    assert r.launch_note is None
+    pre, dec, router = r.launch
+    assert (pre["role"], dec["role"], router["role"]) == ("prefill", "decode", "router")
+    for launch in (pre, dec):  # each server's own layout, and the KV transfer both sides need
+        assert flags_of(launch) <= known("serving", launch["tool"])
+    assert flags_of(router) <= known("routers", router["tool"])
+    assert "2 prefill servers, each on 2 GPUs" in pre["notes"][0] and "decode server, on 4 GPUs" in dec["notes"][0]
+    tp = {"vllm": "--tensor-parallel-size", "sglang": "--tp-size", "trtllm": "--tp_size"}[stack]
+    assert f"{tp} 2" in pre["command"] and f"{tp} 4" in dec["command"]
+    # The router lists both prefill servers and the decode server.
+    text = router["command"] + (router["config"] or "")
+    assert text.count("<prefill-host-") == 2 and text.count("<decode-host-") == 1
+
+
+def test_each_engine_spells_its_disaggregation():
+    vllm = api.simulate(**DISAGG, stack="vllm").launch
+    assert all('--kv-transfer-config \'{"kv_connector":"NixlConnector","kv_role":"kv_both"}\'' in launch["command"]
+               for launch in vllm[:2])
+    sglang = api.simulate(**DISAGG, stack="sglang").launch
+    assert "--disaggregation-mode prefill" in sglang[0]["command"]
+    assert "--disaggregation-decode-tp 4" in sglang[0]["command"]  # the decode side's tp, told to the prefill side
+    assert "--disaggregation-mode decode" in sglang[1]["command"] and "--disaggregation-decode-tp" not in sglang[1][
+        "command"]
+    assert sglang[2]["command"].count("--prefill ") == 2 and "--pd-disaggregation" in sglang[2]["command"]
+    trt = api.simulate(**DISAGG, stack="trtllm").launch
+    assert all("cache_transceiver_config: {backend: DEFAULT}" in launch["config"] for launch in trt[:2])
+    assert trt[0]["config_name"].startswith("ctx_") and trt[1]["config_name"].startswith("gen_")
+    assert "context_servers: {num_instances: 2" in trt[2]["config"] and "trtllm-serve disaggregated" in trt[2][
+        "command"]
+
+
 def test_serving_without_a_single_engine_command_says_why():
-    dis = api.simulate(model="llama-3.1-8b", system="dgx-h100", num_gpus=8, task="inference", mode="disaggregated",
-                       batch=8, prompt_len=512, output_len=64,
-                       strategy="prefill_workers=4,decode_workers=1,decode_tp=4")
-    assert dis.launch == [] and "disaggregated" in dis.launch_note
     old = api.simulate(model="llama-3.1-8b", num_gpus=8, **{**SERVE, "mode": "static"}, stack="trtllm-0.9")
     assert old.launch == [] and "trtllm-0.9 names no serving engine" in old.launch_note
 

@@ -231,7 +231,9 @@ def print_launches(launches: list[dict[str, Any]], why: str | None = None, conso
         console.print(f"[yellow]launch: {why or 'no launcher applies'}[/yellow]")
         return
     for launch in launches:
-        console.print(f"\n[bold]launch: {launch['tool']} {launch['version']}[/bold]")
+        part = {"prefill": " (prefill servers)", "decode": " (decode servers)", "router": " (router)"}.get(
+            launch.get("role") or "", "")
+        console.print(f"\n[bold]launch: {launch['tool']} {launch['version']}{part}[/bold]")
         console.print(launch["command"], soft_wrap=True, markup=False, highlight=False)
         if launch["config"]:
             console.print(f"[bold]{launch.get('config_name') or 'config file'}[/bold]")

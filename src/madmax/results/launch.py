@@ -31,10 +31,11 @@ class Launch:
     notes: list[str] = field(default_factory=list)
     source: str = ""
     config_name: str | None = None  # the config file's name, as the command passes it
+    role: str | None = None  # disaggregated serving: prefill, decode (the servers) or router (what clients call)
 
     def to_dict(self) -> dict[str, Any]:
         return {"tool": self.tool, "version": self.version, "command": self.command, "config": self.config,
-                "config_name": self.config_name, "notes": list(self.notes), "source": self.source}
+                "config_name": self.config_name, "notes": list(self.notes), "source": self.source, "role": self.role}
 
 
 class _Line:
@@ -277,9 +278,18 @@ def model_id(model: Any) -> str:
     return next((a for a in getattr(model, "aliases", []) if "/" in a), model.name)
 
 
-def serving_launch(model: Any, r: LaunchedReplica, stack: Any) -> tuple[Launch | None, str | None]:
+@dataclass(frozen=True)
+class Disaggregation:
+    """A server's part in a prefill/decode-disaggregated deployment: its role and the other side's layout."""
+
+    role: str  # prefill or decode
+    peer: LaunchedReplica
+
+
+def serving_launch(model: Any, r: LaunchedReplica, stack: Any, part: Disaggregation | None = None
+                   ) -> tuple[Launch | None, str | None]:
     """The command that starts one engine of the deployment under `stack` (a `ServingStack` as launched), or
-    None and why."""
+    None and why. `part`: the engine is a prefill or decode server of a disaggregated deployment."""
     engine = getattr(stack.engine, "value", None)
     if engine is None:
         return None, (f"stack {stack.name} names no serving engine with a launcher (vllm, sglang, trtllm): no "
@@ -289,8 +299,14 @@ def serving_launch(model: Any, r: LaunchedReplica, stack: Any) -> tuple[Launch |
     if name == model.name:
         notes.append(f"{model.name} has no Hugging Face id in the catalog: replace it by the checkpoint's path")
     build = {"vllm": _vllm, "sglang": _sglang, "trtllm": _trtllm}[engine]
-    launch = build(name, r, stack, notes)
-    if r.engines > 1:
+    launch = build(name, r, stack, notes, part)
+    if part is not None:
+        launch.role = part.role
+        gpus = r.attention_dp * r.tp * r.pp
+        servers = (f"{part.role} server, on {gpus} GPUs" if r.engines == 1
+                   else f"{r.engines} {part.role} servers, each on {gpus} GPUs")
+        launch.notes.insert(0, f"the deployment's {servers}, behind the router below")
+    elif r.engines > 1:
         launch.notes.append(f"the deployment runs {r.engines} copies of this engine behind a load balancer, one per "
                             f"{r.attention_dp * r.tp * r.pp} GPUs")
     if stack.version and not launch.version.startswith(stack.version.split("-")[0].rstrip("+")):
@@ -326,7 +342,7 @@ def _pool_and_formats(line: _Line, r: LaunchedReplica, stack, notes: list[str], 
         notes.append(text)
 
 
-def _vllm(name: str, r: LaunchedReplica, stack, notes: list[str]) -> Launch:
+def _vllm(name: str, r: LaunchedReplica, stack, notes: list[str], part: Disaggregation | None) -> Launch:
     tool = launcher("serving", "vllm")
     line = _Line(tool)
     line.set("tp", r.tp)
@@ -353,6 +369,11 @@ def _vllm(name: str, r: LaunchedReplica, stack, notes: list[str]) -> Launch:
         line.set("no_async_scheduling")
     if r.speculative:
         line.set("speculative", json.dumps(_vllm_speculative(r), separators=(",", ":")))
+    if part is not None:  # NIXL moves the KV cache; the proxy decides which server prefills
+        line.set("kv_transfer", json.dumps({"kv_connector": "NixlConnector", "kv_role": "kv_both"},
+                                           separators=(",", ":")))
+        notes.append("set VLLM_NIXL_SIDE_CHANNEL_HOST to the server's address (and VLLM_NIXL_SIDE_CHANNEL_PORT apart "
+                     "for servers sharing a host); needs nixl >= 0.5.1")
     if not stack.chunked_prefill or not stack.mixed_batches:
         notes.append("vLLM V1 always chunks prompts and mixes them with decodes (0.11 turns chunked prefill back on "
                      "for generative models): the simulated scheduler has no vLLM switch")
@@ -365,7 +386,7 @@ def _vllm_speculative(r: LaunchedReplica) -> dict[str, Any]:
     return {"method": r.speculative, "num_speculative_tokens": r.draft_len}
 
 
-def _sglang(name: str, r: LaunchedReplica, stack, notes: list[str]) -> Launch:
+def _sglang(name: str, r: LaunchedReplica, stack, notes: list[str], part: Disaggregation | None) -> Launch:
     tool = launcher("serving", "sglang")
     line = _Line(tool)
     line.set("tp", r.tp * r.attention_dp)
@@ -397,10 +418,21 @@ def _sglang(name: str, r: LaunchedReplica, stack, notes: list[str]) -> Launch:
         line.set("spec_steps", r.draft_len)
         line.set("spec_topk", 1)
         line.set("spec_tokens", r.draft_len + 1)
+    if part is not None:
+        line.set("disagg_mode", part.role)
+        peer = part.peer
+        if part.role == "prefill" and peer.tp * peer.attention_dp != r.tp * r.attention_dp:
+            line.set("disagg_decode_tp", peer.tp * peer.attention_dp)
+        if part.role == "prefill" and peer.attention_dp != r.attention_dp:
+            line.set("disagg_decode_dp", peer.attention_dp)
+        if part.role == "decode" and peer.pp > 1:
+            line.set("disagg_prefill_pp", peer.pp)
+        notes.append("the KV cache moves over Mooncake (the default transfer backend; "
+                     "--disaggregation-transfer-backend nixl for NIXL)")
     return Launch("sglang", tool.version, line.text(model=shlex.quote(name)), None, notes, tool.source)
 
 
-def _trtllm(name: str, r: LaunchedReplica, stack, notes: list[str]) -> Launch:
+def _trtllm(name: str, r: LaunchedReplica, stack, notes: list[str], part: Disaggregation | None) -> Launch:
     tool = launcher("serving", "trtllm")
     line, config = _Line(tool), {}
     line.set("tp", r.tp * r.attention_dp)
@@ -424,6 +456,8 @@ def _trtllm(name: str, r: LaunchedReplica, stack, notes: list[str]) -> Launch:
     config[tool.flag("cuda_graph_config")] = {"max_batch_size": stack.cuda_graph_max_batch, "enable_padding": True}
     if not stack.host_overlaps_gpu:
         config[tool.flag("no_overlap")] = True
+    if part is not None:  # both sides exchange the KV cache (UCX: DEFAULT in release/1.0's example)
+        config[tool.flag("cache_transceiver")] = {"backend": "DEFAULT"}
     if r.speculative:
         config[tool.flag("speculative")] = _trtllm_speculative(r)
         if r.speculative == "ngram":
@@ -436,11 +470,54 @@ def _trtllm(name: str, r: LaunchedReplica, stack, notes: list[str]) -> Launch:
     if not stack.mixed_batches:
         notes.append("TensorRT-LLM's in-flight batching always mixes prompts and decodes: the simulated scheduler "
                      "has no switch there")
-    file = tool.config_file
+    file = tool.config_file if part is None else f"{'ctx' if part.role == 'prefill' else 'gen'}_{tool.config_file}"
     line.set("config_file", file)
     text = "".join(f"{key}: {_yaml(value)}\n" for key, value in config.items())
     return Launch("trtllm", tool.version, line.text(model=shlex.quote(name)), text, notes, tool.source,
                   config_name=file)
+
+
+SERVER_PORT = {"vllm": 8000, "sglang": 30000, "trtllm": 8000}  # each engine's default --port
+
+
+def disaggregated_launches(model: Any, prefill: LaunchedReplica, decode: LaunchedReplica, prefill_stack: Any,
+                           decode_stack: Any) -> tuple[list[Launch], str | None]:
+    """The prefill servers', the decode servers' and the router's commands of a disaggregated deployment (each
+    server's layout as simulated, the router's host names placeholders), or none and why."""
+    pre, why = serving_launch(model, prefill, prefill_stack, Disaggregation("prefill", decode))
+    dec, _ = serving_launch(model, decode, decode_stack, Disaggregation("decode", prefill))
+    if pre is None or dec is None:
+        return [], why
+    return [pre, dec, _router(pre.tool, prefill.engines, decode.engines)], None
+
+
+def _router(engine: str, prefills: int, decodes: int) -> Launch:
+    tool = launcher("routers", engine)
+    port = SERVER_PORT[engine]
+    hosts = {role: [f"<{role}-host-{i}>" for i in range(1, count + 1)]
+             for role, count in (("prefill", prefills), ("decode", decodes))}
+    line, config = _Line(tool), None
+    if engine == "vllm":
+        line.set("port", 8000)
+        for concept, role in (("prefill", "prefill"), ("decode", "decode")):
+            line.parts.append(f"{tool.flag(concept + '_hosts')} {' '.join(map(shlex.quote, hosts[role]))}")
+            line.parts.append(f"{tool.flag(concept + '_ports')} {' '.join([str(port)] * len(hosts[role]))}")
+    elif engine == "sglang":
+        line.set("pd")
+        for role in ("prefill", "decode"):
+            for host in hosts[role]:
+                line.set(role, f"http://{host}:{port}")
+    else:
+        line.set("config_file", tool.config_file)
+        urls = {role: [f"{h}:{port}" for h in hosts[role]] for role in hosts}
+        fields = {"hostname": "localhost", "port": 8000, "backend": "pytorch",
+                  "context_servers": {"num_instances": prefills, "urls": urls["prefill"]},
+                  "generation_servers": {"num_instances": decodes, "urls": urls["decode"]}}
+        config = "".join(f"{tool.flag(key)}: {_yaml(value)}\n" for key, value in fields.items())
+    notes = [f"clients send their requests here; <prefill-host-i> and <decode-host-i> stand for the servers' "
+             f"addresses (each server on the engine's default port {port})"]
+    return Launch(tool.name, tool.version, line.text(), config, notes, tool.source,
+                  config_name=tool.config_file or None, role="router")
 
 
 def _trtllm_speculative(r: LaunchedReplica) -> dict[str, Any]:
@@ -458,6 +535,8 @@ def _yaml(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, dict):
         return "{" + ", ".join(f"{k}: {_yaml(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_yaml(v) for v in value) + "]"
     if isinstance(value, str) and not value.replace("_", "").isalnum():
         return json.dumps(value)
     return str(value)

@@ -23,7 +23,7 @@ from madmax.config.units import GIB
 from madmax.errors import ConfigError
 from madmax.program.serving import build_step, stage_times
 from madmax.request import Request
-from madmax.results.launch import LaunchedReplica, serving_launch
+from madmax.results.launch import LaunchedReplica, disaggregated_launches, serving_launch
 from madmax.results.serving import ServingResult, percentiles, step_breakdown
 from madmax.serve import modes
 from madmax.serve.deployment import (
@@ -280,7 +280,7 @@ def _result(request: Request, dep: modes.Deployment, fmt: Formats, stack: Servin
     latency = goodput = None
     if t.mode is ServingMode.RATE or t.max_ttft_s or t.max_tpot_s:
         latency, goodput = _latency(outcome, t.max_ttft_s, t.max_tpot_s)
-    launches, launch_note = _launches(request, dep, fmt, stack, disaggregated=prefill_dep is not None)
+    launches, launch_note = _launches(request, dep, fmt, stack, prefill_dep)
     kv_per_token = sum(rep.plan.kv_bytes(s, prompt + output) for s in range(rep.plan.num_stages)) * rep.plan.tp
     if (drafter := draft_head(request)) is not None:  # the draft head caches one more layer
         kv_per_token *= 1 + 1 / drafter.layers
@@ -351,21 +351,25 @@ def _latency(outcome: modes.Outcome, max_ttft: float | None, max_tpot: float | N
                      "max_ttft_s": max_ttft, "max_tpot_s": max_tpot}
 
 
-def _launches(request: Request, dep: modes.Deployment, fmt: Formats, stack: ServingStack, disaggregated: bool
-              ) -> tuple[list[dict], str | None]:
-    """The engine command of one replica (`madmax.results.launch`), or why there is none."""
-    if disaggregated:
-        return [], ("disaggregated serving runs prefill and decode engines with a KV-cache transfer and a router "
-                    "(vLLM's KV-transfer connectors, SGLang's disaggregation mode, NVIDIA Dynamo): no single engine "
-                    "command is printed")
-    t, s = request.task, dep.replica.strategy
-    a = dep.attention_dp
-    _, k = t.drafting
-    replica = LaunchedReplica(tp=s.tp, pp=s.pp, ep=s.ep, etp=s.etp, attention_dp=a,
-                              engines=max(1, dep.replicas // a), kv_fp8=fmt.kv is DType.FP8, weights=fmt.label,
-                              speculative=t.speculative.value if t.speculative is not None else None, draft_len=k)
-    launch, why = serving_launch(request.spec, replica, stack)
+def _launches(request: Request, dep: modes.Deployment, fmt: Formats, stack: ServingStack,
+              prefill_dep: modes.Deployment | None = None) -> tuple[list[dict], str | None]:
+    """The engine command of one replica (`madmax.results.launch`), or why there is none; disaggregated (with
+    `prefill_dep`, the prefill workers): the prefill servers', the decode servers' and the router's."""
+    if prefill_dep is not None:
+        launches, why = disaggregated_launches(request.spec, _launched(request, prefill_dep, fmt),
+                                               _launched(request, dep, fmt), prefill_dep.runtime.stack, stack)
+        return [launch.to_dict() for launch in launches], why
+    launch, why = serving_launch(request.spec, _launched(request, dep, fmt), stack)
     return ([launch.to_dict()] if launch is not None else []), why
+
+
+def _launched(request: Request, dep: modes.Deployment, fmt: Formats) -> LaunchedReplica:
+    """What the launcher needs of a deployment's engines."""
+    t, s, a = request.task, dep.replica.strategy, dep.attention_dp
+    _, k = t.drafting
+    return LaunchedReplica(tp=s.tp, pp=s.pp, ep=s.ep, etp=s.etp, attention_dp=a, engines=max(1, dep.replicas // a),
+                           kv_fp8=fmt.kv is DType.FP8, weights=fmt.label,
+                           speculative=t.speculative.value if t.speculative is not None else None, draft_len=k)
 
 
 def _assumed(request: Request, stack: ServingStack, fmt: Formats) -> list[str]:

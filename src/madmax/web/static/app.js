@@ -225,7 +225,8 @@ function showLaunches(launches, note) {
   const parts = [];
   for (const launch of launches) {
     const head = document.createElement("h3");
-    head.textContent = `${launch.tool} ${launch.version}`;
+    const part = {prefill: " (prefill servers)", decode: " (decode servers)", router: " (router)"}[launch.role] || "";
+    head.textContent = `${launch.tool} ${launch.version}${part}`;
     const command = document.createElement("pre");
     command.className = "launch-command";
     command.dataset.tool = launch.tool;
