@@ -248,9 +248,9 @@ def launched(stack: ServingStack, launch: Launch, batch: int, prompt: int, role:
     beside the running decodes, else it waits until every earlier request finishes), and max_batch = batch
     when the batch exceeds it. AICONFIGURATOR sets what its generator writes (`catalog/serving.yaml`
     `launch.sources`): TensorRT-LLM max_num_tokens = batch + prompt + margin rounded up to a KV block,
-    max_batch_size and the CUDA-graph batches = batch; vLLM max_num_batched_tokens = batch + prompt + margin;
-    SGLang max_prefill_tokens = prompt + margin with mixed chunks and max_running_requests = batch; prefill
-    workers prompt + margin, decode workers batch.
+    max_batch_size and the CUDA-graph batches = batch, 80% of free memory for the KV cache (its templates'
+    default); vLLM max_num_batched_tokens = batch + prompt + margin; SGLang max_prefill_tokens = prompt + margin
+    with mixed chunks and max_running_requests = batch; prefill workers prompt + margin, decode workers batch.
     """
     if launch is Launch.ENGINE:
         return stack, []
@@ -269,7 +269,8 @@ def launched(stack: ServingStack, launch: Launch, batch: int, prompt: int, role:
     block = int(_catalog()["launch"]["block_tokens"])
     update = {}
     if stack.engine is Engine.TRTLLM:
-        update = {"max_num_tokens": block * math.ceil(budget / block), "chunked_prefill": False}
+        update = {"max_num_tokens": block * math.ceil(budget / block), "chunked_prefill": False,
+                  "kv_pool_fraction": float(_catalog()["launch"]["trtllm_kv_fraction"])}
         if role != "prefill":
             update.update(max_batch=batch, cuda_graph_max_batch=batch)
     elif stack.engine is Engine.VLLM:
