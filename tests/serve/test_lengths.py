@@ -122,3 +122,32 @@ def test_any_drawn_lengths_serve_every_request_with_finite_latencies(prompt_std,
                       seed=seed if drawn else None, **extra)
     assert np.isfinite(result.ttft_s) and result.ttft_s > 0 and np.isfinite(result.tpot_s) and result.tpot_s > 0
     assert result.fits and np.isfinite(result.output_tokens_per_s) and result.output_tokens_per_s > 0
+
+
+def test_a_disaggregated_request_sends_its_own_prompts_cache(monkeypatch):
+    # Each request's KV transfer is timed for its own prompt: the transfer function is asked for every drawn
+    # prompt length, and longer prompts take longer; the note says so.
+    import dataclasses
+
+    from madmax.serve import modes
+
+    asked: list[tuple[int, float]] = []
+    original = modes.disaggregated
+
+    def spying(dis, *args, **kwargs):
+        def transfer(tokens: int) -> float:
+            seconds = dis.transfer_s(tokens)
+            asked.append((tokens, seconds))
+            return seconds
+        return original(dataclasses.replace(dis, transfer_s=transfer), *args, **kwargs)
+
+    monkeypatch.setattr(modes, "disaggregated", spying)
+    kwargs = dict(SERVE, num_gpus=2, mode="disaggregated", batch=4, num_requests=40, prompt_len=256, output_len=8,
+                  strategy="prefill_workers=1,decode_workers=1")
+    drawn = simulate(**kwargs, prompt_len_std=100, seed=2)
+    prompts, _ = Lengths(256, 8, prompt_std=100, seed=2).draw(40)
+    assert sorted(t for t, _ in asked) == sorted(prompts.tolist())
+    by_tokens = dict(asked)
+    shortest, longest = min(by_tokens), max(by_tokens)
+    assert by_tokens[longest] > by_tokens[shortest]
+    assert any("each request sends its own prompt's cache" in a for a in drawn.assumptions)

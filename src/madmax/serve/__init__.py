@@ -8,6 +8,7 @@ trace, and assembles the result (`results.serving`).
 from __future__ import annotations
 
 import csv
+import functools
 import math
 from pathlib import Path
 
@@ -427,19 +428,27 @@ def _disaggregated(request: Request, requested: Strategy, stack: ServingStack, f
     dec = modes.Deployment(dec_rep, runtime_of(request, dec_stack), dw * ds.dp, context,
                            unbounded_kv=not dec_rep.holds(longest_prompt + longest_output))
     domain = request.system.scale_up_domain
-    per_gpu = max(pre_rep.plan.kv_bytes(s, prompt) for s in range(pre_rep.plan.num_stages))
     span = Span(2, 1) if n <= domain else Span(1, 2)
-    transfer = runtime.network.collective_s(Collective.SEND_RECV, per_gpu, span)
+
+    @functools.cache
+    def transfer_s(tokens: int) -> float:  # each request's: the busiest stage's share of its prompt's cache
+        kv = max(pre_rep.plan.kv_bytes(s, tokens) for s in range(pre_rep.plan.num_stages))
+        return runtime.network.collective_s(Collective.SEND_RECV, kv, span)
+
+    per_gpu = max(pre_rep.plan.kv_bytes(s, prompt) for s in range(pre_rep.plan.num_stages))
+    transfer = runtime.network.collective_s(Collective.SEND_RECV, per_gpu, span)  # the mean prompt's, for the note
     total = t.num_requests or modes.REQUESTS_PER_SLOT * max(concurrency, 1)
     arrival = modes.poisson_arrivals(t.request_rate, total, t.seed) if t.request_rate else None
-    outcome = modes.disaggregated(modes.Disaggregated(pre, dec, transfer), arrival, concurrency, lengths, total)
+    outcome = modes.disaggregated(modes.Disaggregated(pre, dec, transfer_s), arrival, concurrency, lengths, total)
     text = (f"prefill_workers={pw},prefill_tp={ps.tp},prefill_pp={ps.pp},decode_workers={dw},decode_tp={ds.tp},"
             f"decode_pp={ds.pp}")
     if request.spec.has_experts:
         text += f",prefill_ep={ps.ep},decode_ep={ds.ep}" + _overlap(ps)
     notes = [*(f"prefill workers: {note}" for note in pre_notes), *(f"decode workers: {note}" for note in dec_notes),
              *_lengths_note(lengths, prompt, output),
-             f"KV cache of a prompt sent from prefill to decode worker in {transfer * 1e3:.3f} ms "
-             f"({per_gpu / 2**20:.1f} MiB per GPU over the {'scale-up' if span.inter == 1 else 'scale-out'} fabric)"]
+             f"KV cache of {'a mean' if lengths.spread else 'a'} prompt sent from prefill to decode worker in "
+             f"{transfer * 1e3:.3f} ms ({per_gpu / 2**20:.1f} MiB per GPU over the "
+             f"{'scale-up' if span.inter == 1 else 'scale-out'} fabric)"
+             + ("; each request sends its own prompt's cache" if lengths.spread else "")]
     return _result(request, dec, fmt, dec_stack, outcome, concurrency, prompt, output, notes, keep_schedule, text,
                    prefill_dep=pre)

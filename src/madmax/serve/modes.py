@@ -22,6 +22,7 @@ requests), so a deployment of dp replicas has dp x pp engines (`Deployment.engin
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -363,11 +364,12 @@ def poisson_arrivals(rate: float, n: int, seed: int) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Disaggregated:
-    """Prefill workers and decode workers, and the KV transfer of a prompt between them (seconds)."""
+    """Prefill workers and decode workers, and the KV transfer of a prompt between them: seconds for a prompt of
+    the given tokens (its cache's bytes over the fabric)."""
 
     prefill: Deployment
     decode: Deployment
-    transfer_s: float
+    transfer_s: Callable[[int], float]
 
 
 def disaggregated(dis: Disaggregated, arrival: np.ndarray | None, concurrency: int, lengths: Lengths,
@@ -383,7 +385,7 @@ def disaggregated(dis: Disaggregated, arrival: np.ndarray | None, concurrency: i
     counter = {"decode": 0, "prefill": 0, "sent": min(concurrency, n) if closed else n}
 
     def to_decode(request: int, at: float) -> None:
-        decoders[counter["decode"] % len(decoders)].submit(request, at + dis.transfer_s)
+        decoders[counter["decode"] % len(decoders)].submit(request, at + dis.transfer_s(int(reqs.prompt[request])))
         counter["decode"] += 1
 
     prefillers = [dis.prefill.engine(reqs, 1 / dis.prefill.pp, prefill_only=True, on_prefilled=to_decode)
