@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -14,9 +15,13 @@ from madmax.errors import MadmaxError
 from madmax.workload import param_counts
 
 # No test depends on the machine's speed: Hypothesis's per-example deadline (200 ms by default) is off, so a
-# slow or shared CI core (the suite runs one worker per core) cannot fail an example that is correct.
-settings.register_profile("madmax", deadline=None)
-settings.load_profile("madmax")
+# slow or shared CI core (the suite runs one worker per core) cannot fail an example that is correct. And every run
+# draws the same examples (derandomize): a test passes or fails on the code, not on the draw. Random exploration
+# is `benchmarks/fuzz.py`'s job, and `MADMAX_HYPOTHESIS=explore` draws afresh here (what it finds becomes an
+# @example).
+settings.register_profile("madmax", deadline=None, derandomize=True, database=None)
+settings.register_profile("explore", deadline=None)
+settings.load_profile("explore" if os.environ.get("MADMAX_HYPOTHESIS") == "explore" else "madmax")
 
 
 def mangled(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:

@@ -9,6 +9,7 @@ defect the issue found (38.0 ms at 1-4 requests/s, 35.0 ms at 32) was 8%."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -38,6 +39,18 @@ def test_ttft_never_falls_as_the_request_rate_rises(model, stack, tp, prompt, ou
                       output_len=output, strategy=f"tp={tp}", stack=stack).ttft_s
 
     assert ttft(rate * factor) >= ttft(rate) * (1 - STEP_PHASE)
+
+
+@pytest.mark.xfail(strict=True, reason="known: found by a random draw on 2026-12-05, not yet explained; Gemma-3-27B "
+                   "under vLLM on one H100, 351-token prompts, 39.6 -> 79.3 requests/s: mean TTFT 53.7 -> 52.5 ms")
+def test_ttft_at_twice_the_rate_of_an_overloaded_gemma_engine():
+    # Beyond STEP_PHASE (-2.2%): a busier engine that answers sooner on average. Strict: when the model is
+    # fixed this test fails, and the case moves into the property test above as an @example.
+    def ttft(r: float) -> float:
+        return _serve("gemma-3-27b", mode="rate", request_rate=r, num_requests=120, seed=1, prompt_len=351,
+                      output_len=30, strategy="tp=1", stack="vllm").ttft_s
+
+    assert ttft(79.25) >= ttft(39.625) * (1 - STEP_PHASE)
 
 
 @SLOW
