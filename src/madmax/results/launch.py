@@ -499,9 +499,9 @@ def _router(engine: str, prefills: int, decodes: int) -> Launch:
     line, config = _Line(tool), None
     if engine == "vllm":
         line.set("port", 8000)
-        for concept, role in (("prefill", "prefill"), ("decode", "decode")):
-            line.parts.append(f"{tool.flag(concept + '_hosts')} {' '.join(map(shlex.quote, hosts[role]))}")
-            line.parts.append(f"{tool.flag(concept + '_ports')} {' '.join([str(port)] * len(hosts[role]))}")
+        for role in ("prefill", "decode"):  # lists of values: one flag, many words
+            line.parts.append(f"{tool.flag(role + '_hosts')} {' '.join(map(shlex.quote, hosts[role]))}")
+            line.parts.append(f"{tool.flag(role + '_ports')} {' '.join([str(port)] * len(hosts[role]))}")
     elif engine == "sglang":
         line.set("pd")
         for role in ("prefill", "decode"):

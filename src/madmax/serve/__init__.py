@@ -53,7 +53,7 @@ def simulate_serving(request: Request, requested: Strategy, stack: str | Path | 
     check_keys(requested, t.mode)
     check_request(request)
     fmt = formats(request)
-    lengths = request_lengths(request)
+    lengths = _request_lengths(request)
     prompt, output, arrival = _lengths(request, lengths)
     if t.prefix_len and int(np.min(prompt)) <= t.prefix_len:
         raise ConfigError(f"task.prefix_len={t.prefix_len} is not shorter than every prompt (the shortest has "
@@ -116,7 +116,7 @@ def _speculative_note(request: Request, dep: modes.Deployment) -> str:
             "tokens come in bursts (mean-field: inter-token latency is the step over the tokens it gains)")
 
 
-def request_lengths(request: Request) -> Lengths:
+def _request_lengths(request: Request) -> Lengths:
     """The task's prompt and output tokens per request: fixed, or normal of the given standard deviations."""
     t = request.task
     return Lengths(t.prompt_len or 0, t.output_len or 0, t.prompt_len_std, t.output_len_std, t.seed)
@@ -430,13 +430,14 @@ def _disaggregated(request: Request, requested: Strategy, stack: ServingStack, f
     domain = request.system.scale_up_domain
     span = Span(2, 1) if n <= domain else Span(1, 2)
 
-    @functools.cache
-    def transfer_s(tokens: int) -> float:  # each request's: the busiest stage's share of its prompt's cache
-        kv = max(pre_rep.plan.kv_bytes(s, tokens) for s in range(pre_rep.plan.num_stages))
-        return runtime.network.collective_s(Collective.SEND_RECV, kv, span)
+    def prompt_kv(tokens: float) -> float:  # the busiest stage's share of a prompt's cache, per GPU
+        return max(pre_rep.plan.kv_bytes(s, tokens) for s in range(pre_rep.plan.num_stages))
 
-    per_gpu = max(pre_rep.plan.kv_bytes(s, prompt) for s in range(pre_rep.plan.num_stages))
-    transfer = runtime.network.collective_s(Collective.SEND_RECV, per_gpu, span)  # the mean prompt's, for the note
+    @functools.cache
+    def transfer_s(tokens: float) -> float:  # each request's, for its own prompt
+        return runtime.network.collective_s(Collective.SEND_RECV, prompt_kv(tokens), span)
+
+    per_gpu, transfer = prompt_kv(prompt), transfer_s(prompt)  # the mean prompt's, for the note
     total = t.num_requests or modes.REQUESTS_PER_SLOT * max(concurrency, 1)
     arrival = modes.poisson_arrivals(t.request_rate, total, t.seed) if t.request_rate else None
     outcome = modes.disaggregated(modes.Disaggregated(pre, dec, transfer_s), arrival, concurrency, lengths, total)
