@@ -82,22 +82,24 @@ def test_trtllm_shape_differences_and_longer_context(trtllm):
 def test_serving_counts(serving):
     # 917 rows: dense 177 Llama-3.1-8B + 45 Llama-3.1-70B + 362 Qwen3-32B = 584 rows; MoE 129 Qwen3-235B +
     # 8 DeepSeek-V3 + 92 DeepSeek-R1 + 74 gpt-oss + 30 MiniMax-M2.5. Unmapped: 2 Qwen3-235B vLLM disaggregated rows
-    # (attention DP without expert parallelism in a worker).
-    assert len(serving.cases) == 2 * 915 and len(serving.unmapped) == 2
+    # (attention DP without expert parallelism in a worker) and the 92 DeepSeek-R1 disaggregated rows that state no
+    # worker counts (their deployment is unknown).
+    assert len(serving.cases) == 2 * 823 and len(serving.unmapped) == 94
     rows = Counter(c.kwargs["model"] if isinstance(c.kwargs["model"], str) else c.kwargs["model"]["name"]
                    for c in serving.cases if c.metric == "ttft_ms")
     assert rows == {"llama-3.1-8b": 177, "llama-3.1-70b": 45, "qwen3-32b": 362, "qwen3-235b-a22b": 127,
-                    "deepseek-v3": 100, "gpt-oss-120b": 74, "minimax-m2": 30}
-    assert Counter(c.metric for c in serving.cases) == {"ttft_ms": 915, "tpot_ms": 915}
+                    "deepseek-v3": 8, "gpt-oss-120b": 74, "minimax-m2": 30}
+    assert Counter(c.metric for c in serving.cases) == {"ttft_ms": 823, "tpot_ms": 823}
     assert len({c.row_id for c in serving.cases}) == len(serving.cases)
 
 
 def test_serving_moe_layouts(serving):
     strategies = {c.kwargs["strategy"] for c in serving.cases if c.metric == "tpot_ms"}
     assert "tp=8,pp=1,ep=8,etp=1" in strategies  # Qwen3-235B on TensorRT-LLM: experts by EP inside the engine
-    trtllm_r1 = next(c for c in serving.cases if c.metric == "tpot_ms" and "decode_ep=16" in c.kwargs["strategy"]
-                     and "prefill_tp=16" in c.kwargs["strategy"])
-    assert any("one worker each" in a for a in trtllm_r1.assumptions)
+    # silicon_h100.csv line 2: one prefill worker of tp 1 with attention DP 16 and EP 16, three decode workers of tp 16
+    r1 = _case(serving, "silicon_h100.csv:2:tpot_ms")
+    assert r1.kwargs["strategy"] == ("prefill_workers=1,prefill_tp=1,prefill_pp=1,decode_workers=3,decode_tp=16,"
+                                     "decode_pp=1,prefill_ep=16,decode_ep=16")
     gpt_oss = next(c for c in serving.cases if c.kwargs["dtype"] == "mxfp4")
     assert gpt_oss.kwargs["model"].startswith("gpt-oss")
     assert any("MXFP4 checkpoint" in a for a in gpt_oss.assumptions)
@@ -197,3 +199,13 @@ def test_error_bands_leave_serving_rows_out(trtllm):
     report = run_validation([Dataset("trtllm_static", "", tuple(cases), ())], simulate=fake)
     assert report.dataset("trtllm_static").run == 5 and bands_from(report) == []
     assert all(isinstance(r.case, Case) for r in report.rows)
+
+
+def test_a_disaggregated_row_without_worker_counts_is_not_scored(serving):
+    # silicon_h100.csv line 740 names a tp-16 prefill and no worker counts, yet its TTFT and TPOT (7137.27 ms,
+    # 15.21 ms) are those of line 6, whose prefill worker is tp 1 with attention DP 16 beside three decode workers:
+    # one worker each would score a deployment that was not measured.
+    assert not any(c.row_id.startswith("silicon_h100.csv:740:") for c in serving.cases)
+    reasons = {u.row_id: u.reason for u in serving.unmapped}
+    assert "deployment is unknown" in reasons["silicon_h100.csv:740"]
+    assert sum("deployment is unknown" in r for r in reasons.values()) == 92

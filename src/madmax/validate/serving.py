@@ -237,10 +237,12 @@ def _serving_inputs(row: Mapping[str, str], moe: bool) -> tuple[dict[str, Any], 
     concurrency, notes = _concurrency(row)
     pw, dw = row_int(row, "prefill_num_workers"), row_int(row, "decode_num_workers")
     if pw is None and dw is None:
-        pw = dw = 1
-        notes.append("prefill_num_workers and decode_num_workers not stated: one worker each (the row's id names "
-                     "one prefill and one decode layout)")
-    elif pw is None or dw is None:
+        # Not "one worker each": 10 such TensorRT-LLM DeepSeek-R1 rows carry, to the last digit, the TTFT and TPOT
+        # of rows that state their layout (silicon_h100.csv lines 2-9: a prefill worker of tp 1 with attention DP
+        # 16, two or three decode workers), not the tp-16 prefill their own columns name.
+        raise NotMappable("prefill_num_workers and decode_num_workers not stated: the deployment is unknown (rows "
+                          "without them repeat the measurements of rows with other worker layouts)")
+    if pw is None or dw is None:
         raise NotMappable("row states the workers of one side only (partial row)")
     sizes = []
     strategy = (f"prefill_workers={pw},prefill_tp={ptp},prefill_pp={ppp},"
