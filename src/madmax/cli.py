@@ -150,8 +150,10 @@ EngineOpt = Annotated[str | None, typer.Option(help='Inference: engine settings 
                                                      '"max_num_tokens=16384,chunked_prefill=1,max_batch=256".')]
 SearchStackOpt = Annotated[str | None, typer.Option(help="Software stack. Inference: the serving stack every layout "
                                                          "is costed under, trtllm (default), vllm, sglang, trtllm-0.9, "
-                                                         "or a YAML file; training: megatron-core only (the default; "
-                                                         "simulate a chosen strategy under another stack).")]
+                                                         "or a YAML file; training: the stack the reported strategies "
+                                                         "are simulated under (megatron-core default, fsdp2, "
+                                                         "deepspeed, hugectr, ...; screened with Megatron-Core's "
+                                                         "schedule under its kernel profile).")]
 
 ExpertLoadOpt = Annotated[str | None, typer.Option(help="MoE routing load: balanced (default), the busiest expert "
                                                         "rank's tokens over the mean (e.g. 1.3), or zipf:ALPHA.")]

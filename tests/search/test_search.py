@@ -109,9 +109,8 @@ def test_text_and_parquet(files, tmp_path):
     (["--task", "inference"], ["global_batch applies to training searches", "allowed with --task inference"]),
     # ... and a training search takes no serving option: nothing asked for is silently dropped
     (["--prompt-len", "128"], ["prompt_len applies to serving searches", "--task inference"]),
-    # the training search costs its candidates under megatron-core only (another stack: simulate)
+    # a serving engine is no training stack
     (["--stack", "vllm"], ["stack='vllm'", "serving engine", "allowed for training: megatron-core"]),
-    (["--stack", "deepspeed"], ["stack='deepspeed'", "under megatron-core", "simulate a chosen strategy"]),
     (["--mode", "saturation"], ["mode applies to serving searches"]),
     (["--out", "x.csv"], ["out='x.csv'", ".parquet"]),
     (["--tokens", "-5"], ["tokens=-5"]),

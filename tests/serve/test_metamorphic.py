@@ -12,7 +12,6 @@ moved a mean by 2.2% (Gemma-3-27B, the @example below), by 0.9% with 60 and +0.6
 
 from __future__ import annotations
 
-import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 

@@ -81,16 +81,6 @@ def with_memory_margin(ctx: Context, value: Any) -> Context:
                    memory_margin_bytes=margin)
 
 
-def _check_stack(stack: str | None) -> None:
-    """The training search costs its candidates with the default stack's kernels (Megatron-Core); another
-    training stack is refused rather than ignored."""
-    from madmax.config.training_stack import default_training_stack, load_training_stack
-
-    if stack is not None and load_training_stack(stack).name != default_training_stack():
-        raise ConfigError(f"stack={stack!r}: the training search costs every candidate under "
-                          f"{default_training_stack()}; allowed: omit it, or simulate a chosen strategy with stack")
-
-
 def with_goodput(outcome: Outcome, system: Any, reliability: Any) -> Outcome:
     """`outcome` with each simulated strategy's `time_to_train` on `system` (the search's, with its price and
     power) under `reliability`, the simulated ones re-ranked by the expected wall clock (`Outcome.objective_value`)."""
@@ -126,8 +116,7 @@ def find(model: Any, system: Any, num_gpus: int | None = None, task: Any = "pret
     goodput model under `reliability`, default llama3-h100) and they rank by its expected wall clock; the
     estimates before them rank by the ideal time (the same GPUs, model and state: goodput moves every candidate
     alike but for its checkpoint interval's rounding)."""
-    _check_stack(stack)
-    ctx = prepare(model, system, num_gpus, task, global_batch, seq_len, dtype, calibration=calibration,
+    ctx = prepare(model, system, num_gpus, task, global_batch, seq_len, dtype, calibration=calibration, stack=stack,
                   **{k: v for k, v in task_fields.items() if v is not None})
     ctx = with_memory_margin(ctx, memory_margin)
     if fp8_params:
@@ -296,7 +285,10 @@ def search(model: Any, system: Any, num_gpus: int | None = None, task: Any = "pr
     ep_overlap=[...]; default both settings), with the routing of `simulate` (expert_load,
     capacity_factor). With dtype fp8, fp8_params=True keeps every candidate's GEMM weights in fp8 only
     (strategy key fp8_params: no bf16 copy, fp8 parameter gathers; ZeRO 0-2). memory_margin keeps each GPU's memory
-    partly free: a share (0.05, "5%") or bytes ("4 GiB"); default 5%, 0 uses it all.
+    partly free: a share (0.05, "5%") or bytes ("4 GiB"); default 5%, 0 uses it all. stack names the training stack
+    (`simulate`'s; default megatron-core): the candidates are screened and replayed with Megatron-Core's schedule under
+    the stack's compute profile and attention kernel, and the simulated ones, which the ranking reports, run under
+    the stack itself (raise exact to simulate more of them).
 
     One row per evaluated candidate (it passes the divisibility rules and fits in memory). Columns: the
     strategy and its degrees (`shard` 0: the whole data-parallel group; an MoE model adds `ep`, `etp`

@@ -33,6 +33,7 @@ class Context:
     fp8_params: bool = False
     # HBM per GPU the search keeps free (`search.api.with_memory_margin`): the system's usable memory is lowered by it
     memory_margin_bytes: float = 0.0
+    stack: str = "megatron-core"  # the training stack the simulated candidates run under (`prepare`)
     plans: dict = field(default_factory=dict, compare=False, repr=False)  # units of the plans built so far
 
     @property
@@ -84,10 +85,14 @@ class Context:
 
 def prepare(model: Any, system: Any, num_gpus: int | None = None, task: Any = "pretrain",
             global_batch: int | None = None, seq_len: int | None = None, dtype: str | None = None, *,
-            calibration: str | Path | None = None, **task_fields: Any) -> Context:
+            calibration: str | Path | None = None, stack: Any = None, **task_fields: Any) -> Context:
     """Load and check the inputs with the request resolver `madmax.simulate` uses; a search also needs
     the global batch.
 
+    stack: the training stack (`madmax.config.training_stack`; None: the default, Megatron-Core). The closed form
+    and the replay cost every candidate with the default stack's schedule, under this stack's compute profile
+    (its runtime, unless `calibration` is given) and attention kernel; the candidates the search simulates run
+    under the stack itself (`simulate_kwargs`), so the reported ranking is the stack's.
     task_fields: finetune, lora_rank, frozen_layers, lora_targets (fine-tuning).
     Raises `MadmaxError` with one sentence on bad input.
     """
@@ -105,12 +110,17 @@ def prepare(model: Any, system: Any, num_gpus: int | None = None, task: Any = "p
     if t.global_batch is None:
         raise ConfigError("global_batch is required by search (sequences per optimizer step), "
                           "e.g. --global-batch 1024; allowed: a positive integer")
+    training_stack = load_training_stack(stack)
     kwargs = {"model": request.spec, "system": sysm, "num_gpus": sysm.cluster_gpus, "task": t,
               "calibration": calibration}
-    # the default stack's attention kernel, as `simulate` costs each candidate (the search runs no other stack)
-    kernel = load_training_stack(None).attention_kernel(sysm.gpu.architecture)
-    compute = compute_model(sysm.gpu, calibration, attention_kernel=kernel)
+    if stack is not None:
+        kwargs["stack"] = training_stack
+    # the stack's runtime profile and attention kernel, as `simulate` costs a candidate under it
+    profile = calibration if calibration is not None else training_stack.calibration_for(False)
+    kernel = training_stack.attention_kernel(sysm.gpu.architecture)
+    compute = compute_model(sysm.gpu, profile, attention_kernel=kernel)
     return Context(spec=request.spec, system=sysm, task=t, seq_len=request.seq_len, global_batch=t.global_batch,
                    workload=request.workload, compute=compute,
-                   network=network_model(sysm, compute.profile.network if calibration else ()),
-                   reserve=runtime_reserve(), calibration=calibration, simulate_kwargs=kwargs)
+                   network=network_model(sysm, compute.profile.network if profile else ()),
+                   reserve=runtime_reserve(), calibration=calibration, simulate_kwargs=kwargs,
+                   stack=training_stack.name)

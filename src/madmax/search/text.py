@@ -7,6 +7,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from madmax.config.training_stack import default_training_stack
 from madmax.config.units import GIB
 from madmax.search.core import Outcome
 from madmax.search.objective import Scorer
@@ -38,7 +39,8 @@ def report(outcome: Outcome, top: int, wall_s: float) -> dict[str, Any]:
             "evaluated": outcome.evaluated, "replayed": int((outcome.refined_s == outcome.refined_s).sum()),
             "simulated": len(outcome.exact), "wall_s": wall_s,
             "strategies_per_s": outcome.valid / wall_s if wall_s > 0 else float("inf"), "top": top,
-            "memory_limit_bytes": outcome.ctx.capacity_bytes, "memory_margin_bytes": outcome.ctx.memory_margin_bytes}
+            "memory_limit_bytes": outcome.ctx.capacity_bytes, "memory_margin_bytes": outcome.ctx.memory_margin_bytes,
+            "stack": outcome.ctx.stack}
 
 
 def _counts(rows: list[tuple[str, str]]) -> Table:
@@ -69,6 +71,14 @@ def memory_line(limit_bytes: float, margin_bytes: float) -> str:
             f"can use ({margin_bytes / GIB:,.1f} GiB kept free; --memory-margin 0 uses it all)")
 
 
+def stack_line(stack: str, every_candidate: bool) -> str:
+    """Under which training stack the search's strategies were costed."""
+    if every_candidate:  # a table search simulates each candidate
+        return f"stack {stack}: every candidate simulated under it"
+    return (f"stack {stack}: candidates screened with {default_training_stack()}'s schedule under {stack}'s kernel "
+            f"profile; the simulated ones, ranked below, run under {stack} itself")
+
+
 def print_search(outcome: Outcome, top: int, wall_s: float, console: Console | None = None) -> None:
     """The pruning counts, then the top strategies with time, throughput, MFU, memory and exposed comm."""
     console = console or make_console()
@@ -79,6 +89,8 @@ def print_search(outcome: Outcome, top: int, wall_s: float, console: Console | N
                   f"{ctx.dtype.value}), global batch {batch}; objective {score.objective.value}", soft_wrap=True)
     info = report(outcome, top, wall_s)
     console.print(f"[dim]{memory_line(ctx.capacity_bytes, ctx.memory_margin_bytes)}[/dim]", soft_wrap=True)
+    if ctx.stack != default_training_stack():
+        console.print(f"[dim]{stack_line(ctx.stack, ctx.has_tables)}[/dim]", soft_wrap=True)
     # A table search simulates every candidate: it has no replay step.
     replayed = [] if ctx.has_tables else [("replayed step by step", f"{info['replayed']:,}")]
     console.print(_counts([("enumerated", f"{info['enumerated']:,}"),

@@ -146,4 +146,4 @@ def _check(kind: str, kwargs: dict[str, Any]) -> None:
                                      "capacity_factor") if kwargs.get(k) is not None}
     prepare(kwargs["model"], kwargs["system"], kwargs.get("num_gpus"), kwargs.get("task", "pretrain"),
             kwargs.get("global_batch"), kwargs.get("seq_len"), kwargs.get("dtype"),
-            calibration=kwargs.get("calibration"), **fields)
+            calibration=kwargs.get("calibration"), stack=kwargs.get("stack"), **fields)
