@@ -556,6 +556,9 @@ def search(
     max_etp: Annotated[int | None, typer.Option(help="Largest expert-tensor-parallel degree (MoE models).")] = None,
     ep_overlap: Annotated[str | None, typer.Option(help='All-to-all overlap settings to try (MoE models), e.g. "1" '
                                                         '(default 0,1).')] = None,
+    tp_overlap: Annotated[str | None, typer.Option(help='TP communication overlap settings the simulated candidates '
+                                                        'try (tp > 1 with sequence parallelism): "0,1" simulates '
+                                                        'each twice and keeps the faster (default 0).')] = None,
     expert_load: ExpertLoadOpt = None,
     capacity_factor: CapacityFactorOpt = None,
     fp8_params: Annotated[bool, typer.Option(help="With --dtype fp8: keep every candidate's GEMM weights in fp8 "
@@ -607,7 +610,8 @@ def search(
                      "zero": zero, "recompute": recompute, "max_cp": max_cp, "max_vp": max_vp, "max_mbs": max_mbs,
                      "orders": orders, "emb": emb, "finetune": finetune, "lora_rank": lora_rank,
                      "frozen_layers": frozen_layers, "lora_targets": lora_targets, "out": out, "max_ep": max_ep,
-                     "max_etp": max_etp, "ep_overlap": ep_overlap, "expert_load": expert_load,
+                     "max_etp": max_etp, "ep_overlap": ep_overlap, "tp_overlap": tp_overlap,
+                     "expert_load": expert_load,
                      "capacity_factor": capacity_factor, "fp8_params": fp8_params or None,
                      "objective": None if objective == "throughput" else objective, "hybrid": None if hybrid else False,
                      "refine": None if refine == 2000 else refine, "workers": None if workers == 1 else workers,
@@ -679,7 +683,8 @@ def search(
                            workers=workers, finetune=finetune, lora_rank=lora_rank, frozen_layers=frozen_layers,
                            lora_targets=lora_targets.split(",") if lora_targets else None,
                            emb=emb.split(",") if emb else None, max_ep=max_ep, max_etp=max_etp,
-                           ep_overlap=numbers(ep_overlap, "ep_overlap"), expert_load=expert_load,
+                           ep_overlap=numbers(ep_overlap, "ep_overlap"),
+                           tp_overlap=numbers(tp_overlap, "tp_overlap"), expert_load=expert_load,
                            capacity_factor=capacity_factor, stack=stack, fp8_params=fp8_params, price=price,
                            power=power, reliability=reliability, memory_margin=memory_margin)
         wall = time.perf_counter() - start

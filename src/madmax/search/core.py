@@ -7,6 +7,9 @@
    (`timing.refine`), which reproduces `simulate` at step granularity.
 5. The best `exact` by the replay are simulated with `madmax.simulate`; they are ranked by the
    simulated numbers, so the reported top K are `simulate` results.
+6. Settings the closed form and the replay do not cost are tried on the simulated candidates only, when
+   asked (`overlap_variants`, search option tp_overlap): each with tp > 1 and sequence parallelism is
+   simulated again with its TP collectives pipelined into the GEMMs (tp_overlap=1), which it keeps when faster.
 
 A mixture-of-experts model adds ep, etp and the all-to-all overlap to the space; each step accounts for
 its routed experts (their state group and gradient stream, their grouped GEMMs, the token exchange). A
@@ -24,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from madmax import terminal
+from madmax.errors import StrategyError
 from madmax.parallel.formats import tensor_bytes
 from madmax.parallel.memory import group_sizes
 from madmax.parallel.pipeline import inflight_cap
@@ -58,6 +62,8 @@ class Outcome:
     rejected: dict[str, int]
     model_flops: np.ndarray
     timings_s: dict[str, float] = field(default_factory=dict)
+    # per simulated candidate, the strategy keys beyond its columns that its result ran with (`overlap_variants`)
+    variants: dict[int, str] = field(default_factory=dict)
 
     @property
     def enumerated(self) -> int:
@@ -73,7 +79,8 @@ class Outcome:
         return self.space.num_valid
 
     def strategy(self, i: int) -> str:
-        return describe({k: int(v[i]) for k, v in self.columns.items()}, self.space.orders, self.ctx.fp8_params)
+        return (describe({k: int(v[i]) for k, v in self.columns.items()}, self.space.orders, self.ctx.fp8_params)
+                + self.variants.get(i, ""))
 
     def best_time_s(self) -> np.ndarray:
         """Best available iteration time per candidate: simulated, else replayed, else closed form."""
@@ -190,10 +197,13 @@ def finish(ctx: Context, space: Space, scorer: Scorer, ev: dict[str, np.ndarray]
         by_replay = pool[np.argsort(scorer.sort_key(refined[pool]), kind="stable")]
         results = _simulate(ctx, ev, space, by_replay[:exact], workers)
         clock.lap("simulate")
+    variants = overlap_variants(ctx, ev, space, results, workers)
+    if variants:
+        clock.lap("variants")
     return Outcome(ctx=ctx, scorer=scorer, space=space, columns=ev, peak_memory_bytes=peak,
                    estimate_s=estimate, refined_s=refined, exact=results,
                    ranked=ranking(scorer, estimate, refined, results), rejected=rejected, model_flops=flops,
-                   timings_s=clock.timings)
+                   timings_s=clock.timings, variants=variants)
 
 
 def _peak_memory(ctx: Context, space: Space, memory, layouts: _Layouts) -> np.ndarray:
@@ -248,6 +258,34 @@ def _simulate(ctx: Context, cols: dict[str, np.ndarray], space: Space, indices: 
     strategies = [describe({k: int(v[i]) for k, v in cols.items()}, space.orders, ctx.fp8_params) for i in indices]
     results = simulate_many(ctx, strategies, workers)
     return {int(i): r for i, r in zip(indices, results, strict=True)}
+
+
+TP_OVERLAP = ",tp_overlap=1"
+
+
+def overlap_variants(ctx: Context, cols: dict[str, np.ndarray], space: Space, results: dict[int, Result],
+                     workers: int) -> dict[int, str]:
+    """Step 6: each simulated candidate with tp > 1 and sequence parallelism simulated again with tp_overlap=1
+    (Megatron's --tp-comm-overlap: the all-gathers and reduce-scatters pipelined with the GEMMs), where
+    `ctx.tp_overlap` allows it; the variant replaces the candidate's result when it fits where the other does not
+    or is faster (every objective improves as the iteration time falls; always, when only tp_overlap=1 is
+    allowed). `results` is updated in place; returns the suffix of each candidate that took its variant. A
+    variant `simulate` refuses is not taken."""
+    if True not in ctx.tp_overlap:
+        return {}
+    eligible = [i for i in results if cols["tp"][i] > 1 and cols["sp"][i]]
+    if not eligible:
+        return {}
+    strategies = [describe({k: int(v[i]) for k, v in cols.items()}, space.orders, ctx.fp8_params) + TP_OVERLAP
+                  for i in eligible]
+    chosen = {}
+    for i, r in zip(eligible, simulate_many(ctx, strategies, workers, refused=(StrategyError,)), strict=True):
+        if isinstance(r, Exception):
+            continue
+        base = results[i]
+        if False not in ctx.tp_overlap or (r.fits, -r.iteration_time_s) > (base.fits, -base.iteration_time_s):
+            results[i], chosen[i] = r, TP_OVERLAP
+    return chosen
 
 
 def simulate_many(ctx: Context, strategies: list[str], workers: int, *,
