@@ -551,7 +551,10 @@ def search(
     frozen_layers: FrozenLayersOpt = None,
     lora_targets: LoraTargetsOpt = None,
     emb: Annotated[str | None, typer.Option(help='Embedding shardings to try (models with tables), e.g. '
-                                                 '"tw,rw" (default tw,rw,cw,twrw,dp).')] = None,
+                                                 '"tw,rw" (default tw,rw,cw,twrw,dp,hybrid).')] = None,
+    emb_balance: Annotated[str | None, typer.Option(help='What placing tables balances, to try (models with '
+                                                         'tables; tw, cw, hybrid), e.g. "size,lookup,count" '
+                                                         '(default size).')] = None,
     max_ep: Annotated[int | None, typer.Option(help="Largest expert-parallel degree (MoE models).")] = None,
     max_etp: Annotated[int | None, typer.Option(help="Largest expert-tensor-parallel degree (MoE models).")] = None,
     ep_overlap: Annotated[str | None, typer.Option(help='All-to-all overlap settings to try (MoE models), e.g. "1" '
@@ -608,7 +611,8 @@ def search(
     training_only = {"global_batch": global_batch, "seq_len": seq_len, "dtype": dtype, "tokens": tokens,
                      "reliability": reliability,
                      "zero": zero, "recompute": recompute, "max_cp": max_cp, "max_vp": max_vp, "max_mbs": max_mbs,
-                     "orders": orders, "emb": emb, "finetune": finetune, "lora_rank": lora_rank,
+                     "orders": orders, "emb": emb, "emb_balance": emb_balance, "finetune": finetune,
+                     "lora_rank": lora_rank,
                      "frozen_layers": frozen_layers, "lora_targets": lora_targets, "out": out, "max_ep": max_ep,
                      "max_etp": max_etp, "ep_overlap": ep_overlap, "tp_overlap": tp_overlap,
                      "expert_load": expert_load,
@@ -682,7 +686,8 @@ def search(
                            orders=orders.split(",") if orders else None, calibration=calibration,
                            workers=workers, finetune=finetune, lora_rank=lora_rank, frozen_layers=frozen_layers,
                            lora_targets=lora_targets.split(",") if lora_targets else None,
-                           emb=emb.split(",") if emb else None, max_ep=max_ep, max_etp=max_etp,
+                           emb=emb.split(",") if emb else None,
+                           emb_balance=emb_balance.split(",") if emb_balance else None, max_ep=max_ep, max_etp=max_etp,
                            ep_overlap=numbers(ep_overlap, "ep_overlap"),
                            tp_overlap=numbers(tp_overlap, "tp_overlap"), expert_load=expert_load,
                            capacity_factor=capacity_factor, stack=stack, fp8_params=fp8_params, price=price,

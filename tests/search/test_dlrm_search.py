@@ -16,15 +16,18 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import yaml
 from typer.testing import CliRunner
 
 from madmax import api
 from madmax.cli import app
+from madmax.config.strategy import DEFAULT_ORDER, EMB_BALANCES, EMB_SHARDINGS
 from madmax.errors import ConfigError, StrategyError
 from madmax.search.api import find
 from madmax.search.context import prepare
+from madmax.search.space import describe
 from madmax.search.tables import TableLimits, enumerate_tables, node_groups
 
 from .conftest import cut_node
@@ -42,8 +45,9 @@ def small_zionex() -> dict:
 
 
 CASE = {"model": TINY_DLRM, "system": small_zionex(), "num_gpus": 16, "global_batch": 4096}
-# The search's memory margin off: the counts below are worked out to the MiB of the cut HBM.
-FIND = {**CASE, "memory_margin": 0}
+# The search's memory margin off: the counts below are worked out to the MiB of the cut HBM. One table-placement
+# balance (size, the default, said here): test_balances_multiply_the_placed_plans tries the others.
+FIND = {**CASE, "memory_margin": 0, "emb_balance": ["size"]}
 
 
 @pytest.fixture(scope="session")
@@ -68,7 +72,7 @@ def test_node_groups():
 
 def test_space_by_hand():
     ctx = prepare(**CASE)
-    cols = enumerate_tables(ctx, TableLimits())
+    cols = enumerate_tables(ctx, TableLimits(balance=("size",)))
     # Plans: tw, rw, cw, twrw, hybrid x (all 16 ranks, groups of 8) + dp (all ranks) = 11.
     # Dense: zero 0; zero 1-3 over all ranks or one node (shard=8): 1 + 3*2 = 7. 11 * 7 = 77.
     assert len(cols["tp"]) == 77
@@ -76,8 +80,28 @@ def test_space_by_hand():
     assert set(cols["dp"]) == {16} and set(cols["mbs"]) == {4096 // 16} and set(cols["m"]) == {1}
     assert set(cols["emb_group"]) == {0, 8} and set(cols["shard"]) == {0, 8}
     # Without hybrid groups: 11 plans x 4 stages; on one node (8 GPUs): 6 plans x 4 stages.
-    assert len(enumerate_tables(ctx, TableLimits(hybrid=False))["tp"]) == 44
-    assert len(enumerate_tables(prepare(**{**CASE, "num_gpus": 8}), TableLimits())["tp"]) == 24
+    assert len(enumerate_tables(ctx, TableLimits(hybrid=False, balance=("size",)))["tp"]) == 44
+    assert len(enumerate_tables(prepare(**{**CASE, "num_gpus": 8}), TableLimits(balance=("size",)))["tp"]) == 24
+
+
+def test_balances_multiply_the_placed_plans():
+    # tw, cw and hybrid deal tables or column slices to ranks, so each takes the three balances; rw, twrw and dp
+    # place nothing by choice and keep size. Plans: (3 x 3 + 2) x (all ranks, groups of 8) + dp = 23; x 7 dense = 161.
+    ctx = prepare(**CASE)
+    cols = enumerate_tables(ctx, TableLimits(balance=EMB_BALANCES))
+    assert len(cols["tp"]) == 161
+    assert len(enumerate_tables(ctx, TableLimits())["tp"]) == 77  # the default: size only
+    placed = np.isin(cols["emb"], [EMB_SHARDINGS.index(e) for e in ("tw", "cw", "hybrid")])
+    assert set(cols["emb_bal"][~placed]) == {0} and set(cols["emb_bal"][placed]) == {0, 1, 2}
+    strategies = {describe({k: int(v[i]) for k, v in cols.items()}, (DEFAULT_ORDER,)) for i in range(161)}
+    assert len(strategies) == 161
+    assert any(",emb=hybrid,emb_balance=lookup," in s for s in strategies)
+    assert not any("emb=rw,emb_balance" in s for s in strategies)
+    with pytest.raises(ConfigError, match=r"emb_balance=\['bytes'\] must list table-placement balances; allowed: "
+                                          "size, lookup, count"):
+        find(**FIND | {"emb_balance": ["bytes"]})
+    with pytest.raises(ConfigError, match=r"emb_balance=.* applies to models with embedding tables"):
+        find("llama-3.1-8b", "dgx-h100", 8, global_batch=8, emb_balance=["lookup"])
 
 
 def test_counts_add_up(dlrm_outcome):
@@ -92,7 +116,7 @@ def test_best_equals_every_candidate_simulated(dlrm_outcome):
     # Simulate every enumerated candidate independently: the refused ones raise the planner's error,
     # the ones that fit are exactly those evaluated, and the search's best is the best of them.
     ctx = prepare(**CASE)
-    cols = enumerate_tables(ctx, TableLimits())
+    cols = enumerate_tables(ctx, TableLimits(balance=("size",)))
     from madmax.search.space import describe
 
     times, refused = {}, 0
@@ -187,7 +211,7 @@ def test_emb_needs_tables():
 
 def _cli(files, *extra: str):
     return runner.invoke(app, ["search", "-m", str(files["model"]), "-s", str(files["system"]), "--num-gpus", "16",
-                               "--global-batch", "4096", "--memory-margin", "0", *extra])
+                               "--global-batch", "4096", "--memory-margin", "0", "--emb-balance", "size", *extra])
 
 
 def test_cli_json(dlrm_files):

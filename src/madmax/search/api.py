@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from madmax.config.base import DType
-from madmax.config.strategy import DEFAULT_ORDER, EMB_SHARDINGS, Recompute
+from madmax.config.strategy import DEFAULT_ORDER, EMB_BALANCES, EMB_SHARDINGS, Recompute
 from madmax.config.units import GIB
 from madmax.errors import ConfigError
 from madmax.program import builder_for
@@ -106,7 +106,7 @@ def find(model: Any, system: Any, num_gpus: int | None = None, task: Any = "pret
          zero: list[int] | None = None, recompute: list[str] | None = None, sp: list[bool] | None = None,
          hybrid: bool = True, orders: list[str] | str | None = None, emb: list[str] | None = None,
          max_ep: int | None = None, max_etp: int | None = None, ep_overlap: list[bool] | None = None,
-         tp_overlap: list[bool] | None = None,
+         tp_overlap: list[bool] | None = None, emb_balance: list[str] | None = None,
          calibration: str | Path | None = None, workers: int = 1, stack: str | None = None,
          fp8_params: bool = False, price: float | None = None, power: float | None = None,
          reliability: str | Path | dict | None = None, memory_margin: float | str | None = None,
@@ -159,13 +159,15 @@ def find(model: Any, system: Any, num_gpus: int | None = None, task: Any = "pret
                                           ("sp", sp), ("orders", orders)) if value is not None]
         if given:
             raise ConfigError(f"{given[0]} applies to transformer searches; {ctx.spec.name} has embedding tables "
-                              "and is searched over emb, emb_group and zero; allowed: omit it")
-        limits = TableLimits(emb=_embs(emb), zero=_zeros(zero), hybrid=hybrid, max_tp=max_tp or 1)
+                              "and is searched over emb, emb_balance, emb_group and zero; allowed: omit it")
+        limits = TableLimits(emb=_embs(emb), balance=_balances(emb_balance), zero=_zeros(zero), hybrid=hybrid,
+                             max_tp=max_tp or 1)
         outcome = run_table_search(ctx, limits, score, workers=workers)
         return with_goodput(outcome, costed, reliability) if goodput else outcome
-    if emb is not None:
-        raise ConfigError(f"emb={list(emb)} applies to models with embedding tables; {ctx.spec.name} has none; "
-                          "allowed: omit it")
+    for name, value in (("emb", emb), ("emb_balance", emb_balance)):
+        if value is not None:
+            raise ConfigError(f"{name}={list(value)} applies to models with embedding tables; {ctx.spec.name} has "
+                              "none; allowed: omit it")
     limits = _limits(max_tp, max_pp, max_cp, max_vp, max_mbs, zero, recompute, sp, hybrid, orders)
     limits = replace(limits, **_expert_limits(max_ep, max_etp, ep_overlap))
     start = time.perf_counter()
@@ -260,6 +262,17 @@ def _embs(emb: list[str] | None) -> tuple[str, ...]:
     return tuple(e for e in EMB_SHARDINGS if e in chosen)
 
 
+def _balances(balance: list[str] | None) -> tuple[str, ...]:
+    """Table-placement balances to try (default size only, the planner's default), in EMB_BALANCES order."""
+    if balance is None:
+        return EMB_BALANCES[:1]
+    chosen = {str(b).strip().lower() for b in balance}
+    if isinstance(balance, str | bytes) or not chosen or chosen - set(EMB_BALANCES):
+        raise ConfigError(f"emb_balance={balance!r} must list table-placement balances; allowed: "
+                          f"{', '.join(EMB_BALANCES)}")
+    return tuple(b for b in EMB_BALANCES if b in chosen)
+
+
 def _orders(orders: list[str] | str | None) -> tuple[str, ...]:
     """Placement orders: None = the default; "all" = every placement of tp, cp, dp, pp."""
     from madmax.config.strategy import parse_strategy
@@ -316,10 +329,12 @@ def search(model: Any, system: Any, num_gpus: int | None = None, task: Any = "pr
     rule, including `memory`), `evaluated`, `objective` and `timings_s`.
 
     A model with embedding tables (a recommendation model) is searched over its sharding plan jointly
-    with ZeRO (`search.tables`): emb=[...] (shardings to try, default tw, rw, cw, twrw, dp), zero and
+    with ZeRO (`search.tables`): emb=[...] (shardings to try, default tw, rw, cw, twrw, dp, hybrid),
+    emb_balance=[...] (what placing tables balances, for tw, cw and hybrid: size, lookup, count; default size
+    only, as each other one re-plans those plans), zero and
     hybrid (one-node shard groups) filter it; every candidate is simulated, so exact and refine do not
-    apply, and max_vp, max_mbs, recompute, sp and orders are errors. Its frame adds the columns `emb`
-    and `emb_group` (0: all ranks); its tokens are samples (sequence length 1).
+    apply, and max_vp, max_mbs, recompute, sp and orders are errors. Its frame adds the columns `emb`,
+    `emb_balance` and `emb_group` (0: all ranks); its tokens are samples (sequence length 1).
 
     task="inference" searches serving. With request_rate (requests/s) and slo ("p99_ttft=1,p99_tpot=50ms" or
     {"p99_ttft": 1.0, ...}, seconds) it is a capacity search (`search.capacity`): the deployments that serve
@@ -433,7 +448,9 @@ def to_frame(outcome: Outcome):
     if "emb" in cols:  # a model with tables: its sharding plan (emb_group 0: all ranks, as shard 0)
         frame.insert(frame.columns.get_loc("order") + 1, "emb",
                      pd.Categorical.from_codes(cols["emb"], list(EMB_SHARDINGS)))
-        frame.insert(frame.columns.get_loc("emb") + 1, "emb_group", cols["emb_group"])
+        frame.insert(frame.columns.get_loc("emb") + 1, "emb_balance",
+                     pd.Categorical.from_codes(cols["emb_bal"], list(EMB_BALANCES)))
+        frame.insert(frame.columns.get_loc("emb_balance") + 1, "emb_group", cols["emb_group"])
         if "emb_offload" in cols:
             frame.insert(frame.columns.get_loc("emb_group") + 1, "emb_offload", cols["emb_offload"].astype(bool))
     frame.attrs.update({"enumerated": outcome.enumerated, "rejected": dict(outcome.rejected),

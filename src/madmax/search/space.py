@@ -39,7 +39,7 @@ from itertools import permutations
 import numpy as np
 
 from madmax.config.checks import MAX_SCHEDULE_STEPS
-from madmax.config.strategy import DEFAULT_ORDER, EMB_SHARDINGS, Recompute, Strategy
+from madmax.config.strategy import DEFAULT_ORDER, EMB_BALANCES, EMB_SHARDINGS, Recompute, Strategy
 from madmax.errors import ConfigError
 
 RECOMPUTES = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
@@ -371,19 +371,19 @@ def strategy_of(row: dict[str, int], orders: tuple[str, ...], fp8_params: bool =
     """The Strategy of one candidate row (column values as ints; `emb`, `emb_group` where present), with the
     search's `fp8_params`."""
     # Searched plans may keep table rows beyond HBM in host memory (a plan that fits is unaffected).
-    tables = ({"emb": EMB_SHARDINGS[row["emb"]], "emb_group": row["emb_group"] or None, "emb_offload": True}
-              if "emb" in row else {})
+    tables = ({"emb": EMB_SHARDINGS[row["emb"]], "emb_group": row["emb_group"] or None, "emb_offload": True,
+               "emb_balance": EMB_BALANCES[row.get("emb_bal", 0)]} if "emb" in row else {})
     return Strategy(tp=row["tp"], pp=row["pp"], dp=row["dp"], cp=row["cp"], vp=row["vp"], mbs=row["mbs"],
                     zero=row["zero"], shard=row["shard"] or None, recompute=RECOMPUTES[row["rec"]],
                     sp=bool(row["sp"]), order=orders[row["order"]], ep=row.get("ep", 1), etp=row.get("etp", 1),
                     ep_overlap=bool(row.get("epo", 0)), fp8_params=fp8_params, **tables)
 
 
-def _emb_text(emb: int, group: int, offload: int = 1) -> str:
-    """The embedding keys of a candidate with tables: `,emb=tw`, plus `,emb_group=G` in 2-D sharding and
-    `,emb_offload=1` unless its plan keeps every row in HBM (`offload` 0)."""
-    return (f",emb={EMB_SHARDINGS[emb]}" + (f",emb_group={group}" if group else "")
-            + (",emb_offload=1" if offload else ""))
+def _emb_text(emb: int, group: int, offload: int = 1, balance: int = 0) -> str:
+    """The embedding keys of a candidate with tables: `,emb=tw`, plus `,emb_balance=B` when not the default (size),
+    `,emb_group=G` in 2-D sharding and `,emb_offload=1` unless its plan keeps every row in HBM (`offload` 0)."""
+    return (f",emb={EMB_SHARDINGS[emb]}" + (f",emb_balance={EMB_BALANCES[balance]}" if balance else "")
+            + (f",emb_group={group}" if group else "") + (",emb_offload=1" if offload else ""))
 
 
 def describe(row: dict[str, int], orders: tuple[str, ...], fp8_params: bool = False) -> str:
@@ -392,7 +392,9 @@ def describe(row: dict[str, int], orders: tuple[str, ...], fp8_params: bool = Fa
     text = strategy_of(row, orders, fp8_params).describe()
     order = orders[row["order"]]
     text = text if order == DEFAULT_ORDER else f"{text},order={order}"
-    return text + _emb_text(row["emb"], row["emb_group"], row.get("emb_offload", 1)) if "emb" in row else text
+    if "emb" not in row:
+        return text
+    return text + _emb_text(row["emb"], row["emb_group"], row.get("emb_offload", 1), row.get("emb_bal", 0))
 
 
 def strategy_strings(cols: dict[str, np.ndarray], orders: tuple[str, ...], fp8_params: bool = False) -> np.ndarray:
@@ -413,7 +415,8 @@ def strategy_strings(cols: dict[str, np.ndarray], orders: tuple[str, ...], fp8_p
         values, index = unique_rows(cols, names)
         parts.append(np.array([text(*(int(x) for x in v)) for v in values], dtype=object)[index])
     if "emb" in cols and len(cols["emb"]):
-        cols = {"emb_offload": np.ones(n, dtype=np.int32), **cols}
-        values, index = unique_rows(cols, ("emb", "emb_group", "emb_offload"))
-        parts.append(np.array([_emb_text(int(e), int(g), int(o)) for e, g, o in values], dtype=object)[index])
+        cols = {"emb_offload": np.ones(n, dtype=np.int32), "emb_bal": np.zeros(n, dtype=np.int32), **cols}
+        values, index = unique_rows(cols, ("emb", "emb_group", "emb_offload", "emb_bal"))
+        parts.append(np.array([_emb_text(int(e), int(g), int(o), int(b)) for e, g, o, b in values],
+                              dtype=object)[index])
     return sum(parts[1:], parts[0])
