@@ -142,6 +142,36 @@ def test_search_shows_the_apis_top_strategies(page, live_server):
     assert "run=search" in page.url
 
 
+def test_a_training_stack_reaches_the_api(page, live_server):
+    # issue 26: the page's training stack select (GET /catalog/training_stacks) is the request's `stack`, for a
+    # simulation and a search alike; the serving engines' select stays hidden.
+    state = {**SEARCH, "training_stack": "fsdp2"}
+    open_page(page, live_server, state)
+    assert page.eval_on_selector("#training_stack", "s => s.options[0].value") == ""  # megatron-core, the default
+    page.click("#search-btn")
+    page.wait_for_selector("#search-table tbody tr", timeout=TIMEOUT_MS)
+    body = {**SEARCH, "stack": "fsdp2"}
+    lines = [json.loads(line) for line in post(live_server, "/search", body).splitlines() if line.strip()]
+    expected = lines[-1]["result"]
+    assert expected["stack"] == "fsdp2"
+    times = page.eval_on_selector_all("#search-table tbody td[data-key='iteration_time_s']",
+                                      "cells => cells.map(c => c.textContent)")
+    for text, r in zip(times, expected["results"], strict=True):
+        assert shown(text, "s") == pytest.approx(r["iteration_time_s"], rel=5e-4)
+    default = [json.loads(line) for line in post(live_server, "/search", SEARCH).splitlines() if line.strip()]
+    assert default[-1]["result"]["results"][0]["iteration_time_s"] != expected["results"][0]["iteration_time_s"]
+
+
+def test_a_training_stack_reaches_a_simulation(page, live_server):
+    open_page(page, live_server, {**SIMULATE, "training_stack": "fsdp2"}, run="simulate")
+    page.wait_for_selector("#result-table tr[data-key='iteration_time_s']", timeout=TIMEOUT_MS)
+    fsdp2 = json.loads(post(live_server, "/simulate", {**SIMULATE, "stack": "fsdp2"}))
+    core = json.loads(post(live_server, "/simulate", SIMULATE))
+    assert fsdp2["iteration_time_s"] != core["iteration_time_s"]
+    text = page.eval_on_selector("#result-table tr[data-key='iteration_time_s']", "r => r.cells[1].textContent")
+    assert shown(text, "s") == pytest.approx(fsdp2["iteration_time_s"], rel=5e-4)
+
+
 def test_a_bad_strategy_shows_the_apis_sentence(page, live_server):
     open_page(page, live_server, {**SIMULATE, "strategy": "tp=3"})
     page.click("#simulate-btn")

@@ -118,7 +118,11 @@ def test_catalog_health_page_and_plotly(client):
     assert "dgx-h100" in [s["name"] for s in client.get("/catalog/systems").json()]
     unknown = client.get("/catalog/chips")
     assert unknown.status_code == 404
-    assert unknown.json() == {"error": "catalog kind 'chips' is unknown; allowed: models, systems, gpus"}
+    assert unknown.json() == {"error": "catalog kind 'chips' is unknown; allowed: models, systems, gpus, "
+                                       "training_stacks"}
+    stacks = client.get("/catalog/training_stacks").json()
+    assert [s["name"] for s in stacks if s["default"]] == ["megatron-core"]
+    assert {"fsdp2", "deepspeed", "hugectr"} <= {s["name"] for s in stacks} and all(s["description"] for s in stacks)
     health = client.get("/health").json()
     assert health["status"] == "ok" and health["max_body_bytes"] == 2**20
     page = client.get("/")

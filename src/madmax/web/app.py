@@ -210,8 +210,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def catalog(kind: str) -> list[dict[str, Any]]:
         from madmax.config.loaders import catalog_entries
 
+        if kind == "training_stacks":  # its own catalog file (a default and the stacks), named and described
+            from madmax.config.training_stack import default_training_stack, training_stack_entry, training_stack_names
+
+            default = default_training_stack()
+            return [{"name": name, "description": training_stack_entry(name).get("description", ""),
+                     "default": name == default} for name in training_stack_names()]
         if kind not in CATALOG_KINDS:
-            raise HTTPException(404, f"catalog kind {kind!r} is unknown; allowed: {', '.join(CATALOG_KINDS)}")
+            raise HTTPException(404, f"catalog kind {kind!r} is unknown; allowed: "
+                                     f"{', '.join((*CATALOG_KINDS, 'training_stacks'))}")
         return list(catalog_entries(kind).values())
 
     @app.get("/health")

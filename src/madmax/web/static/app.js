@@ -7,7 +7,8 @@ const UPLOAD = "__upload__";
 const MAX_UPLOAD_BYTES = 2 ** 20;  // the server's body limit (GET /health max_body_bytes)
 // Form fields kept in the URL (#model=...&system=...), so a view can be shared.
 const STATE_FIELDS = ["model", "system", "num_gpus", "task", "global_batch", "seq_len", "prompt_len", "output_len",
-                      "batch", "mode", "dtype", "kv_dtype", "stack", "request_rate", "slo", "scenario", "prefix_len",
+                      "batch", "mode", "dtype", "kv_dtype", "stack", "training_stack", "request_rate", "slo", "scenario",
+                      "prefix_len",
                       "speculative", "draft_len", "acceptance", "strategy", "price", "power", "tokens", "reliability",
                       "objective", "top", "max_tp", "max_pp", "max_ttft", "max_tpot", "time_limit_s"];
 const INT_FIELDS = new Set(["num_gpus", "global_batch", "seq_len", "prompt_len", "output_len", "batch", "top",
@@ -139,16 +140,20 @@ function requestBody(fields) {
     if (label && label.hidden) continue;
     body[name] = INT_FIELDS.has(name) || FLOAT_FIELDS.has(name) ? Number(state[name]) : state[name];
   }
+  // One request field, two selects: the serving engines for inference, the training frameworks otherwise.
+  if ("training_stack" in body) { body.stack = body.training_stack; delete body.training_stack; }
   if (body.model === UPLOAD) body.model = uploadedModel;
   return body;
 }
 
 const SIMULATE_FIELDS = ["model", "system", "num_gpus", "task", "global_batch", "seq_len", "prompt_len",
-                         "output_len", "batch", "mode", "dtype", "kv_dtype", "stack", "request_rate", "slo",
+                         "output_len", "batch", "mode", "dtype", "kv_dtype", "stack", "training_stack", "request_rate",
+                         "slo",
                          "scenario", "prefix_len", "speculative", "draft_len", "acceptance", "strategy", "price",
                          "power", "tokens", "reliability"];
-const SEARCH_FIELDS = ["model", "system", "num_gpus", "task", "global_batch", "seq_len", "prompt_len",
-                       "output_len", "objective", "top", "max_tp", "max_pp", "time_limit_s", "tokens", "reliability"];
+const SEARCH_FIELDS = ["model", "system", "num_gpus", "task", "global_batch", "seq_len", "training_stack",
+                       "prompt_len", "output_len", "objective", "top", "max_tp", "max_pp", "time_limit_s", "tokens",
+                       "reliability"];
 // A serving search: with a request rate, the capacity search (GPUs in all: num_gpus caps them), else the layouts
 // of num_gpus GPUs; the weight and KV formats chosen narrow the formats tried.
 const CAPACITY_FIELDS = ["model", "system", "num_gpus", "task", "prompt_len", "output_len", "request_rate", "slo",
@@ -531,8 +536,11 @@ async function plotPareto() {
 // --- start -----------------------------------------------------------------------------------------
 
 async function fillCatalog() {
-  const [models, systems] = await Promise.all([getJSON("/catalog/models"), getJSON("/catalog/systems")]);
+  const [models, systems, stacks] = await Promise.all([getJSON("/catalog/models"), getJSON("/catalog/systems"),
+                                                       getJSON("/catalog/training_stacks")]);
   $("model").replaceChildren(...models.map((m) => new Option(m.name, m.name)));
+  // the default stack is the empty value: a request without a stack runs it
+  $("training_stack").replaceChildren(...stacks.map((t) => new Option(t.name, t.default ? "" : t.name)));
   $("system").replaceChildren(...systems.map((s) => new Option(`${s.name} (${s.gpus_per_node} x ${s.gpu})`, s.name)));
   $("model").value = "llama-3-8b";
   $("system").value = "dgx-h100";
