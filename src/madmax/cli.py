@@ -562,6 +562,9 @@ def search(
     tp_overlap: Annotated[str | None, typer.Option(help='TP communication overlap settings the simulated candidates '
                                                         'try (tp > 1 with sequence parallelism): "0,1" simulates '
                                                         'each twice and keeps the faster (default 0).')] = None,
+    dispatcher: Annotated[str | None, typer.Option(help='Token dispatchers the simulated MoE candidates try (ep > '
+                                                        '1): "alltoall,deepep" simulates each with both and keeps '
+                                                        'the faster (default alltoall).')] = None,
     expert_load: ExpertLoadOpt = None,
     capacity_factor: CapacityFactorOpt = None,
     fp8_params: Annotated[bool, typer.Option(help="With --dtype fp8: keep every candidate's GEMM weights in fp8 "
@@ -615,6 +618,7 @@ def search(
                      "lora_rank": lora_rank,
                      "frozen_layers": frozen_layers, "lora_targets": lora_targets, "out": out, "max_ep": max_ep,
                      "max_etp": max_etp, "ep_overlap": ep_overlap, "tp_overlap": tp_overlap,
+                     "dispatcher": dispatcher,
                      "expert_load": expert_load,
                      "capacity_factor": capacity_factor, "fp8_params": fp8_params or None,
                      "objective": None if objective == "throughput" else objective, "hybrid": None if hybrid else False,
@@ -689,7 +693,8 @@ def search(
                            emb=emb.split(",") if emb else None,
                            emb_balance=emb_balance.split(",") if emb_balance else None, max_ep=max_ep, max_etp=max_etp,
                            ep_overlap=numbers(ep_overlap, "ep_overlap"),
-                           tp_overlap=numbers(tp_overlap, "tp_overlap"), expert_load=expert_load,
+                           tp_overlap=numbers(tp_overlap, "tp_overlap"),
+                           dispatcher=dispatcher.split(",") if dispatcher else None, expert_load=expert_load,
                            capacity_factor=capacity_factor, stack=stack, fp8_params=fp8_params, price=price,
                            power=power, reliability=reliability, memory_margin=memory_margin)
         wall = time.perf_counter() - start

@@ -88,3 +88,34 @@ def test_the_cli_takes_the_settings(tmp_path):
     assert runner.invoke(app, [*base, "--tp-overlap", "1"]).exit_code == 0
     result = runner.invoke(app, [*base, "--tp-overlap", "yes"])
     assert result.exit_code == 2 and result.output.startswith("error: tp_overlap='yes'"), result.output
+
+
+def test_an_moe_candidate_keeps_its_fastest_dispatcher():
+    # MOE_CASE (16 experts): with both dispatchers, every simulated candidate with ep > 1 is its faster form
+    # (DeepEP's or the all-to-all's), simulated as its strategy string says.
+    from .conftest import MOE_CASE
+
+    outcome = find(**MOE_CASE, top=3, exact=6, refine=30, dispatcher=["alltoall", "deepep"])
+    plain = {k: v for k, v in MOE_CASE.items() if k not in ("recompute", "zero")}
+    experts = [i for i in outcome.exact if outcome.columns["ep"][i] > 1]
+    assert experts, "the case must simulate expert-parallel candidates"
+    for i in experts:
+        strategy = outcome.strategy(i)
+        base = strategy.removesuffix(",dispatcher=deepep")
+        times = {d: api.simulate(**plain, strategy=f"{base},dispatcher={d}").iteration_time_s
+                 for d in ("alltoall", "deepep")}
+        assert outcome.exact[i].iteration_time_s == pytest.approx(min(times.values()), rel=1e-9)
+        assert strategy.endswith(",dispatcher=deepep") == (times["deepep"] < times["alltoall"])
+    only = find(**MOE_CASE, top=3, exact=6, refine=30, dispatcher=["deepep"])
+    assert all(only.strategy(i).endswith(",dispatcher=deepep") == (only.columns["ep"][i] > 1) for i in only.exact)
+
+
+def test_settings_a_search_cannot_apply_are_refused():
+    from .test_dlrm_search import FIND as DLRM
+
+    with pytest.raises(ConfigError, match=r"dispatcher=\['nccl'\] must list token dispatchers; allowed: alltoall, "):
+        _search(dispatcher=["nccl"])
+    with pytest.raises(ConfigError, match="dispatcher applies to mixture-of-experts models"):
+        _search(dispatcher=["deepep"])
+    with pytest.raises(ConfigError, match="tp_overlap applies to transformer searches"):
+        find(**DLRM, tp_overlap=[1])

@@ -39,6 +39,7 @@ RECOMPUTE_AUTO = "auto"
 DEFAULT_ORDER = "tp-cp-ep-dp-pp"
 EMB_SHARDINGS = ("tw", "rw", "cw", "twrw", "dp", "hybrid")
 EMB_BALANCES = ("size", "lookup", "count")  # strategy.emb_balance, the default first
+DISPATCHERS = ("alltoall", "deepep")  # strategy.dispatcher, the default first
 
 
 class Strategy(Schema):

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from madmax.config.base import DType
-from madmax.config.strategy import DEFAULT_ORDER, EMB_BALANCES, EMB_SHARDINGS, Recompute
+from madmax.config.strategy import DEFAULT_ORDER, DISPATCHERS, EMB_BALANCES, EMB_SHARDINGS, Recompute
 from madmax.config.units import GIB
 from madmax.errors import ConfigError
 from madmax.program import builder_for
@@ -106,7 +106,8 @@ def find(model: Any, system: Any, num_gpus: int | None = None, task: Any = "pret
          zero: list[int] | None = None, recompute: list[str] | None = None, sp: list[bool] | None = None,
          hybrid: bool = True, orders: list[str] | str | None = None, emb: list[str] | None = None,
          max_ep: int | None = None, max_etp: int | None = None, ep_overlap: list[bool] | None = None,
-         tp_overlap: list[bool] | None = None, emb_balance: list[str] | None = None,
+         tp_overlap: list[bool] | None = None, dispatcher: list[str] | None = None,
+         emb_balance: list[str] | None = None,
          calibration: str | Path | None = None, workers: int = 1, stack: str | None = None,
          fp8_params: bool = False, price: float | None = None, power: float | None = None,
          reliability: str | Path | dict | None = None, memory_margin: float | str | None = None,
@@ -120,7 +121,7 @@ def find(model: Any, system: Any, num_gpus: int | None = None, task: Any = "pret
     ctx = prepare(model, system, num_gpus, task, global_batch, seq_len, dtype, calibration=calibration, stack=stack,
                   **{k: v for k, v in task_fields.items() if v is not None})
     ctx = with_memory_margin(ctx, memory_margin)
-    ctx = replace(ctx, tp_overlap=_tp_overlaps(tp_overlap))
+    ctx = replace(ctx, tp_overlap=_tp_overlaps(tp_overlap), dispatchers=_dispatchers(dispatcher))
     if fp8_params:
         zero = _fp8_params_zeros(ctx, zero)
         ctx = replace(ctx, fp8_params=True)
@@ -146,7 +147,7 @@ def find(model: Any, system: Any, num_gpus: int | None = None, task: Any = "pret
         from madmax.config.reliability import load_reliability
 
         reliability = load_reliability(reliability)
-    experts = {"max_ep": max_ep, "max_etp": max_etp, "ep_overlap": ep_overlap}
+    experts = {"max_ep": max_ep, "max_etp": max_etp, "ep_overlap": ep_overlap, "dispatcher": dispatcher}
     if not ctx.has_experts and (given := [name for name, value in experts.items() if value is not None]):
         raise ConfigError(f"{given[0]} applies to mixture-of-experts models; {ctx.spec.name} has no routed experts; "
                           "allowed: omit it")
@@ -156,7 +157,8 @@ def find(model: Any, system: Any, num_gpus: int | None = None, task: Any = "pret
         # pp = cp = 1 there (the family's degree limits); tensor parallelism of the MLPs is searched up to
         # max_tp (default 1: data-parallel MLPs, the common layout).
         given = [name for name, value in (("max_vp", max_vp), ("max_mbs", max_mbs), ("recompute", recompute),
-                                          ("sp", sp), ("orders", orders)) if value is not None]
+                                          ("sp", sp), ("orders", orders), ("tp_overlap", tp_overlap))
+                 if value is not None]
         if given:
             raise ConfigError(f"{given[0]} applies to transformer searches; {ctx.spec.name} has embedding tables "
                               "and is searched over emb, emb_balance, emb_group and zero; allowed: omit it")
@@ -216,6 +218,16 @@ def _tp_overlaps(tp_overlap: list[bool] | None) -> tuple[bool, ...]:
     if isinstance(tp_overlap, str | bytes) or not tp_overlap or any(o not in (0, 1) for o in tp_overlap):
         raise ConfigError(f"tp_overlap={tp_overlap!r} must list TP overlap settings; allowed: 0, 1")
     return tuple(sorted({bool(o) for o in tp_overlap}))
+
+
+def _dispatchers(dispatcher: list[str] | None) -> tuple[str, ...]:
+    """The token dispatchers the simulated MoE candidates try: the all-to-all alone unless told."""
+    if dispatcher is None:
+        return ("alltoall",)
+    chosen = {str(d).strip().lower() for d in dispatcher}
+    if isinstance(dispatcher, str | bytes) or not chosen or chosen - set(DISPATCHERS):
+        raise ConfigError(f"dispatcher={dispatcher!r} must list token dispatchers; allowed: {', '.join(DISPATCHERS)}")
+    return tuple(d for d in DISPATCHERS if d in chosen)
 
 
 def _expert_limits(max_ep: int | None, max_etp: int | None, ep_overlap: list[bool] | None) -> dict[str, Any]:
@@ -311,13 +323,14 @@ def search(model: Any, system: Any, num_gpus: int | None = None, task: Any = "pr
     ep_overlap=[...]; default both settings), with the routing of `simulate` (expert_load,
     capacity_factor). With dtype fp8, fp8_params=True keeps every candidate's GEMM weights in fp8 only
     (strategy key fp8_params: no bf16 copy, fp8 parameter gathers; ZeRO 0-2). memory_margin keeps each GPU's memory
-    partly free: a share (0.05, "5%") or bytes ("4 GiB"); default 5%, 0 uses it all. tp_overlap=[0, 1]:
-    each simulated candidate with tp > 1 and sequence parallelism is also simulated with tp_overlap=1 (the TP
-    collectives pipelined into the GEMMs, Megatron's --tp-comm-overlap), and keeps it when faster; [1] keeps it
-    always; default [0], not tried (each such candidate would be simulated twice). stack names the training stack
-    (`simulate`'s; default megatron-core): the candidates are screened and replayed with Megatron-Core's schedule under
-    the stack's compute profile and attention kernel, and the simulated ones, which the ranking reports, run under
-    the stack itself (raise exact to simulate more of them).
+    partly free: a share (0.05, "5%") or bytes ("4 GiB"); default 5%, 0 uses it all. tp_overlap=[0, 1]: each
+    simulated candidate with tp > 1 and sequence parallelism is also simulated with tp_overlap=1 (the TP collectives
+    pipelined into the GEMMs, Megatron's --tp-comm-overlap), and keeps it when faster; [1] keeps it always; default
+    [0], not tried (each such candidate would be simulated twice). dispatcher=["alltoall", "deepep"] does the same
+    for MoE candidates with ep > 1 and the DeepEP dispatcher (default ["alltoall"]). stack names the training stack
+    (`simulate`'s; default megatron-core): the candidates are screened and replayed with Megatron-Core's schedule
+    under the stack's compute profile and attention kernel, and the simulated ones, which the ranking reports, run
+    under the stack itself (raise exact to simulate more of them).
 
     One row per evaluated candidate (it passes the divisibility rules and fits in memory). Columns: the
     strategy and its degrees (`shard` 0: the whole data-parallel group; an MoE model adds `ep`, `etp`

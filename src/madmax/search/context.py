@@ -36,6 +36,7 @@ class Context:
     stack: str = "megatron-core"  # the training stack the simulated candidates run under (`prepare`)
     # tp_overlap settings the simulated candidates try (`core.overlap_variants`); the screen costs none
     tp_overlap: tuple[bool, ...] = (False,)
+    dispatchers: tuple[str, ...] = ("alltoall",)  # token dispatchers the simulated MoE candidates try (the same)
     plans: dict = field(default_factory=dict, compare=False, repr=False)  # units of the plans built so far
 
     @property

@@ -8,8 +8,9 @@
 5. The best `exact` by the replay are simulated with `madmax.simulate`; they are ranked by the
    simulated numbers, so the reported top K are `simulate` results.
 6. Settings the closed form and the replay do not cost are tried on the simulated candidates only, when
-   asked (`overlap_variants`, search option tp_overlap): each with tp > 1 and sequence parallelism is
-   simulated again with its TP collectives pipelined into the GEMMs (tp_overlap=1), which it keeps when faster.
+   asked (`overlap_variants`, search options tp_overlap and dispatcher): each with tp > 1 and sequence
+   parallelism is simulated again with its TP collectives pipelined into the GEMMs (tp_overlap=1), each with
+   ep > 1 with the DeepEP dispatcher, and each keeps its fastest form.
 
 A mixture-of-experts model adds ep, etp and the all-to-all overlap to the space; each step accounts for
 its routed experts (their state group and gradient stream, their grouped GEMMs, the token exchange). A
@@ -22,6 +23,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import product
 from typing import Any
 
 import numpy as np
@@ -261,30 +263,48 @@ def _simulate(ctx: Context, cols: dict[str, np.ndarray], space: Space, indices: 
 
 
 TP_OVERLAP = ",tp_overlap=1"
+DEEPEP = ",dispatcher=deepep"
+
+
+def _variant_suffixes(ctx: Context, cols: dict[str, np.ndarray], i: int) -> list[str]:
+    """The strategy suffixes candidate i may run with, the plain one ("") first where allowed: tp_overlap=1 for
+    tp > 1 with sequence parallelism, the DeepEP dispatcher for ep > 1, each as `ctx` allows, in combination."""
+    choices = []
+    if cols["tp"][i] > 1 and cols["sp"][i]:
+        choices.append([TP_OVERLAP if on else "" for on in ctx.tp_overlap])
+    if "ep" in cols and cols["ep"][i] > 1:
+        choices.append([DEEPEP if d == "deepep" else "" for d in ctx.dispatchers])
+    return ["".join(combo) for combo in product(*choices)]
 
 
 def overlap_variants(ctx: Context, cols: dict[str, np.ndarray], space: Space, results: dict[int, Result],
                      workers: int) -> dict[int, str]:
-    """Step 6: each simulated candidate with tp > 1 and sequence parallelism simulated again with tp_overlap=1
-    (Megatron's --tp-comm-overlap: the all-gathers and reduce-scatters pipelined with the GEMMs), where
-    `ctx.tp_overlap` allows it; the variant replaces the candidate's result when it fits where the other does not
-    or is faster (every objective improves as the iteration time falls; always, when only tp_overlap=1 is
-    allowed). `results` is updated in place; returns the suffix of each candidate that took its variant. A
-    variant `simulate` refuses is not taken."""
-    if True not in ctx.tp_overlap:
+    """Step 6: each simulated candidate simulated again with the settings the screen does not cost, where `ctx`
+    allows them: tp_overlap=1 (Megatron's --tp-comm-overlap: the all-gathers and reduce-scatters pipelined with
+    the GEMMs) for tp > 1 with sequence parallelism, and the DeepEP dispatcher (`dispatcher=deepep`) for ep > 1,
+    alone and together. A candidate keeps the fastest of its allowed forms, those that fit first (every objective
+    improves as the iteration time falls); its plain form only when allowed. `results` is updated in place;
+    returns the suffix of each candidate that took a variant. A variant `simulate` refuses is not taken."""
+    jobs = []
+    for i in results:
+        suffixes = _variant_suffixes(ctx, cols, i)
+        jobs += [(i, suffix) for suffix in suffixes if suffix]
+    if not jobs:
         return {}
-    eligible = [i for i in results if cols["tp"][i] > 1 and cols["sp"][i]]
-    if not eligible:
-        return {}
-    strategies = [describe({k: int(v[i]) for k, v in cols.items()}, space.orders, ctx.fp8_params) + TP_OVERLAP
-                  for i in eligible]
+    strategies = [describe({k: int(v[i]) for k, v in cols.items()}, space.orders, ctx.fp8_params) + suffix
+                  for i, suffix in jobs]
+    tried: dict[int, list[tuple[str, Result]]] = {}
+    for (i, suffix), r in zip(jobs, simulate_many(ctx, strategies, workers, refused=(StrategyError,)), strict=True):
+        if not isinstance(r, Exception):
+            tried.setdefault(i, []).append((suffix, r))
     chosen = {}
-    for i, r in zip(eligible, simulate_many(ctx, strategies, workers, refused=(StrategyError,)), strict=True):
-        if isinstance(r, Exception):
-            continue
-        base = results[i]
-        if False not in ctx.tp_overlap or (r.fits, -r.iteration_time_s) > (base.fits, -base.iteration_time_s):
-            results[i], chosen[i] = r, TP_OVERLAP
+    for i, forms in tried.items():
+        if "" in _variant_suffixes(ctx, cols, i):
+            forms = [("", results[i]), *forms]
+        suffix, best = max(forms, key=lambda form: (form[1].fits, -form[1].iteration_time_s))
+        results[i] = best
+        if suffix:
+            chosen[i] = suffix
     return chosen
 
 
