@@ -8,7 +8,9 @@ import pandas as pd
 import pytest
 
 from madmax.api import simulate
+from madmax.errors import MadmaxError
 from madmax.sweep import load, run_sweep
+from madmax.sweep.spec import load_sweep
 from madmax.sweep.store import completed_keys, shard_paths
 
 
@@ -121,3 +123,21 @@ def test_search_mode_keeps_the_best_strategy(make_spec, base_spec, tmp_path):
     times = {s: simulate(str(tmp_path / "spec" / "tiny.yaml"), "dgx-h100", 8, global_batch=16, seq_len=1024, strategy=s)
              .iteration_time_s for s in ("tp=1", "tp=2")}
     assert listed["iteration_time_s"] == min(times.values())
+
+
+def test_search_mode_takes_the_settings_its_screen_does_not_cost(make_spec, base_spec, tmp_path):
+    # issue 26: a sweep's search tries tp_overlap on its simulated candidates as `madmax search --tp-overlap` does
+    options = {"top": 2, "refine": 30, "zero": [1], "recompute": ["none"], "max_tp": 2}
+    spec = {**base_spec, "mode": "search", "systems": "dgx-h100", "num_gpus": 8, "strategies": None,
+            "whatifs": None, "groups": [{"name": "plain", "search": options},
+                                        {"name": "overlap", "search": {**options, "tp_overlap": [1]}}]}
+    run_sweep(make_spec(tmp_path / "spec", spec), tmp_path / "out", workers=1)
+    df = load(tmp_path / "out").set_index("group_name")
+    plain = json.loads(df.loc["plain", "search_top_json"])
+    overlap = json.loads(df.loc["overlap", "search_top_json"])
+    assert not any("tp_overlap" in r["strategy"] for r in plain)
+    assert all(("tp_overlap=1" in r["strategy"]) == ("tp=2" in r["strategy"] and "sp=1" in r["strategy"])
+               for r in overlap)
+    bad = make_spec(tmp_path / "bad", {**spec, "groups": [{"search": {**options, "dispatcher": ["nccl"]}}]})
+    with pytest.raises(MadmaxError, match="dispatcher"):
+        load_sweep(bad)

@@ -7,7 +7,7 @@ Every model rejects unknown keys with the allowed ones; axes take one value or a
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt, field_validator, model_validator
 
@@ -121,6 +121,12 @@ class SearchOptions(_Strict):
     orders: list[str] | str | None = None
     memory_margin: float | str | None = Field(None, description="HBM each GPU keeps free: a share (0.05, '5%', "
                                               "default) or bytes ('4 GiB'); 0 uses it all.")
+    tp_overlap: list[Literal[0, 1]] | None = Field(
+        None, description="TP communication overlap settings the simulated candidates try ([0, 1]: each with tp > 1 "
+                          "and sequence parallelism keeps the faster); default [0].")
+    dispatcher: list[Literal["alltoall", "deepep"]] | None = Field(
+        None, description="Token dispatchers the simulated MoE candidates try (['alltoall', 'deepep']: each with "
+                          "ep > 1 keeps the faster); default ['alltoall'].")
 
     @field_validator("objective")
     @classmethod
