@@ -106,6 +106,10 @@ def test_an_moe_candidate_keeps_its_fastest_dispatcher():
                  for d in ("alltoall", "deepep")}
         assert outcome.exact[i].iteration_time_s == pytest.approx(min(times.values()), rel=1e-9)
         assert strategy.endswith(",dispatcher=deepep") == (times["deepep"] < times["alltoall"])
+    frame = to_frame(outcome)
+    simulated = frame[frame["simulated"]]
+    assert ((simulated["dispatcher"] == "deepep") == simulated["strategy"].str.endswith(",dispatcher=deepep")).all()
+    assert not simulated["tp_overlap"].any()  # a DeepEP variant is no TP overlap
     only = find(**MOE_CASE, top=3, exact=6, refine=30, dispatcher=["deepep"])
     assert all(only.strategy(i).endswith(",dispatcher=deepep") == (only.columns["ep"][i] > 1) for i in only.exact)
 

@@ -16,7 +16,7 @@ from madmax.errors import ConfigError
 from madmax.program import builder_for
 from madmax.search.bound import EXHAUSTIVE, run_bounded
 from madmax.search.context import Context, prepare
-from madmax.search.core import Outcome, run_search
+from madmax.search.core import DEEPEP, TP_OVERLAP, Outcome, run_search
 from madmax.search.objective import Objective, scorer
 from madmax.search.space import RECOMPUTES, Limits, Space, all_orders, enumerate_rows, expand
 from madmax.search.tables import TableLimits, run_table_search
@@ -121,7 +121,11 @@ def find(model: Any, system: Any, num_gpus: int | None = None, task: Any = "pret
     ctx = prepare(model, system, num_gpus, task, global_batch, seq_len, dtype, calibration=calibration, stack=stack,
                   **{k: v for k, v in task_fields.items() if v is not None})
     ctx = with_memory_margin(ctx, memory_margin)
-    ctx = replace(ctx, tp_overlap=_tp_overlaps(tp_overlap), dispatchers=_dispatchers(dispatcher))
+    # Settings the screen does not cost, tried on the simulated candidates (`core.simulated_variants`). Not by
+    # default: each re-simulates those candidates (the README's Llama-3.1-70B search on 64 H100 takes 34 s instead
+    # of 19 s with tp_overlap, for a 2.5% faster best).
+    ctx = replace(ctx, tp_overlap=_switches("tp_overlap", tp_overlap, "TP overlap settings", (False,)),
+                  dispatchers=_choices("dispatcher", dispatcher, DISPATCHERS, "token dispatchers", DISPATCHERS[:1]))
     if fp8_params:
         zero = _fp8_params_zeros(ctx, zero)
         ctx = replace(ctx, fp8_params=True)
@@ -162,8 +166,11 @@ def find(model: Any, system: Any, num_gpus: int | None = None, task: Any = "pret
         if given:
             raise ConfigError(f"{given[0]} applies to transformer searches; {ctx.spec.name} has embedding tables "
                               "and is searched over emb, emb_balance, emb_group and zero; allowed: omit it")
-        limits = TableLimits(emb=_embs(emb), balance=_balances(emb_balance), zero=_zeros(zero), hybrid=hybrid,
-                             max_tp=max_tp or 1)
+        # one balance (size, the planner's default) unless asked: each other one re-plans the placed plans
+        limits = TableLimits(emb=_choices("emb", emb, EMB_SHARDINGS, "embedding shardings", EMB_SHARDINGS),
+                             balance=_choices("emb_balance", emb_balance, EMB_BALANCES, "table-placement balances",
+                                              EMB_BALANCES[:1]),
+                             zero=_zeros(zero), hybrid=hybrid, max_tp=max_tp or 1)
         outcome = run_table_search(ctx, limits, score, workers=workers)
         return with_goodput(outcome, costed, reliability) if goodput else outcome
     for name, value in (("emb", emb), ("emb_balance", emb_balance)):
@@ -209,25 +216,28 @@ def _limits(max_tp, max_pp, max_cp, max_vp, max_mbs, zero, recompute, sp, hybrid
                   recompute=tuple(dict.fromkeys(recs)), sp=sps, hybrid=hybrid, orders=_orders(orders))
 
 
-def _tp_overlaps(tp_overlap: list[bool] | None) -> tuple[bool, ...]:
-    """The tp_overlap settings the simulated candidates try: without overlap unless told (trying both simulates
-    each eligible candidate twice: the README's Llama-3.1-70B search on 64 H100 takes 34 s instead of 19 s for a
-    2.5% faster best)."""
-    if tp_overlap is None:
-        return (False,)
-    if isinstance(tp_overlap, str | bytes) or not tp_overlap or any(o not in (0, 1) for o in tp_overlap):
-        raise ConfigError(f"tp_overlap={tp_overlap!r} must list TP overlap settings; allowed: 0, 1")
-    return tuple(sorted({bool(o) for o in tp_overlap}))
+def _choices(name: str, value: Any, allowed: tuple[str, ...], what: str, default: tuple[str, ...]) -> tuple[str, ...]:
+    """The names of `allowed` that `value` lists (any case), in `allowed`'s order; `default` when None;
+    ConfigError naming `name` for an empty list, a bare string or a name not allowed."""
+    if value is None:
+        return default
+    chosen = set() if isinstance(value, str | bytes) else {str(v).strip().lower() for v in value}
+    if not chosen or chosen - set(allowed):
+        raise ConfigError(f"{name}={_shown(value)} must list {what}; allowed: {', '.join(allowed)}")
+    return tuple(v for v in allowed if v in chosen)
 
 
-def _dispatchers(dispatcher: list[str] | None) -> tuple[str, ...]:
-    """The token dispatchers the simulated MoE candidates try: the all-to-all alone unless told."""
-    if dispatcher is None:
-        return ("alltoall",)
-    chosen = {str(d).strip().lower() for d in dispatcher}
-    if isinstance(dispatcher, str | bytes) or not chosen or chosen - set(DISPATCHERS):
-        raise ConfigError(f"dispatcher={dispatcher!r} must list token dispatchers; allowed: {', '.join(DISPATCHERS)}")
-    return tuple(d for d in DISPATCHERS if d in chosen)
+def _switches(name: str, value: Any, what: str, default: tuple[bool, ...]) -> tuple[bool, ...]:
+    """The on/off settings (0, 1) that `value` lists, off first; `default` when None."""
+    if value is None:
+        return default
+    if isinstance(value, str | bytes) or not value or any(o not in (0, 1) for o in value):
+        raise ConfigError(f"{name}={_shown(value)} must list {what}; allowed: 0, 1")
+    return tuple(sorted({bool(o) for o in value}))
+
+
+def _shown(value: Any) -> str:
+    return repr(value if isinstance(value, str | bytes) else list(value))
 
 
 def _expert_limits(max_ep: int | None, max_etp: int | None, ep_overlap: list[bool] | None) -> dict[str, Any]:
@@ -235,9 +245,7 @@ def _expert_limits(max_ep: int | None, max_etp: int | None, ep_overlap: list[boo
     for name, value in (("max_ep", max_ep), ("max_etp", max_etp)):
         if value is not None and value < 1:
             raise ConfigError(f"{name}={value} must be a positive integer")
-    if ep_overlap is not None and (not ep_overlap or any(o not in (0, 1) for o in ep_overlap)):
-        raise ConfigError(f"ep_overlap={list(ep_overlap)} must list all-to-all overlap settings; allowed: 0, 1")
-    overlaps = (False, True) if ep_overlap is None else tuple(sorted({bool(o) for o in ep_overlap}))
+    overlaps = _switches("ep_overlap", ep_overlap, "all-to-all overlap settings", (False, True))
     return {"max_ep": max_ep, "max_etp": max_etp, "ep_overlap": overlaps}
 
 
@@ -262,27 +270,6 @@ def _zeros(zero: list[int] | None) -> tuple[int, ...]:
     if not zeros or any(z not in (0, 1, 2, 3) for z in zeros):
         raise ConfigError(f"zero={list(zero or [])} must list ZeRO stages; allowed: 0, 1, 2, 3")
     return zeros
-
-
-def _embs(emb: list[str] | None) -> tuple[str, ...]:
-    """Embedding shardings to try (default all), in EMB_SHARDINGS order."""
-    if emb is None:
-        return EMB_SHARDINGS
-    chosen = {str(e).strip().lower() for e in emb}
-    if not chosen or chosen - set(EMB_SHARDINGS):
-        raise ConfigError(f"emb={list(emb)} must list embedding shardings; allowed: {', '.join(EMB_SHARDINGS)}")
-    return tuple(e for e in EMB_SHARDINGS if e in chosen)
-
-
-def _balances(balance: list[str] | None) -> tuple[str, ...]:
-    """Table-placement balances to try (default size only, the planner's default), in EMB_BALANCES order."""
-    if balance is None:
-        return EMB_BALANCES[:1]
-    chosen = {str(b).strip().lower() for b in balance}
-    if isinstance(balance, str | bytes) or not chosen or chosen - set(EMB_BALANCES):
-        raise ConfigError(f"emb_balance={balance!r} must list table-placement balances; allowed: "
-                          f"{', '.join(EMB_BALANCES)}")
-    return tuple(b for b in EMB_BALANCES if b in chosen)
 
 
 def _orders(orders: list[str] | str | None) -> tuple[str, ...]:
@@ -436,12 +423,11 @@ def to_frame(outcome: Outcome):
         peak[pos], exposed[pos], mfu[pos] = r.peak_memory_bytes, r.breakdown["exposed_communication_s"], r.mfu
         objective[pos] = outcome.objective_value(int(order[pos]))
     strategies = strategy_strings(cols, outcome.space.orders, outcome.ctx.fp8_params)
-    overlapped = np.zeros(len(order), dtype=bool)
+    overlapped, deepep = np.zeros(len(order), dtype=bool), np.zeros(len(order), dtype=np.int8)
     for pos in np.flatnonzero(sim):
         suffix = outcome.variants.get(int(order[pos]), "")
-        if suffix:
-            strategies[pos] += suffix
-            overlapped[pos] = True
+        strategies[pos] += suffix
+        overlapped[pos], deepep[pos] = TP_OVERLAP in suffix, DEEPEP in suffix
     frame = pd.DataFrame({
         "strategy": strategies, "tp": cols["tp"], "pp": cols["pp"], "dp": cols["dp"], "cp": cols["cp"],
         "vp": cols["vp"], "mbs": cols["mbs"], "microbatches": cols["m"], "zero": cols["zero"],
@@ -456,7 +442,8 @@ def to_frame(outcome: Outcome):
     if outcome.ctx.has_experts:  # a mixture-of-experts model: its expert degrees after cp
         at = frame.columns.get_loc("cp") + 1
         for offset, (name, values) in enumerate((("ep", cols["ep"]), ("etp", cols["etp"]),
-                                                 ("ep_overlap", cols["epo"].astype(bool)))):
+                                                 ("ep_overlap", cols["epo"].astype(bool)),
+                                                 ("dispatcher", pd.Categorical.from_codes(deepep, DISPATCHERS)))):
             frame.insert(at + offset, name, values)
     if "emb" in cols:  # a model with tables: its sharding plan (emb_group 0: all ranks, as shard 0)
         frame.insert(frame.columns.get_loc("order") + 1, "emb",

@@ -34,7 +34,7 @@ class Context:
     # HBM per GPU the search keeps free (`search.api.with_memory_margin`): the system's usable memory is lowered by it
     memory_margin_bytes: float = 0.0
     stack: str = "megatron-core"  # the training stack the simulated candidates run under (`prepare`)
-    # tp_overlap settings the simulated candidates try (`core.overlap_variants`); the screen costs none
+    # tp_overlap settings the simulated candidates try (`core.simulated_variants`); the screen costs none
     tp_overlap: tuple[bool, ...] = (False,)
     dispatchers: tuple[str, ...] = ("alltoall",)  # token dispatchers the simulated MoE candidates try (the same)
     plans: dict = field(default_factory=dict, compare=False, repr=False)  # units of the plans built so far

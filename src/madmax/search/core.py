@@ -8,7 +8,7 @@
 5. The best `exact` by the replay are simulated with `madmax.simulate`; they are ranked by the
    simulated numbers, so the reported top K are `simulate` results.
 6. Settings the closed form and the replay do not cost are tried on the simulated candidates only, when
-   asked (`overlap_variants`, search options tp_overlap and dispatcher): each with tp > 1 and sequence
+   asked (`simulated_variants`, search options tp_overlap and dispatcher): each with tp > 1 and sequence
    parallelism is simulated again with its TP collectives pipelined into the GEMMs (tp_overlap=1), each with
    ep > 1 with the DeepEP dispatcher, and each keeps its fastest form.
 
@@ -64,7 +64,7 @@ class Outcome:
     rejected: dict[str, int]
     model_flops: np.ndarray
     timings_s: dict[str, float] = field(default_factory=dict)
-    # per simulated candidate, the strategy keys beyond its columns that its result ran with (`overlap_variants`)
+    # per simulated candidate, the strategy keys beyond its columns that its result ran with (`simulated_variants`)
     variants: dict[int, str] = field(default_factory=dict)
 
     @property
@@ -199,7 +199,7 @@ def finish(ctx: Context, space: Space, scorer: Scorer, ev: dict[str, np.ndarray]
         by_replay = pool[np.argsort(scorer.sort_key(refined[pool]), kind="stable")]
         results = _simulate(ctx, ev, space, by_replay[:exact], workers)
         clock.lap("simulate")
-    variants = overlap_variants(ctx, ev, space, results, workers)
+    variants = simulated_variants(ctx, ev, space, results, workers)
     if variants:
         clock.lap("variants")
     return Outcome(ctx=ctx, scorer=scorer, space=space, columns=ev, peak_memory_bytes=peak,
@@ -277,7 +277,7 @@ def _variant_suffixes(ctx: Context, cols: dict[str, np.ndarray], i: int) -> list
     return ["".join(combo) for combo in product(*choices)]
 
 
-def overlap_variants(ctx: Context, cols: dict[str, np.ndarray], space: Space, results: dict[int, Result],
+def simulated_variants(ctx: Context, cols: dict[str, np.ndarray], space: Space, results: dict[int, Result],
                      workers: int) -> dict[int, str]:
     """Step 6: each simulated candidate simulated again with the settings the screen does not cost, where `ctx`
     allows them: tp_overlap=1 (Megatron's --tp-comm-overlap: the all-gathers and reduce-scatters pipelined with
@@ -285,10 +285,8 @@ def overlap_variants(ctx: Context, cols: dict[str, np.ndarray], space: Space, re
     alone and together. A candidate keeps the fastest of its allowed forms, those that fit first (every objective
     improves as the iteration time falls); its plain form only when allowed. `results` is updated in place;
     returns the suffix of each candidate that took a variant. A variant `simulate` refuses is not taken."""
-    jobs = []
-    for i in results:
-        suffixes = _variant_suffixes(ctx, cols, i)
-        jobs += [(i, suffix) for suffix in suffixes if suffix]
+    forms = {i: _variant_suffixes(ctx, cols, i) for i in results}
+    jobs = [(i, suffix) for i, suffixes in forms.items() for suffix in suffixes if suffix]
     if not jobs:
         return {}
     strategies = [describe({k: int(v[i]) for k, v in cols.items()}, space.orders, ctx.fp8_params) + suffix
@@ -298,10 +296,10 @@ def overlap_variants(ctx: Context, cols: dict[str, np.ndarray], space: Space, re
         if not isinstance(r, Exception):
             tried.setdefault(i, []).append((suffix, r))
     chosen = {}
-    for i, forms in tried.items():
-        if "" in _variant_suffixes(ctx, cols, i):
-            forms = [("", results[i]), *forms]
-        suffix, best = max(forms, key=lambda form: (form[1].fits, -form[1].iteration_time_s))
+    for i, simulated in tried.items():
+        if "" in forms[i]:  # the plain form is allowed: its result is already in
+            simulated = [("", results[i]), *simulated]
+        suffix, best = max(simulated, key=lambda form: (form[1].fits, -form[1].iteration_time_s))
         results[i] = best
         if suffix:
             chosen[i] = suffix
