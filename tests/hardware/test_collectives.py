@@ -5,6 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from madmax.config.hardware import GPU, System
+from madmax.config.loaders import load_system
 from madmax.errors import ConfigError
 from madmax.hardware.calibration import fit_busbw, load_nccl_rows
 from madmax.hardware.collectives import (
@@ -16,7 +17,7 @@ from madmax.hardware.collectives import (
     ring_gather_s,
     send_recv_s,
 )
-from madmax.hardware.profile import efficiency_table
+from madmax.hardware.profile import CollectiveFit, efficiency_table
 
 GiB = 2**30
 
@@ -117,15 +118,59 @@ def test_hierarchical_all_gather_and_reduce_scatter():
     # 31/32 * S spread over 8 NICs per domain, to within (n-1)/n rounding.
 
 
+def _a2a_terms(kind: str) -> tuple[float, float]:
+    """(c, per-peer seconds) of efficiency.yaml's all-to-all latency c alpha + (n - 1) t_p for a fabric kind."""
+    table = efficiency_table()["collectives"]["all_to_all"]
+    return float(table["alphas"][kind]), float(table["per_peer"].split()[0]) * 1e-6
+
+
 def test_all_to_all_across_domains_is_bound_by_the_nics():
     # Span(8, 2), n = 16, S = 1 GiB per GPU: 7/16 of S stays in the domain (NVLink), 8/16 leaves (NIC).
-    # NVLink: 7*2e-6 + 7/16 * 2**30 / (300e9 * f_nv); NIC: 8*5e-6 + 8/16 * 2**30 / (25e9 * f_ib)
+    # NVLink: c_nv 2 us + 7 t_p + 7/16 * 2**30 / (300e9 * f_nv); NIC: c_ib 5 us + 15 t_p + 8/16 * 2**30 / (25e9 * f_ib)
     f_nv, f_ib = _fraction("nvlink", "all_to_all"), _fraction("infiniband", "all_to_all")
-    t_up = 7 * 2e-6 + 7 / 16 * GiB / (300e9 * f_nv)
-    t_out = 8 * 5e-6 + 8 / 16 * GiB / (25e9 * f_ib)
+    (c_nv, t_p), (c_ib, _) = _a2a_terms("nvlink"), _a2a_terms("infiniband")
+    t_up = c_nv * 2e-6 + 7 * t_p + 7 / 16 * GiB / (300e9 * f_nv)
+    t_out = c_ib * 5e-6 + 15 * t_p + 8 / 16 * GiB / (25e9 * f_ib)
     t = network_model(_system()).collective_s(Collective.ALL_TO_ALL, GiB, Span(8, 2))
     assert t == pytest.approx(max(t_up, t_out), rel=1e-12)
     assert t == pytest.approx(t_out, rel=1e-12)  # the NIC is 12x slower and carries more
+
+
+def test_all_to_all_latency_is_one_exchange_and_a_cost_per_peer():
+    # NCCL posts every peer's send and receive at once: a 1-byte all-to-all over 128 GPUs (16 nodes) costs
+    # 13 x 5 us + 127 x 0.3 us = 103.1 us, not the 120 ring steps of 5 us (600 us) a gather takes.
+    net = network_model(_system())
+    (c_ib, t_p), (c_nv, _) = _a2a_terms("infiniband"), _a2a_terms("nvlink")
+    assert (c_ib, c_nv, t_p) == (13.0, 4.5, pytest.approx(0.3e-6))
+    assert net.collective_s(Collective.ALL_TO_ALL, 1, Span(8, 16)) == pytest.approx(103.1e-6, rel=1e-3)
+    # Inside one node: 4.5 x 2 us + 7 x 0.3 us = 11.1 us (8 H20, alltoall_perf: 10.59 us at 128 B).
+    assert net.collective_s(Collective.ALL_TO_ALL, 1, Span(8, 1)) == pytest.approx(11.1e-6, rel=1e-3)
+    # Across nodes with one GPU each: the scale-out fabric alone, 13 x 5 us + 15 x 0.3 us.
+    assert net.collective_s(Collective.ALL_TO_ALL, 1, Span(1, 16)) == pytest.approx(69.5e-6, rel=1e-3)
+    # The latency grows by t_p per peer: 128 GPUs cost 64 x 0.3 us more than 64.
+    a2a = Collective.ALL_TO_ALL
+    gap = net.collective_s(a2a, 1, Span(8, 16)) - net.collective_s(a2a, 1, Span(8, 8))
+    assert gap == pytest.approx(64 * t_p, rel=1e-3)
+
+
+def test_a_measured_all_to_all_gives_its_whole_latency():
+    # A profile's all-to-all measured across 2 nodes (alltoall_perf, fitted L = 40 us, 45 GB/s busbw) is the
+    # latency of that group, not a per-step alpha: 1 MiB over Span(8, 2) costs 40 us + 8/16 MiB / 45 GB/s. It does
+    # not become the fabric's ring step: a 1-byte all-gather over 2 nodes still takes 1 x 5 us there.
+    fit = CollectiveFit(collective="all_to_all", num_gpus=16, num_nodes=2, step_latency_s=40e-6,
+                        busbw_bytes_per_s=45e9)
+    net = network_model(_system(), (fit,))
+    assert net.collective_s(Collective.ALL_TO_ALL, 2**20, Span(8, 2)) == pytest.approx(40e-6 + 2**19 / 45e9)
+    assert net.collective_s(Collective.ALL_GATHER, 1, Span(1, 2)) == pytest.approx(5e-6, rel=1e-3)
+
+
+def test_all_to_all_on_the_pplx_kernels_rows():
+    # The fit's own rows (efficiency.yaml collectives.all_to_all): torch all_to_all_single of 1,892,352 B per rank
+    # on H100 nodes over InfiniBand, ppl-ai/pplx-kernels README: EP32 95.7 us, EP64 101.6, EP128 132.0, within 5%.
+    net = network_model(load_system("dgx-h100", num_gpus=128))
+    for nodes, measured in ((4, 95.7e-6), (8, 101.6e-6), (16, 132.0e-6)):
+        t = net.collective_s(Collective.ALL_TO_ALL, 1_892_352, Span(8, nodes))
+        assert t == pytest.approx(measured, rel=0.05)
 
 
 def test_a100_and_h100_nvlink_busbw():
@@ -153,8 +198,12 @@ def test_fabrics_without_measurements_are_listed_as_assumptions():
     assert network_model(_system()).assumptions == ()
     net = network_model(_system(up_kind="ethernet", out_kind="roce"))
     assert any("ethernet" in a and "default" in a for a in net.assumptions)
-    # xGMI is measured (rccl-tests on MI300X, efficiency.yaml fabrics.xgmi): no assumption on a custom GPU
-    assert not any("xgmi" in a for a in network_model(_system(up_kind="xgmi")).assumptions)
+    # xGMI's bandwidths are measured (rccl-tests on MI300X, efficiency.yaml fabrics.xgmi); its all-to-all latency
+    # is not (measured on NVLink and InfiniBand only), and says so.
+    xgmi = network_model(_system(up_kind="xgmi")).assumptions
+    assert [a for a in xgmi if "xgmi" in a] == [
+        "scale-up fabric xgmi: the all-to-all's latency (4.5 alpha + 0.3 us per peer) is assumed, measured on "
+        "NVLink and InfiniBand only (efficiency.yaml collectives.all_to_all)"]
     assert any("roce" in a and "assumed" in a for a in net.assumptions)
 
 

@@ -5,8 +5,12 @@ alpha (s) and an achievable bus bandwidth B (bytes/s per GPU per direction, nccl
 
     all_reduce (ring)             t = 2(n-1) alpha + 2(n-1)/n * S / B
     all_gather, reduce_scatter    t =  (n-1) alpha +  (n-1)/n * S / B
-    all_to_all                    t =  (n-1) alpha +  (n-1)/n * S / B
+    all_to_all                    t = c alpha + (n-1) t_p + (n-1)/n * S / B
     send_recv                     t =        alpha +            S / B
+
+A ring passes its data in n - 1 steps, one after another; NCCL's all-to-all posts the send and receive of
+every peer at once (grouped point-to-point), so its latency is one exchange (c alpha: the fabric's `c`
+of efficiency.yaml `collectives.all_to_all`) and a small cost per peer (t_p), not n - 1 steps.
 
 Sizes (nccl-tests doc/PERFORMANCE.md): all_reduce: the buffer per GPU; all_gather: the gathered output
 per GPU; reduce_scatter: the input per GPU before the scatter; all_to_all: the bytes each GPU sends and
@@ -19,7 +23,8 @@ all_reduce = reduce_scatter inside each domain (S) + all_reduce across domains (
 its own NIC, so B_out is per GPU) + all_gather inside (S); all_gather = all_gather across domains
 (output S/intra) + inside (S); reduce_scatter the mirror; all_to_all sends (intra-1)/n of S over the
 scale-up and intra*(inter-1)/n of S over the scale-out fabric at the same time, and lasts as long as
-the slower one; send_recv between domains uses the scale-out fabric.
+the slower one (the scale-out part with the scale-out fabric's c alpha and all n - 1 peers' t_p);
+send_recv between domains uses the scale-out fabric.
 
 A full-mesh scale-up domain (`ScaleUp.topology`, AMD Instinct boards: one xGMI link from each GPU to each of
 its D - 1 peers) gives a group of n GPUs inside it n - 1 links: its peak is bytes_per_s (n - 1) / (D - 1), so a
@@ -58,6 +63,7 @@ from typing import Any
 
 from madmax.collective import Collective, Span
 from madmax.config.hardware import Fabric, ScaleUp, ScaleUpTopology, System
+from madmax.config.units import parse_quantity
 from madmax.errors import ConfigError
 from madmax.hardware.profile import efficiency_table
 
@@ -74,12 +80,20 @@ def ring_all_reduce_s(size_bytes: float, n: int, busbw_bytes_per_s: float, step_
 
 
 def ring_gather_s(size_bytes: float, n: int, busbw_bytes_per_s: float, step_latency_s: float) -> float:
-    """Ring all-gather (S = gathered output per GPU) or reduce-scatter (S = input per GPU), also the
-    all-to-all of S bytes per GPU: t = (n-1) alpha + (n-1)/n * S / B. Each GPU sends and receives
-    (n-1)/n of S. Sources: Thakur et al. 2005; nccl-tests doc/PERFORMANCE.md."""
+    """Ring all-gather (S = gathered output per GPU) or reduce-scatter (S = input per GPU):
+    t = (n-1) alpha + (n-1)/n * S / B. Each GPU sends and receives (n-1)/n of S. Sources: Thakur et al.
+    2005; nccl-tests doc/PERFORMANCE.md."""
     if n == 1:
         return 0.0
     return (n - 1) * step_latency_s + (n - 1) / n * size_bytes / busbw_bytes_per_s
+
+
+def all_to_all_s(size_bytes: float, n: int, busbw_bytes_per_s: float, latency_s: float) -> float:
+    """All-to-all of S bytes per GPU (what each sends, its own share included) among n ranks once its
+    latency is known (`_Level.all_to_all_latency_s`): t = L + (n-1)/n * S / B."""
+    if n == 1:
+        return 0.0
+    return latency_s + (n - 1) / n * size_bytes / busbw_bytes_per_s
 
 
 def send_recv_s(size_bytes: float, bandwidth_bytes_per_s: float, latency_s: float) -> float:
@@ -123,6 +137,8 @@ class _Level:
     fractions: dict[str, Steps]
     latencies: dict[str, Steps] = field(default_factory=dict)
     mesh_peers: int = 0  # D - 1 on a full mesh of D GPUs (one link per peer), 0 on a switch
+    a2a_alphas: float = 1.0  # c: the all-to-all's exchange latency in alphas (efficiency.yaml collectives.all_to_all)
+    a2a_peer_s: float = 0.0  # t_p: the all-to-all's cost per peer
 
     def busbw(self, kind: str, n: int) -> float:
         """B of `kind` over a group of n: peak x busbw fraction, on a full mesh of the n - 1 links the group
@@ -139,11 +155,20 @@ class _Level:
         steps = self.latencies.get(kind)
         return self.latency_s if steps is None else _fraction(steps, n)
 
+    def all_to_all_latency_s(self, n: int, measured_at: int) -> float:
+        """L of an all-to-all among n ranks: c alpha + (n - 1) t_p, or, where a profile measured this
+        fabric's all-to-all, the latency of its fit at the largest measured size <= `measured_at` (GPUs on
+        one node, nodes across them)."""
+        steps = self.latencies.get(str(Collective.ALL_TO_ALL))
+        if steps is not None:
+            return _fraction(steps, measured_at)
+        return self.a2a_alphas * self.latency_s + (n - 1) * self.a2a_peer_s
+
     def crossing_spine(self, oversubscription: float, extra_latency_s: float) -> _Level:
         """The level as seen by traffic that crosses an oversubscribed, farther spine tier."""
         latencies = {k: tuple((n, a + extra_latency_s) for n, a in steps) for k, steps in self.latencies.items()}
         return _Level(self.bytes_per_s / oversubscription, self.latency_s + extra_latency_s, self.fractions,
-                      latencies, self.mesh_peers)
+                      latencies, self.mesh_peers, self.a2a_alphas, self.a2a_peer_s)
 
 
 @dataclass(frozen=True)
@@ -191,7 +216,23 @@ def _level(fabric: Fabric, gpu_names: set[str], label: str) -> tuple[_Level, lis
     fractions = {str(c): _steps(entry["busbw_fraction"][str(c)], f"{kind}.{c}") for c in Collective}
     mesh = isinstance(fabric, ScaleUp) and fabric.topology is ScaleUpTopology.FULL_MESH
     peers = fabric.domain_size - 1 if mesh else 0
-    return _Level(fabric.bytes_per_s, fabric.latency_s, fractions, mesh_peers=peers), notes
+    alphas, peer_s, assumed = _all_to_all_terms(kind)
+    if assumed:
+        notes.append(f"{label} fabric {kind}: the all-to-all's latency ({alphas:g} alpha + {peer_s * 1e6:g} us "
+                     "per peer) is assumed, measured on NVLink and InfiniBand only (efficiency.yaml "
+                     "collectives.all_to_all)")
+    return _Level(fabric.bytes_per_s, fabric.latency_s, fractions, mesh_peers=peers, a2a_alphas=alphas,
+                  a2a_peer_s=peer_s), notes
+
+
+def _all_to_all_terms(kind: str) -> tuple[float, float, bool]:
+    """(c, t_p, assumed) of the all-to-all's latency c alpha + (n - 1) t_p on a fabric kind
+    (efficiency.yaml `collectives.all_to_all`: its `alphas` by kind, else `default`)."""
+    table = efficiency_table()["collectives"]["all_to_all"]
+    alphas = table["alphas"]
+    known = kind in alphas
+    return float(alphas[kind if known else "default"]), parse_quantity(table["per_peer"], "s"), \
+        not known or kind in table.get("assumed", ())
 
 
 _KINDS = tuple(str(c) for c in Collective)
@@ -216,6 +257,9 @@ def _collective_s(net: int, kind: str, size_bytes: float, intra: int, inter: int
     if kind == Collective.SEND_RECV:
         level = out if inter > 1 else up
         return send_recv_s(size_bytes, level.busbw(kind, 2), level.latency(kind, 2))
+    if kind == Collective.ALL_TO_ALL and (inter == 1 or intra == 1):
+        level, measured_at = (up, intra) if inter == 1 else (out, inter)
+        return all_to_all_s(size_bytes, n, level.busbw(kind, measured_at), level.all_to_all_latency_s(n, measured_at))
     if inter == 1:
         ring = ring_all_reduce_s if kind == Collective.ALL_REDUCE else ring_gather_s
         return ring(size_bytes, intra, up.busbw(kind, intra), up.latency(kind, intra))
@@ -240,8 +284,8 @@ def _hierarchical_s(network: _Net, out: _Level, kind: str, s: float, intra: int,
         return inside[kind] + ring_gather_s(s / intra, inter, out.busbw(kind, inter), out.latency(kind, inter)) + extra
     # all_to_all: (intra-1) peers inside the domain, n-intra outside, both fabrics at once
     n = intra * inter
-    t_up = (intra - 1) * up.latency(kind, intra) + (intra - 1) / n * s / up.busbw(kind, intra)
-    t_out = (n - intra) * out.latency(kind, n) + (n - intra) / n * s / out.busbw(kind, n)
+    t_up = up.all_to_all_latency_s(intra, intra) + (intra - 1) / n * s / up.busbw(kind, intra)
+    t_out = out.all_to_all_latency_s(n, inter) + (n - intra) / n * s / out.busbw(kind, n)
     return max(t_up, t_out)
 
 
@@ -321,16 +365,18 @@ def _with_fits(up: _Level, out: _Level, fits: tuple[Any, ...]) -> tuple[_Level, 
     latency for its collective, for groups from its number of GPUs up; one measured across nodes sets the
     scale-out fabric's, from its number of nodes up. The fit of the smallest size also covers smaller
     groups; of two fits of one size the last wins. The last fit's step latency is also the fabric's for
-    the collectives measured by no fit.
+    the collectives measured by no fit, an all-to-all's excepted: its fitted latency is its whole latency L
+    (`_Level.all_to_all_latency_s`), not a step.
     """
     by_size: dict[tuple[str, str], dict[int, Any]] = {}
     latency = {"up": up.latency_s, "out": out.latency_s}
     for fit in fits:
         which, size = ("up", fit.num_gpus) if fit.num_nodes == 1 else ("out", fit.num_nodes)
         by_size.setdefault((which, str(fit.collective)), {})[size] = fit
-        latency[which] = fit.step_latency_s
+        if str(fit.collective) != Collective.ALL_TO_ALL:
+            latency[which] = fit.step_latency_s
     levels = {which: _Level(level.bytes_per_s, latency[which], dict(level.fractions), dict(level.latencies),
-                            level.mesh_peers)
+                            level.mesh_peers, level.a2a_alphas, level.a2a_peer_s)
               for which, level in (("up", up), ("out", out))}
     for (which, kind), sized in by_size.items():
         level, sizes = levels[which], sorted(sized)

@@ -94,7 +94,8 @@ class CollectiveFit(Schema):
     """Alpha-beta fit of one collective measured by nccl-tests (or `madmax bench comm`).
 
     t = c(n) alpha + f(n) S / B, with c, f of `madmax.hardware.collectives` (ring all_reduce: 2(n-1) and
-    2(n-1)/n; all_gather, reduce_scatter, all_to_all: (n-1) and (n-1)/n; send_recv: 1 and 1).
+    2(n-1)/n; all_gather, reduce_scatter: (n-1) and (n-1)/n; all_to_all: 1 and (n-1)/n, its alpha the whole
+    latency of the measured group; send_recv: 1 and 1).
     Written by `madmax calibrate`; `simulate --calibration` uses it in place of the busbw table
     (`collectives.network_model(system, fits)`).
     """
@@ -103,7 +104,8 @@ class CollectiveFit(Schema):
     num_gpus: int = Field(ge=1, description="Ranks in the measured group.")
     num_nodes: int = Field(1, ge=1, description="Hosts the ranks ran on (1: scale-up fabric only).")
     device: str = Field("", description="Device named in the output's rank lines.")
-    step_latency_s: Seconds = Field(ge=0, description="alpha: latency of one algorithm step, s.")
+    step_latency_s: Seconds = Field(ge=0, description="alpha: latency of one algorithm step (an all-to-all's "
+                                    "whole latency), s.")
     busbw_bytes_per_s: BytesPerS = Field(gt=0, description="B: bus bandwidth per GPU per direction, bytes/s.")
     min_size_bytes: float = Field(0, ge=0, description="Smallest message fitted (nccl-tests size), bytes.")
     max_size_bytes: float = Field(0, ge=0, description="Largest message fitted (nccl-tests size), bytes.")

@@ -21,7 +21,9 @@ another (e.g. `madmax bench comm` output).
 
 Fit (per test): t = c(n) alpha + f(n) S / B, c and f of `madmax.hardware.collectives` (all_reduce 2(n-1)
 and 2(n-1)/n, so f S / B = S / algbw when B = busbw), by least squares in ln t over the sizes, as
-`madmax.hardware.calibration.fit_busbw`. Held-out errors refit without each size in turn.
+`madmax.hardware.calibration.fit_busbw`. An all-to-all's latency is not n - 1 steps (grouped point-to-point):
+its fitted alpha is its whole latency L at the measured group (c = 1), which the cost model then takes as
+measured. Held-out errors refit without each size in turn.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ import numpy as np
 
 from madmax.errors import ConfigError
 from madmax.hardware.calibration import minimize
-from madmax.hardware.collectives import Collective, ring_all_reduce_s, ring_gather_s, send_recv_s
+from madmax.hardware.collectives import Collective, all_to_all_s, ring_all_reduce_s, ring_gather_s, send_recv_s
 
 GIGA = 1e9
 MICRO = 1e-6
@@ -165,6 +167,8 @@ def collective_s(collective: Collective, size: Any, n: int, busbw: float, alpha:
         return ring_all_reduce_s(size, n, busbw, alpha)
     if collective == Collective.SEND_RECV:
         return send_recv_s(size, busbw, alpha)
+    if collective == Collective.ALL_TO_ALL:
+        return all_to_all_s(size, n, busbw, alpha)
     return ring_gather_s(size, n, busbw, alpha)
 
 
@@ -172,7 +176,8 @@ def _fit(collective: Collective, n: int, size: np.ndarray, t: np.ndarray, busbw0
     def loss(z: np.ndarray) -> float:
         return float(np.sum(np.log(collective_s(collective, size, n, np.exp(z[1]), np.exp(z[0])) / t) ** 2))
 
-    z = minimize(loss, [np.log(max(t.min(), 1e-9) / (2 * n)), np.log(busbw0)])
+    steps = 1 if collective == Collective.ALL_TO_ALL else 2 * n  # alpha's multiple, about (the initial guess)
+    z = minimize(loss, [np.log(max(t.min(), 1e-9) / steps), np.log(busbw0)])
     return float(np.exp(z[0])), float(np.exp(z[1]))
 
 
