@@ -141,3 +141,27 @@ def test_search_mode_takes_the_settings_its_screen_does_not_cost(make_spec, base
     bad = make_spec(tmp_path / "bad", {**spec, "groups": [{"search": {**options, "dispatcher": ["nccl"]}}]})
     with pytest.raises(MadmaxError, match="dispatcher"):
         load_sweep(bad)
+
+
+def test_each_stack_is_simulated_and_searched_under_itself(make_spec, base_spec, tmp_path):
+    # issue 26: a sweep's stacks axis runs every point under its stack, in simulate and in search mode, and the
+    # row says which: the same numbers as `simulate --stack` / `search --stack` give.
+    from madmax import api
+    from madmax.search.api import find
+
+    spec = {**base_spec, "systems": "dgx-h100", "num_gpus": 8, "strategies": ["tp=2"], "whatifs": None,
+            "train": None, "stacks": ["megatron-core", "fsdp2"],
+            "groups": [{"name": "given"},
+                       {"name": "searched", "mode": "search", "strategies": None,
+                        "search": {"top": 1, "refine": 30, "max_tp": 2}}]}
+    run_sweep(make_spec(tmp_path / "spec", spec), tmp_path / "out", workers=1)
+    df = load(tmp_path / "out").set_index(["group_name", "stack"])
+    model = str(tmp_path / "spec" / "tiny.yaml")
+    for stack in ("megatron-core", "fsdp2"):
+        given = api.simulate(model, "dgx-h100", 8, global_batch=16, seq_len=1024, strategy="tp=2", stack=stack)
+        assert df.loc[("given", stack), "iteration_time_s"] == pytest.approx(given.iteration_time_s, rel=1e-9)
+        outcome = find(model, "dgx-h100", 8, "pretrain", 16, 1024, None, top=1, exact=1, refine=30, max_tp=2,
+                       stack=None if stack == "megatron-core" else stack)
+        best = outcome.exact[outcome.top(1)[0]]
+        assert df.loc[("searched", stack), "iteration_time_s"] == pytest.approx(best.iteration_time_s, rel=1e-9)
+    assert df.loc[("given", "fsdp2"), "iteration_time_s"] != df.loc[("given", "megatron-core"), "iteration_time_s"]

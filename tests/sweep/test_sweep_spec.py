@@ -77,6 +77,8 @@ def test_whatif_scales_the_system():
     ({"mode": "search", "global_batches": None}, ["sweep.global_batches", "required with mode=search"]),
     ({"mode": "serach"}, ["sweep.mode='serach'", "'simulate'", "'search'"]),
     ({"groups": [{"models": "nope"}]}, ["sweep.groups.0.models.0", "'nope'"]),
+    ({"stacks": ["fsdp2", "fsdp9"]}, ["sweep.stacks.1", "'fsdp9'", "allowed: megatron-core"]),
+    ({"stacks": ["vllm"]}, ["sweep.stacks.0", "stack='vllm' is a serving engine", "allowed for training"]),
 ])
 def test_bad_spec_names_the_field(tmp_path, make_spec, base_spec, change, words):
     with pytest.raises(ConfigError) as info:
@@ -105,3 +107,24 @@ def test_price_option_must_be_a_finite_non_negative_number(item):
 
     with pytest.raises(ConfigError, match="must be SYSTEM=USD or USD per GPU-hour"):
         parse_prices([item])
+
+
+def test_stacks_are_an_axis_and_leave_other_keys_alone(tmp_path, make_spec, base_spec):
+    # Two stacks double the 16 points; a sweep that names no stack keeps the keys it always had, and naming the
+    # default stack is a different point (its key says which stack ran), though it computes the same row.
+    plain = list(load_sweep(make_spec(tmp_path / "a")).points())
+    both = list(load_sweep(make_spec(tmp_path / "b", {**base_spec, "stacks": ["megatron-core", "FSDP2"]})).points())
+    assert len(both) == 2 * len(plain) == 32
+    assert {p.stack_name for p in both} == {"megatron-core", "fsdp2"}
+    assert {p.stack for p in plain} == {None} and not {p.key for p in plain} & {p.key for p in both}
+    again = [p.key for p in load_sweep(make_spec(tmp_path / "c")).points()]
+    assert again == [p.key for p in plain]
+
+
+def test_a_stack_file_is_found_beside_the_sweep(tmp_path, make_spec, base_spec):
+    import yaml
+
+    (tmp_path / "mine.yaml").write_text(yaml.safe_dump({"name": "mine", "description": "a stack of my own",
+                                                        "weight_cast_bytes_per_param": 6}))
+    points = list(load_sweep(make_spec(tmp_path, {**base_spec, "stacks": ["mine.yaml"]})).points())
+    assert {p.stack_name for p in points} == {"mine"} and all(str(p.stack).endswith("mine.yaml") for p in points)

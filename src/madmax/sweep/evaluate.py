@@ -34,7 +34,8 @@ COLUMNS = {
     "key": "string", "index": "int64", "group_name": "string", "mode": "string", "model": "string",
     "system": "string", "provider": "string", "gpu": "string", "gpus_per_node": "int64", "num_gpus": "int64",
     "task": "string", "global_batch": "int64", "seq_len": "int64", "dtype": "string",
-    "strategy_input": "string", "whatif": "string", "whatif_resource": "string", "whatif_factor": "float64",
+    "strategy_input": "string", "stack": "string", "whatif": "string", "whatif_resource": "string",
+    "whatif_factor": "float64",
     **{f"scale_{r}": "float64" for r in RESOURCES}, "spares": "float64",
     "train_tokens": "float64", "train_samples": "float64", "price_per_gpu_hour_usd": "float64",
     "power_w": "float64", "hbm_bytes": "float64",
@@ -81,11 +82,18 @@ def _inputs(p: Point) -> dict[str, Any]:
         "search" if not p.candidates else "best of: " + " | ".join(p.candidates))
     return {"key": p.key, "index": p.index, "group_name": p.group, "mode": p.mode, "model": p.model_name,
             "system": p.system_name, "num_gpus": p.num_gpus, "task": p.task, "global_batch": p.global_batch,
-            "seq_len": p.seq_len, "dtype": p.dtype, "strategy_input": strategy_input, "whatif": p.whatif,
+            "seq_len": p.seq_len, "dtype": p.dtype, "strategy_input": strategy_input,
+            "stack": p.stack_name or _default_stack(), "whatif": p.whatif,
             "whatif_resource": p.whatif_resource, "whatif_factor": p.whatif_factor,
             **{f"scale_{r}": float(scales.get(r, 1)) for r in RESOURCES}, "spares": scales.get("spares", math.nan),
             "train_tokens": p.train_tokens, "train_samples": p.train_samples,
             "price_per_gpu_hour_usd": p.price}
+
+
+def _default_stack() -> str:
+    from madmax.config.training_stack import default_training_stack
+
+    return default_training_stack()
 
 
 def _evaluate(p: Point) -> dict[str, Any]:
@@ -103,6 +111,8 @@ def _evaluate(p: Point) -> dict[str, Any]:
         "power_w": power_w(system), "hbm_bytes": system.gpu.hbm_bytes}
     kwargs = {"model": model, "system": system, "task": p.task, "global_batch": p.global_batch,
               "seq_len": p.seq_len, "dtype": p.dtype}
+    if p.stack is not None:
+        kwargs["stack"] = p.stack
     if p.mode == "simulate":
         result, strategy, ranking, evaluated = simulate(**kwargs, strategy=p.strategy), p.strategy, None, None
     elif p.candidates:
@@ -150,7 +160,7 @@ def search_best(kwargs: dict[str, Any], p: Point) -> tuple[Any, str | None, list
     top, exact = opts.pop("top"), opts.pop("exact")
     outcome = find(kwargs["model"], kwargs["system"], None, kwargs["task"], kwargs["global_batch"],
                    kwargs["seq_len"], kwargs["dtype"], tokens=p.train_tokens, top=top, exact=exact or top,
-                   workers=1, **opts)
+                   workers=1, stack=kwargs.get("stack"), **opts)
     ids = outcome.top(top)
     ranking = [{"strategy": outcome.strategy(i), **_summary(outcome.exact[i])} for i in ids]
     if not ids:

@@ -16,7 +16,8 @@ from madmax.config.reliability import MAX_SPARES
 from madmax.config.task import COMPUTE_DTYPES
 from madmax.sweep.whatif import RESOURCES, multiplier
 
-AXES = ("models", "systems", "num_gpus", "tasks", "global_batches", "seq_lens", "dtypes", "strategies", "whatifs")
+AXES = ("models", "systems", "num_gpus", "tasks", "global_batches", "seq_lens", "dtypes", "strategies", "stacks",
+        "whatifs")
 DTYPES = COMPUTE_DTYPES  # one list with simulate
 TASKS = ("pretrain", "finetune")
 
@@ -154,6 +155,9 @@ class Group(_Strict):
     seq_lens: list[PositiveInt | None] | None = Field(None, description="Tokens per sequence.")
     dtypes: list[str | None] | None = Field(None, description="bf16, fp16, fp8 or fp32.")
     strategies: list[str | None] | None = Field(None, description="Strategy strings, e.g. 'tp=8,pp=4'.")
+    stacks: list[str | dict | None] | None = Field(
+        None, description="Training stacks: catalog names (`madmax catalog list stacks`), files or mappings; "
+                          "default the catalog's default (megatron-core).")
     whatifs: list[WhatIf] | None = Field(None, description="Hardware what-ifs; default the catalog system.")
     codesign: Codesign | None = Field(None, description="Generate co-design what-ifs (added to whatifs).")
     train: Train | None = Field(None, description="Tokens or samples to train; default one iteration.")

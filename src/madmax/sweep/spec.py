@@ -10,6 +10,7 @@
     seq_lens: 4096
     dtypes: bf16
     strategies: ["tp=8,pp=4"]    # simulate: one point each; search: the candidates (default: every strategy)
+    stacks: [megatron-core, fsdp2]  # training stacks (catalog names or files); default megatron-core
     whatifs: [{}, {name: fast-nic, nic_bandwidth: 2}]       # multipliers of catalog numbers (see whatif)
     codesign: {resources: [flops, nic_bandwidth], factors: [0.5, 2, 4], together: true}
     train: {tokens: 2.0e12}      # or {samples: 5.0e9}: time, GPU-hours, cost and energy to train this much,
@@ -20,7 +21,7 @@
       - {models: dlrm-a, global_batches: 65536, seq_lens: null, train: {samples: 5.0e9}}
 
 The points are the union over groups of the product of the axes (models x systems x num_gpus x tasks x
-global_batches x seq_lens x dtypes x strategies x what-ifs). A null axis value takes simulate's default.
+global_batches x seq_lens x dtypes x strategies x stacks x what-ifs). A null axis value takes simulate's default.
 Each point has a key: a hash of everything that changes its row, so a sweep resumes exactly.
 """
 
@@ -69,6 +70,8 @@ class Point:
     search: tuple[tuple[str, Any], ...]
     power: float | None = None  # W per GPU at load (`--power`), over the system's node power
     reliability: str | dict | None = None  # the train amount's reliability profile (catalog name, file or mapping)
+    stack: str | dict | None = None  # the training stack to load (catalog name, file or mapping); None: the default
+    stack_name: str | None = None  # its name (the `stack` column)
 
 
 @dataclass(frozen=True)
@@ -149,6 +152,8 @@ def _resolve_group(spec: SweepSpec, group: Group | None, i: int, base: Path) -> 
                      for k, v in enumerate(out["models"])]
     out["systems"] = [_check_input("systems", v, f"{out['where']['systems']}.{k}", base)
                       for k, v in enumerate(out["systems"])]
+    out["stacks"] = [None if v is None else _check_stack(v, f"{out['where']['stacks']}.{k}", base)
+                     for k, v in enumerate(out["stacks"] or [None])]
     _check_strategies(out)
     _check_prices(out)
     out["reliability"] = _check_reliability(out["train"], out["where"]["train"], base) if out["train"] else None
@@ -178,6 +183,17 @@ def _check_input(kind: str, value: str | dict, where: str, base: Path) -> tuple[
         return None if entry is None else entry["name"]
 
     value, ident, loaded = _resolve(value, where, base, load_model if kind == "models" else load_system, in_catalog)
+    return value, ident, loaded.name
+
+
+def _check_stack(value: str | dict, where: str, base: Path) -> tuple[str | dict, Any, str]:
+    """(the training stack to load, its identity for the key, its name), or ConfigError naming `where`."""
+    from madmax.config.training_stack import load_training_stack, training_stack_names
+
+    def in_catalog(name: str) -> str | None:
+        return name.strip().lower() if name.strip().lower() in training_stack_names() else None
+
+    value, ident, loaded = _resolve(value, where, base, load_training_stack, in_catalog)
     return value, ident, loaded.name
 
 
@@ -292,11 +308,12 @@ def _whatifs(g: dict[str, Any]) -> list[tuple[WhatIf, str, float]]:
 
 def _axes(g: dict[str, Any]) -> list[list[Any]]:
     """The value lists of group g whose product is its points: models, systems, num_gpus, tasks, global
-    batches, sequence lengths, dtypes, strategies and what-ifs."""
+    batches, sequence lengths, dtypes, strategies, training stacks and what-ifs."""
     # In search mode the strategies are the candidates of one point, not an axis.
     strategies = g["strategies"] if Mode(g["mode"]) is Mode.SIMULATE else [(None, None)]
     return [g["models"], g["systems"], g["num_gpus"] or [None], g["tasks"] or ["pretrain"],
-            g["global_batches"] or [None], g["seq_lens"] or [None], g["dtypes"] or [None], strategies, _whatifs(g)]
+            g["global_batches"] or [None], g["seq_lens"] or [None], g["dtypes"] or [None], strategies, g["stacks"],
+            _whatifs(g)]
 
 
 def _group_points(g: dict[str, Any], sweep: Sweep, start: int) -> Iterator[Point]:
@@ -306,7 +323,7 @@ def _group_points(g: dict[str, Any], sweep: Sweep, start: int) -> Iterator[Point
     train = g["train"]
     candidates = tuple(s for s, _ in g["strategies"] if s is not None) if mode is Mode.SEARCH else ()
     axes = itertools.product(*_axes(g))
-    for i, (model, system, n, task, gb, seq, dtype, (strategy, canon), (w, resource, factor)) in enumerate(axes):
+    for i, (model, system, n, task, gb, seq, dtype, (strategy, canon), stack, (w, resource, factor)) in enumerate(axes):
         price = _price_of(g, system[2], sweep.prices)
         power = _power_of(system[2], sweep.powers)
         scales = tuple(sorted(w.scales().items()))
@@ -319,6 +336,8 @@ def _group_points(g: dict[str, Any], sweep: Sweep, start: int) -> Iterator[Point
             ident["reliability"] = g["reliability"][1]
         if power is not None:  # only then: the keys of sweeps without --power stay as they were
             ident["power"] = power
+        if stack is not None:  # likewise for sweeps without stacks
+            ident["stack"] = stack[1]
         key = hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:20]
         yield Point(key=key, index=start + i, group=g["name"], mode=mode.value, model=model[0],
                     model_name=model[2], system=system[0], system_name=system[2],
@@ -327,4 +346,5 @@ def _group_points(g: dict[str, Any], sweep: Sweep, start: int) -> Iterator[Point
                     whatif_resource=resource, whatif_factor=factor,
                     train_tokens=train.tokens if train else None, train_samples=train.samples if train else None,
                     price=price, search=search, power=power,
-                    reliability=g["reliability"][0] if g["reliability"] else None)
+                    reliability=g["reliability"][0] if g["reliability"] else None,
+                    stack=None if stack is None else stack[0], stack_name=None if stack is None else stack[2])
