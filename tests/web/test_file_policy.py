@@ -85,6 +85,17 @@ def test_a_sweep_asks_for_at_most_the_servers_workers(tmp_path):
                                       "1 to 2")
 
 
+def test_a_sweeps_stack_file_outside_the_data_directory_is_not_read(served, tmp_path):
+    client, _ = served
+    stack = tmp_path / "stack.yaml"  # a valid stack file, outside the data directory
+    stack.write_text(yaml.safe_dump({"name": "mine", "description": "mine"}))
+    spec = {"name": "stacked", "models": "llama-3-8b", "systems": "dgx-h100", "num_gpus": 8,
+            "stacks": ["fsdp2", str(stack)]}
+    answer = client.post("/sweep", json={"spec": spec})
+    assert answer.status_code == 400
+    assert answer.json()["error"].startswith("sweep.stacks.1:") and OUTSIDE in answer.json()["error"]
+
+
 def test_only_the_servers_own_host_names_are_answered(tmp_path):
     app = create_app(Settings(data_dir=tmp_path, allowed_hosts=("127.0.0.1", "localhost", "::1")))
     for url, status in (("http://localhost:8000", 200), ("http://127.0.0.1", 200), ("http://[::1]:8000", 200),

@@ -229,6 +229,11 @@ def file_rule() -> str:
     return " (this server reads files only under its data directory, madmax web --data-dir)"
 
 
+def path_rule(name: object) -> str:
+    """`file_rule()` for a name that is a path (has a slash), not a misspelt catalog name."""
+    return file_rule() if "/" in str(name) or "\\" in str(name) else ""
+
+
 def readable_file(path: str | Path, field: str, limit: int | None = None) -> Path:
     """`path` if the policy allows it and it is a regular file of at most `limit` bytes (default
     MAX_FILE_BYTES); else ConfigError. (A device such as /dev/zero, a FIFO or a folder is refused before

@@ -15,7 +15,7 @@ import yaml
 from pydantic import Field, model_validator
 
 from madmax.config.base import Schema
-from madmax.config.checks import positive_number
+from madmax.config.checks import path_rule, positive_number
 from madmax.config.units import BytesPerS, Seconds
 from madmax.errors import ConfigError
 
@@ -134,6 +134,6 @@ def load_reliability(spec: str | Path | dict | Reliability | None = None) -> Rel
 
     found = load_profile_entry(Reliability, spec, _catalog(), "reliability")
     if found is None:
-        raise ConfigError(f"reliability {str(spec)!r} is neither a catalog profile nor a file; "
+        raise ConfigError(f"reliability {str(spec)!r} is neither a catalog profile nor a file{path_rule(spec)}; "
                           f"allowed: {', '.join(reliability_names())} or a YAML file")
     return found

@@ -21,6 +21,7 @@ import yaml
 from pydantic import Field, PositiveInt, model_validator
 
 from madmax.config.base import Schema
+from madmax.config.checks import path_rule
 from madmax.config.hardware import Architecture
 from madmax.config.kernels import AttentionKernels
 from madmax.config.units import Seconds
@@ -206,7 +207,7 @@ def load_stack(spec: str | Path | dict | ServingStack | None = None) -> ServingS
     found = load_profile_entry(ServingStack, spec, _catalog(), "stack")
     if found is not None:
         return found
-    raise ConfigError(f"stack {str(spec)!r} is neither a catalog serving stack nor a file; "
+    raise ConfigError(f"stack {str(spec)!r} is neither a catalog serving stack nor a file{path_rule(spec)}; "
                       f"allowed: {', '.join(stack_names())}")
 
 

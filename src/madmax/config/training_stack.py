@@ -23,6 +23,7 @@ import yaml
 from pydantic import Field, NonNegativeInt, PositiveInt
 
 from madmax.config.base import DType, Schema
+from madmax.config.checks import path_rule
 from madmax.config.hardware import Architecture
 from madmax.config.kernels import AttentionKernels
 from madmax.errors import ConfigError
@@ -253,5 +254,5 @@ def load_training_stack(spec: str | Path | dict | TrainingStack | None = None) -
     if str(spec).strip().lower() in stack_names():
         raise ConfigError(f"stack={str(spec)!r} is a serving engine, for task=inference of a generative model; "
                           f"allowed for training: {', '.join(training_stack_names())}")
-    raise ConfigError(f"stack {str(spec)!r} is neither a catalog training stack nor a file; "
+    raise ConfigError(f"stack {str(spec)!r} is neither a catalog training stack nor a file{path_rule(spec)}; "
                       f"allowed: {', '.join(training_stack_names())}")
