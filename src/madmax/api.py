@@ -171,9 +171,13 @@ def _simulate_slo(call: dict[str, Any]) -> ServingResult:
     slos = parse_slos(call.pop("slo"))
     if not slos:
         raise ConfigError("slo is empty; allowed: SLOs such as p99_ttft=1,p99_tpot=50ms")
-    if not _is_inference(call["task"]) or call["mode"] != "rate":
+    if not _is_inference(call["task"]) or call["mode"] not in ("rate", "disaggregated"):
         raise ConfigError("slo holds a served deployment's latency percentiles against limits; allowed: "
-                          "task=inference with mode=rate")
+                          "task=inference with mode=rate, or mode=disaggregated with arrivals at a request_rate")
+    if call["mode"] == "disaggregated" and call["batch"] is not None:
+        raise ConfigError("slo holds latency percentiles of requests arriving at a rate; batch runs the disaggregated "
+                          "workers in a closed loop; allowed: request_rate (or no rate: the highest that meets the "
+                          "SLOs), without batch")
     if call["request_rate"] is not None or call["arrivals"] is not None:
         result = simulate(**call)
         return dataclasses.replace(result, slo=slo_block(result, slos))

@@ -599,6 +599,10 @@ def search(
     arrivals: Annotated[Path | None, typer.Option(help="CSV of requests to serve (capacity search: columns "
                                                        "arrival_s, prompt_len, output_len; replaces "
                                                        "--request-rate and the lengths).")] = None,
+    deployments: Annotated[str | None, typer.Option(help='Deployments a capacity search plans: "aggregated" '
+                                                         '(default: replicas of one engine), "disaggregated" '
+                                                         '(prefill and decode workers in a ratio) or both, '
+                                                         'comma-separated.')] = None,
     scenario: ScenarioOpt = None,
     prefix_len: PrefixLenOpt = None,
     prefix_hit: PrefixHitOpt = None,
@@ -634,11 +638,12 @@ def search(
                             "max_batch": max_batch}
         if given := [name for name, value in capacity_refuses.items() if value is not None]:
             _fail(f"{given[0]} does not apply to a capacity search (--request-rate, --slo); allowed: prompt_len, "
-                  "output_len, prompt_len_std, output_len_std, slo, stack, dtypes, kv_dtypes, max_tp, max_pp, "
+                  "output_len, prompt_len_std, output_len_std, slo, deployments, stack, dtypes, kv_dtypes, max_tp, "
+                  "max_pp, "
                   "num_gpus (the most GPUs), objective (throughput, cost, energy), price, power, top, exact, "
                   "num_requests, calibration, json")
         _search_capacity(model, system, num_gpus, prompt_len, output_len, request_rate=request_rate,
-                         arrivals=arrivals, slo=slo,
+                         arrivals=arrivals, slo=slo, deployments=deployments,
                          scenario=scenario, prefix_len=prefix_len, prefix_hit=prefix_hit, speculative=speculative,
                          draft_len=draft_len, acceptance=acceptance, prompt_len_std=prompt_len_std,
                          output_len_std=output_len_std,
@@ -646,7 +651,8 @@ def search(
                          objective=objective, top=top, exact=exact, num_requests=num_requests, price=price,
                          power=power, calibration=calibration, as_json=as_json, progress=progress)
         return
-    capacity_only = {"num_requests": num_requests, "scenario": scenario, "prefix_len": prefix_len,
+    capacity_only = {"num_requests": num_requests, "scenario": scenario, "deployments": deployments,
+                     "prefix_len": prefix_len,
                      "prefix_hit": prefix_hit, "speculative": speculative, "draft_len": draft_len,
                      "acceptance": acceptance, "prompt_len_std": prompt_len_std, "output_len_std": output_len_std}
     if given := [name for name, value in capacity_only.items() if value is not None]:

@@ -133,7 +133,10 @@ def test_cost_needs_a_price_and_ranks_by_it():
     ({"request_rate": float("nan")}, "request_rate"), ({"objective": "time"}, "not a serving objective"),
     ({"top": 0}, "top=0"), ({"num_requests": -1}, "num_requests=-1"), ({"exact": 1, "top": 2}, "exact=1"),
     ({"slo": "p99_tpot=10ms", "output_len": 1}, "needs a second output token"),
-    ({"max_gpus": 2**21}, "beyond the 1,048,576 GPUs a deployment is planned with")])
+    ({"max_gpus": 2**21}, "beyond the 1,048,576 GPUs a deployment is planned with"),
+    ({"deployments": "both"}, "deployments='both' is not a kind of deployment; allowed: aggregated, disaggregated"),
+    ({"deployments": ["aggregated", "disaggregated"], "prefix_len": 64}, "prefix_len is modelled on aggregated"),
+    ({"deployments": "disaggregated", "speculative": "ngram"}, "speculative is modelled on aggregated")])
 def test_bad_inputs_are_refused(kwargs, names):
     args = {"request_rate": 5.0, "slo": "p99_ttft=1", **SMALL, **kwargs}
     with pytest.raises(ConfigError, match=names):
@@ -179,11 +182,75 @@ def test_cli_prints_the_deployments_and_the_confirming_command():
     (["--request-rate", "5", "--slo", "p99_ttft=1", "--mode", "saturation"], "mode does not apply"),
     (["--request-rate", "5", "--slo", "p99_ttft=1", "--max-ttft", "1"], "max_ttft does not apply"),
     (["--request-rate", "5", "--slo", "p99_ttft=1", "--objective", "time"], "not a serving objective"),
-    (["--request-rate", "-5", "--slo", "p99_ttft=1"], "request_rate")])
+    (["--request-rate", "-5", "--slo", "p99_ttft=1"], "request_rate"),
+    (["--request-rate", "5", "--slo", "p99_ttft=1", "--deployments", "disagg"], "deployments='disagg' is not a kind")])
 def test_cli_bad_capacity_inputs_exit_2_in_one_line(extra, names):
     result = CliRunner().invoke(app, [*CLI, *extra])
     assert result.exit_code == 2 and names in result.output
     assert "Traceback" not in result.output
+
+
+@pytest.fixture(scope="module")
+def split():
+    return find_capacity("llama-3.1-8b", "dgx-h100", request_rate=60, slo="p99_ttft=300ms,p99_tpot=15ms",
+                         max_tp=2, exact=2, top=2, deployments="disaggregated", **SMALL)
+
+
+def test_disaggregated_units_are_prefill_and_decode_workers_as_simulate_runs_them(split):
+    from madmax.serve.slo import steady_requests
+
+    best = split.meeting()[0]
+    u = best.unit
+    assert u.disaggregated and u.mode == "disaggregated" and all(v.disaggregated for v in split.screened)
+    assert u.gpus == u.prefill.count * u.prefill.tp + u.decode.count * u.decode.tp
+    # one replica at its share of the rate is simulate's disaggregated run of its workers
+    n = steady_requests(split.request_rate / best.replicas, 200, u.lifetime_s)
+    one = api.simulate("llama-3.1-8b", "dgx-h100", u.gpus, task="inference", mode="disaggregated",
+                       request_rate=split.request_rate / best.replicas, prompt_len=512, output_len=64, dtype=u.dtype,
+                       kv_dtype=u.kv_dtype, strategy=u.strategy(), num_requests=n)
+    assert one.latency == best.result.latency and missed(one, split.slos) == []
+    # the whole deployment, k times the workers, by the printed command
+    command = shlex.split(split.confirm_command(best))
+    assert command[command.index("--mode") + 1] == "disaggregated"
+    assert f"prefill_workers={best.replicas * u.prefill.count}," in command[command.index("--strategy") + 1]
+    result = CliRunner().invoke(app, [*command[1:], "--json"])
+    assert result.exit_code == 0, result.output
+    run = json.loads(result.output)
+    assert run["num_gpus"] == best.num_gpus
+    assert run["latency"]["ttft_s"]["p99"] == pytest.approx(best.confirmed.latency["ttft_s"]["p99"])
+
+
+def test_disaggregated_rows_name_their_workers_and_every_deployment_is_whole_nodes(split, found):
+    table = rows(split)
+    assert {r["deployment"] for r in table} == {"disaggregated"}
+    best = table[0]
+    assert best["replica"] == f"P{best['prefill_workers']}(tp={best['prefill_tp']})+D{best['decode_workers']}" \
+                              f"(tp={best['decode_tp']})" and best["tp"] is None
+    for r in [*table, *rows(found)]:  # at most one node of 8, or whole nodes: a cluster simulate takes
+        assert r["num_gpus"] is None or r["num_gpus"] <= 8 or r["num_gpus"] % 8 == 0
+    assert {r["deployment"] for r in rows(found)} == {"aggregated"}  # the default plans replicas of one engine
+
+
+def test_replicas_round_up_to_whole_nodes():
+    from madmax.search.capacity import whole_nodes
+
+    assert [whole_nodes(k, 2, 8) for k in (1, 4, 5, 8, 9)] == [1, 4, 8, 8, 12]
+    assert whole_nodes(3, 16, 8) == 3 and whole_nodes(1, 8, 8) == 1
+
+
+def test_simulate_holds_a_disaggregated_rate_against_the_slos():
+    disagg = {**SERVE, "mode": "disaggregated", "strategy": "prefill_workers=1,decode_workers=1"}
+    held = api.simulate("llama-3.1-8b", "dgx-h100", 2, request_rate=20, slo="p99_ttft=1,p99_tpot=2ms", **disagg)
+    assert held.slo["measured"]["p99_ttft"] == held.latency["ttft_s"]["p99"] and not held.slo["met"]
+    best = api.simulate("llama-3.1-8b", "dgx-h100", 2, slo="p99_ttft=300ms,p99_tpot=15ms", **disagg)
+    assert best.slo["met"] and best.slo["rate_missed"] / best.slo["highest_rate"] <= 1.02 + 1e-9
+    with pytest.raises(ConfigError, match="batch runs the disaggregated workers in a closed loop"):
+        api.simulate("llama-3.1-8b", "dgx-h100", 2, batch=8, slo="p99_ttft=1", **disagg)
+
+
+def test_deployments_outside_a_capacity_search_are_refused():
+    result = CliRunner().invoke(app, [*CLI[:CLI.index("--num-requests")], "--deployments", "disaggregated"])
+    assert result.exit_code == 2 and "deployments applies to a capacity search" in result.output
 
 
 def test_a_model_file_is_searched_and_its_command_names_the_file(tmp_path):

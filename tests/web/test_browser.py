@@ -229,6 +229,22 @@ def test_a_capacity_search_shows_the_apis_deployments(page, live_server):
     assert "madmax simulate" in page.text_content("#search-summary")
 
 
+def test_a_capacity_search_plans_disaggregated_workers_when_asked(page, live_server):
+    # issue 27: the page's deployments select reaches the capacity search; its rows name the workers
+    state = {**CAPACITY, "request_rate": 60, "deployments": "disaggregated", "max_tp": 2}
+    open_page(page, live_server, state)
+    page.click("#search-btn")
+    page.wait_for_selector("#search-table tbody tr", timeout=120_000)
+    body = {**{k: v for k, v in state.items() if k not in ("dtype", "kv_dtype")}, "dtypes": ["fp8"],
+            "kv_dtypes": ["fp8"], "objective": "throughput"}
+    lines = [json.loads(line) for line in post(live_server, "/search", body).splitlines() if line.strip()]
+    expected = lines[-1]["result"]["deployments"]
+    replicas = page.eval_on_selector_all("#search-table tbody tr td[data-key='replica']", "cells => cells.map("
+                                         "c => c.textContent)")
+    assert replicas == [d["replica"] for d in expected] and all(r.startswith("P") and "+D" in r for r in replicas)
+    assert "--mode disaggregated" in page.text_content("#search-summary")
+
+
 def test_a_rate_simulation_within_slos_shows_the_highest_rate(page, live_server):
     state = {"model": "llama-3.1-8b", "system": "dgx-h100", "num_gpus": 1, "task": "inference", "prompt_len": 512,
              "output_len": 64, "mode": "rate", "dtype": "fp8", "slo": "p99_ttft=300ms,p99_tpot=15ms",

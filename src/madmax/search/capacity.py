@@ -16,19 +16,28 @@ over the replicas, each running its own continuous-batching engine (`simulate --
    an SLO misses it at every rate (`slo at zero load`). The others get an estimated capacity: the most
    requests/s of a static batch whose TPOT and end-to-end latency meet the SLOs, B a / (TTFT_B + (o - 1)
    TPOT_B), and rank by the objective of the whole replicas that capacity needs, then GPUs per request/s.
-3. The `exact` best units of each system are simulated: the fewest replicas k whose one replica, at Poisson
-   arrivals of rate / k (`simulate --mode rate`, over `steady_requests`), meets every SLO; an exponential
-   search from the estimate's k, then bisection on k (more replicas, a lower rate each: latencies never grow).
-   One seed for every rate: the arrival times at rate r are those at rate 1 divided by r, so the latencies
-   move with the rate, not with the sample. The rate of one replica fewer, which misses, is reported beside
-   it. A Poisson stream split round-robin over k replicas reaches each more evenly than a Poisson stream of
-   rate / k, so k is on the safe side.
+3. The `exact` best units of each system (and of each deployment kind) are simulated: the fewest replicas k
+   whose one replica, at Poisson arrivals of rate / k (`simulate --mode rate`, over `steady_requests`), meets
+   every SLO; an exponential search from the estimate's k, then bisection on k (more replicas, a lower rate
+   each: latencies never grow). One seed for every rate: the arrival times at rate r are those at rate 1
+   divided by r, so the latencies move with the rate, not with the sample. The rate of one replica fewer, which
+   misses, is reported beside it. A Poisson stream split round-robin over k replicas reaches each more evenly
+   than a Poisson stream of rate / k, so k is on the safe side. k is then rounded up to a cluster of at most one
+   node or whole nodes (`whole_nodes`: nodes are what clusters are built of and rented by).
 4. The best deployment is simulated whole at the full rate, as `simulate --mode rate` runs it (its `confirm`
    command), a replica added while it misses an SLO (at most MAX_GROWTH).
 
 Ranked by GPUs (objective throughput: the most requests/s per GPU), cost (USD per hour: the system's price
 or `price`) or energy (W at load). When no unit meets the SLOs the result lists the closest units and the
 SLO each misses, not nothing.
+
+Disaggregated deployments (`deployments` with "disaggregated"): a unit is P prefill workers and D decode workers
+(`simulate --mode disaggregated`), each worker tp GPUs (times its attention-data-parallel ranks for an MoE
+model), in every coprime ratio P:D up to MAX_WORKERS per side. The screen costs each worker alone: a prefill
+worker's TTFT for one prompt and its requests/s at full steps (the prompts a step fits over the step), a decode
+worker's TPOT and the requests/s of the largest batch whose TPOT and end-to-end latency meet the SLOs
+(B / ((o - 1) TPOT_B)); the unit serves min(P x prefill, D x decode) and, alone, TTFT = prefill + KV transfer +
+front end. Then as above: the fewest replicas of the unit (k P prefill and k D decode workers) at the rate.
 """
 
 from __future__ import annotations
@@ -67,6 +76,31 @@ MAX_CONFIRMS = 3
 # The most GPUs a deployment is planned with (2**20, beyond any cluster built): a rate that needs more is
 # answered with the GPUs it needs, not simulated whole.
 MAX_GPUS = 2**20
+DEPLOYMENTS = ("aggregated", "disaggregated")
+# Workers of one role in a disaggregated unit, at most: its ratios P:D are the coprime pairs up to it.
+MAX_WORKERS = 4
+RATIOS = tuple((p, d) for p in range(1, MAX_WORKERS + 1) for d in range(1, MAX_WORKERS + 1) if math.gcd(p, d) == 1)
+
+
+@dataclass(frozen=True)
+class Workers:
+    """One role of a disaggregated unit: `count` workers of tp GPUs each, experts over ep (ep > tp: ep / tp
+    attention-data-parallel ranks per worker; 1: dense, or experts split by width over tp)."""
+
+    count: int
+    tp: int
+    ep: int = 1
+
+    @property
+    def dp(self) -> int:
+        return self.ep // self.tp if self.ep > self.tp else 1
+
+    @property
+    def gpus(self) -> int:
+        return self.count * self.tp * self.dp
+
+    def label(self, role: str) -> str:
+        return f"{role}{self.count}(tp={self.tp}" + (f",ep={self.ep}" if self.ep > 1 else "") + ")"
 
 
 @dataclass(frozen=True)
@@ -83,6 +117,17 @@ class Unit:
     estimated_rate: float  # requests/s of one replica by the closed form
     zero_load: dict[str, float]  # SLO -> the closed form's latency of one request alone
     lifetime_s: float = 0.0  # the closed form's end-to-end latency of one request alone
+    prefill: Workers | None = None  # a disaggregated unit's prefill workers (tp, pp, ep, etp unused)
+    decode: Workers | None = None  # and its decode workers
+
+    @property
+    def disaggregated(self) -> bool:
+        return self.prefill is not None
+
+    @property
+    def mode(self) -> str:
+        """The serving mode `simulate` runs the unit in."""
+        return "disaggregated" if self.disaggregated else "rate"
 
     @property
     def attention_dp(self) -> int:
@@ -90,9 +135,16 @@ class Unit:
 
     @property
     def gpus(self) -> int:
+        if self.prefill is not None and self.decode is not None:
+            return self.prefill.gpus + self.decode.gpus
         return self.tp * self.pp * self.attention_dp
 
     def strategy(self, replicas: int = 1) -> str:
+        if self.prefill is not None and self.decode is not None:
+            p, d = self.prefill, self.decode
+            experts = f",prefill_ep={p.ep},decode_ep={d.ep}" if self.ep > 1 else ""
+            return (f"prefill_workers={replicas * p.count},prefill_tp={p.tp},decode_workers={replicas * d.count},"
+                    f"decode_tp={d.tp}{experts}")
         experts = f",ep={self.ep},etp={self.etp}" if self.ep * self.etp > 1 else ""
         return f"tp={self.tp},pp={self.pp},dp={replicas * self.attention_dp}{experts}"
 
@@ -108,6 +160,8 @@ class Unit:
 
     @property
     def label(self) -> str:
+        if self.prefill is not None and self.decode is not None:
+            return f"{self.prefill.label('P')}+{self.decode.label('D')}"
         experts = f",ep={self.ep}" if self.ep > 1 else (f",etp={self.etp}" if self.etp > 1 else "")
         return f"tp={self.tp},pp={self.pp}" + (f",dp={self.attention_dp}" if self.attention_dp > 1 else "") + experts
 
@@ -183,8 +237,8 @@ class Capacity:
                 f"--request-rate {self.request_rate:g} --prompt-len {self.prompt_len} --output-len {self.output_len}")
         count = "" if self.arrivals is not None else f" --num-requests {self.whole_requests(plan)}"
         return (f"madmax simulate -m {self.model_arg or self.model} -s {u.system.name} --num-gpus {plan.num_gpus} "
-                f"--task inference --mode rate {load} --dtype {u.dtype} --kv-dtype {u.kv_dtype} --stack {self.stack} "
-                f"--strategy {u.strategy(plan.replicas)}{count}"
+                f"--task inference --mode {u.mode} {load} --dtype {u.dtype} --kv-dtype {u.kv_dtype} "
+                f"--stack {self.stack} --strategy {u.strategy(plan.replicas)}{count}"
                 + "".join(f" --{k.replace('_', '-')} {v}" for k, v in self.features.items()))
 
 
@@ -201,7 +255,8 @@ def find_capacity(model: Any, systems: Any, *, request_rate: float | None = None
                   scenario: str | None = None, prefix_len: int | None = None, prefix_hit: float | None = None,
                   speculative: str | None = None, draft_len: int | None = None,
                   acceptance: float | None = None, arrivals: str | Path | None = None,
-                  prompt_len_std: float | None = None, output_len_std: float | None = None) -> Capacity:
+                  prompt_len_std: float | None = None, output_len_std: float | None = None,
+                  deployments: list[str] | str | None = None) -> Capacity:
     """Search the deployments that serve `request_rate` requests/s within `slo` (see the module docstring), or
     within an MLPerf `scenario`'s limits (server, interactive). `systems`: one system or a list; `max_gpus`
     caps a deployment's GPUs. prefix_len, prefix_hit, speculative, draft_len and acceptance serve every candidate
@@ -209,8 +264,9 @@ def find_capacity(model: Any, systems: Any, *, request_rate: float | None = None
     each request's lengths (the screen takes the means, every simulation the draws). `arrivals` (a CSV of arrival_s,
     prompt_len, output_len, as `simulate --arrivals`) replaces the rate and the lengths: the screen takes its
     rate and mean lengths, and k replicas are judged by one replica serving every k-th request of the trace
-    (the round-robin split simulate makes), the best confirmed on the whole trace. Raises `MadmaxError` on bad
-    input."""
+    (the round-robin split simulate makes), the best confirmed on the whole trace. `deployments`: "aggregated"
+    (default: replicas of one engine), "disaggregated" (prefill and decode workers) or both. Raises `MadmaxError`
+    on bad input."""
     from madmax import terminal
     from madmax.config.stack import load_stack
 
@@ -246,6 +302,7 @@ def find_capacity(model: Any, systems: Any, *, request_rate: float | None = None
                                   ("speculative", speculative), ("draft_len", draft_len),
                                   ("acceptance", acceptance), ("prompt_len_std", prompt_len_std),
                                   ("output_len_std", output_len_std)) if v is not None}
+    kinds = _deployments(deployments, features, arrivals)
     stack_spec = load_stack(stack)
     system_list = systems if isinstance(systems, list | tuple) else [systems]
     if not system_list:
@@ -264,20 +321,28 @@ def find_capacity(model: Any, systems: Any, *, request_rate: float | None = None
         if decoding and lengths[1] < 2:
             raise ConfigError(f"slo {', '.join(decoding)} needs a second output token; output_len={lengths[1]}; "
                               "allowed: output_len >= 2")
-        n, found, near = _screen(base, stack_spec, slos, dtypes, kv_dtypes, max_tp, max_pp, max_gpus, rejected,
-                                 features)
-        enumerated += n
-        units += found
-        closest += near
+        if "aggregated" in kinds:
+            n, found, near = _screen(base, stack_spec, slos, dtypes, kv_dtypes, max_tp, max_pp, max_gpus, rejected,
+                                     features)
+            enumerated += n
+            units += found
+            closest += near
+        if "disaggregated" in kinds:
+            n, found, near = _screen_disaggregated(base, stack_spec, slos, dtypes, kv_dtypes, max_tp, max_gpus,
+                                                   rejected, features)
+            enumerated += n
+            units += found
+            closest += near
     units.sort(key=lambda u: _estimated_key(u, rate, objective))
     closest.sort(key=lambda un: _worst_ratio(un[0].zero_load, slos))
     timings = {"screen": time.perf_counter() - start}
     clock = time.perf_counter()
-    by_system: dict[int, int] = {}
-    chosen = []  # the `exact` best of each system, so that systems are compared on simulated plans
+    by_system: dict[tuple[int, bool], int] = {}
+    chosen = []  # the `exact` best of each system and deployment kind, so that both are compared on simulated plans
     for u in units:
-        if by_system.get(id(u.system), 0) < exact:
-            by_system[id(u.system)] = by_system.get(id(u.system), 0) + 1
+        key = (id(u.system), u.disaggregated)
+        if by_system.get(key, 0) < exact:
+            by_system[key] = by_system.get(key, 0) + 1
             chosen.append(u)
     terminal.expect(len(chosen) * 8)
     plans = [_plan(spec, u, rate, slos, stack_spec, lengths, per_replica, seed, calibration, features, trace)
@@ -300,6 +365,27 @@ def find_capacity(model: Any, systems: Any, *, request_rate: float | None = None
         found.plans.sort(key=lambda p: _rank(p, objective, max_gpus, slos))
     timings["confirm"] = time.perf_counter() - clock
     return found
+
+
+def _deployments(value: list[str] | str | None, features: dict[str, Any], arrivals: Any) -> tuple[str, ...]:
+    """The deployment kinds asked for, checked: disaggregated workers serve Poisson arrivals without prefix caching
+    or speculative decoding (`simulate --mode disaggregated` refuses them), so those are refused, not dropped."""
+    kinds = ("aggregated",) if value is None else tuple(
+        dict.fromkeys(v.strip().lower() for v in (value.split(",") if isinstance(value, str) else value)))
+    if not kinds or any(k not in DEPLOYMENTS for k in kinds):
+        bad = next((k for k in kinds if k not in DEPLOYMENTS), "")
+        raise ConfigError(f"deployments={bad!r} is not a kind of deployment; allowed: {', '.join(DEPLOYMENTS)} "
+                          "(one or both, comma-separated)")
+    if "disaggregated" in kinds:
+        given = [k for k in ("prefix_len", "prefix_hit", "speculative", "draft_len", "acceptance") if k in features]
+        if given:
+            raise ConfigError(f"{given[0]} is modelled on aggregated engines, not on disaggregated workers; allowed: "
+                              "deployments=aggregated, or leave it out")
+        if arrivals is not None:
+            raise ConfigError("arrivals (a trace) is served by aggregated replicas; disaggregated workers are planned "
+                              "at a Poisson request_rate; allowed: deployments=aggregated, or request_rate with "
+                              "prompt_len and output_len")
+    return kinds
 
 
 def _scenario_slo(model: Any, name: str, slo: Any) -> dict[str, float]:
@@ -419,6 +505,119 @@ def _screen(base, stack, slos, dtypes, kv_dtypes, max_tp, max_pp, max_gpus, reje
     return enumerated * max(1, len(formats)), found, near
 
 
+def _screen_disaggregated(base, stack, slos, dtypes, kv_dtypes, max_tp, max_gpus, rejected, features):
+    """Every disaggregated unit of one system (see the module docstring), screened in closed form: (enumerated,
+    units that may meet the SLOs, units that miss one alone with what they miss)."""
+    from madmax.request import resolve_request
+    from madmax.search.serving import formats_to_try, static_estimate
+    from madmax.serve import disaggregated_workers, modes
+
+    spec, system = base.spec, base.system
+    p, o = base.task.prompt_len, base.task.output_len
+    node = system.gpus_per_node
+    layouts = _worker_layouts(spec, system.scale_up_domain, max_tp, rejected)
+    found, near = [], []
+    enumerated = 0
+    for dtype, kv in formats_to_try(base, dtypes, kv_dtypes):
+        for pre_layout in layouts:
+            for dec_layout in layouts:
+                enumerated += len(RATIOS)
+                pair = (Workers(1, *pre_layout), Workers(1, *dec_layout))
+                gpus = pair[0].gpus + pair[1].gpus
+                # A worker pair need not be a whole number of nodes (the units below are): sized as it is.
+                request = resolve_request(spec, system.model_copy(update={"num_gpus": gpus}), None, "inference",
+                                          calibration=base.calibration, prompt_len=p, output_len=o, dtype=dtype,
+                                          kv_dtype=kv, mode="disaggregated", request_rate=base.task.request_rate,
+                                          **features)
+                unit = Unit(system, 0, 1, max(pre_layout[1], dec_layout[1]), 1, dtype, kv, 0.0, {},
+                            prefill=pair[0], decode=pair[1])
+                strategy = Strategy.model_validate({"prefill_workers": 1, "prefill_tp": pair[0].tp,
+                                                    "prefill_ep": pair[0].ep, "decode_workers": 1,
+                                                    "decode_tp": pair[1].tp, "decode_ep": pair[1].ep})
+                w = disaggregated_workers(request, strategy, stack)
+                if w.prefill.replica.max_sequences < 1 or w.decode.replica.max_sequences < 1:
+                    rejected["memory"] += len(RATIOS)
+                    continue
+                ttft = static_estimate(w.prefill, 1, p, o)[0] + w.transfer_s(p) + w.decode_stack.frontend_s
+                tpot = static_estimate(w.decode, 1, p, o, mid_decode=True)[1]
+                alone = _latencies(ttft, tpot, o)
+                zero = {k: alone[k.partition("_")[2]] for k in slos}
+                if any(zero[k] > limit for k, limit in slos.items()):
+                    rejected["slo at zero load"] += len(RATIOS)
+                    near.append((replace(unit, zero_load=zero, lifetime_s=alone["e2e"]),
+                                 [f"{k} {_fmt(zero[k])} > {_fmt(v)} with one request alone"
+                                  for k, v in slos.items() if zero[k] > v]))
+                    continue
+                fit = w.prefill.runtime.stack.prompts_per_step(p)
+                prefill_rate = w.prefill_strategy.dp * fit / static_estimate(w.prefill, fit, p, o)[0]
+                cap = max(1, min(w.decode.replica.max_sequences, w.decode_stack.max_batch))
+                decode_rate = _decode_rate(w.decode, slos, ttft, p, o, modes.batch_ladder(cap))
+                for count_p, count_d in RATIOS:
+                    ratio = replace(unit, prefill=replace(pair[0], count=count_p),
+                                    decode=replace(pair[1], count=count_d), zero_load=zero, lifetime_s=alone["e2e"])
+                    if (max_gpus is not None and ratio.gpus > max_gpus) or not _whole_unit(ratio.gpus, node):
+                        continue
+                    rate = min(count_p * prefill_rate, count_d * decode_rate)
+                    found.append(replace(ratio, estimated_rate=rate or 1 / alone["e2e"]))
+    return enumerated, found, near
+
+
+def _whole_unit(gpus: int, node: int) -> bool:
+    """Whether every replica count of a unit of `gpus` GPUs can be rounded to a cluster `simulate` takes (at most
+    one node, or whole nodes): the unit divides a node or is whole nodes."""
+    return node % gpus == 0 if gpus <= node else gpus % node == 0
+
+
+def whole_nodes(replicas: int, gpus: int, node: int) -> int:
+    """The fewest replicas >= `replicas` whose GPUs are at most one node or whole nodes of `node` GPUs: nodes are
+    what a cluster is built of and rented by (5 replicas of 2 GPUs on 8-GPU nodes are planned as 8)."""
+    while replicas * gpus > node and (replicas * gpus) % node:
+        replicas += 1
+    return replicas
+
+
+def _worker_layouts(spec, domain: int, max_tp: int | None, rejected: dict[str, int]) -> list[tuple[int, int]]:
+    """(tp, ep) of a disaggregated worker: tp splitting the model within a scale-up domain; for an MoE model the
+    experts split by width over tp (ep 1), one group per rank (ep tp) or over a attention-data-parallel ranks
+    (ep a tp), as `simulate` takes prefill_ep and decode_ep."""
+    from madmax.search.serving import expert_layouts
+    from madmax.serve.deployment import tp_splits
+
+    out = []
+    for tp in (d for d in range(1, domain + 1) if domain % d == 0 and d <= (max_tp or domain)):
+        if not tp_splits(spec, tp):
+            rejected["tp_divides_model"] += 1
+            continue
+        out += [(tp, ep) for ep, etp in expert_layouts(spec, tp, MAX_ATTENTION_DP) if ep == 1 or etp == 1]
+    return out
+
+
+def _decode_rate(dep, slos: dict[str, float], ttft: float, prompt: int, output: int, ladder: list[int]) -> float:
+    """Requests/s of one decode worker: the largest batch on `ladder` whose TPOT (and end-to-end latency, with a
+    prefill's `ttft` before it) meets the SLOs, B a / ((o - 1) TPOT_B) with a its attention-data-parallel ranks;
+    found by bisection (both grow with the batch); 0 when even one request misses."""
+    from madmax.search.serving import static_estimate
+
+    steps = max(1, output - 1)
+
+    def rate(batch: int) -> float | None:
+        tpot = static_estimate(dep, batch, prompt, output, mid_decode=True)[1]
+        at = _latencies(ttft, tpot, output)
+        if any(at[k.partition("_")[2]] > v for k, v in slos.items() if "ttft" not in k):
+            return None
+        return dep.replicas * batch / (steps * tpot) if tpot > 0 else math.inf
+
+    lo, hi, best = -1, len(ladder), 0.0
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        value = rate(ladder[mid])
+        if value is None:
+            hi = mid
+        else:
+            lo, best = mid, max(best, value)
+    return best
+
+
 def _estimated_rate(dep, engine, slos: dict[str, float], prompt: int, output: int, cap: int) -> float:
     """Requests/s of one replica by the closed form: the largest static batch on the ladder to `cap` whose
     decode step and end-to-end latency meet the SLOs other than TTFT's (a served TTFT is the queue's, not a
@@ -506,7 +705,10 @@ def _plan(model: Any, unit: Unit, rate: float, slos: dict[str, float], stack, le
             hi = mid
         else:
             lo = mid
-    return Plan(unit, rate / hi, hi, cache[hi], [], count[0], rate_missed=rate / lo if lo else None)
+    whole = whole_nodes(hi, unit.gpus, unit.system.gpus_per_node)
+    if whole != hi and not meets(whole):  # more replicas, a lower rate each: it meets as hi did
+        return Plan(unit, 0.0, 0, None, missed(cache[whole], slos), count[0])
+    return Plan(unit, rate / whole, whole, cache[whole], [], count[0], rate_missed=rate / lo if lo else None)
 
 
 def _simulate(model: Any, unit: Unit, replicas: int, rate: float, stack, lengths, num_requests: int, seed: int,
@@ -514,7 +716,7 @@ def _simulate(model: Any, unit: Unit, replicas: int, rate: float, stack, lengths
     from madmax.api import simulate
 
     try:
-        return simulate(model, unit.system, unit.gpus * replicas, task="inference", mode="rate", request_rate=rate,
+        return simulate(model, unit.system, unit.gpus * replicas, task="inference", mode=unit.mode, request_rate=rate,
                         prompt_len=lengths[0], output_len=lengths[1], dtype=unit.dtype, kv_dtype=unit.kv_dtype,
                         strategy=unit.strategy(replicas), stack=stack, num_requests=num_requests, seed=seed,
                         calibration=calibration, **features)
@@ -550,9 +752,11 @@ def _simulate_trace(model: Any, unit: Unit, replicas: int, trace: tuple, stack, 
 
 
 def _confirm(found: Capacity, plan: Plan, stack, calibration, seed: int) -> bool:
-    """The plan's whole deployment simulated at the full rate, a replica added while it misses an SLO; whether
-    it met them (else the plan carries the whole deployment's misses and leaves the meeting plans)."""
+    """The plan's whole deployment simulated at the full rate, a replica added (more where whole nodes need them)
+    while it misses an SLO; whether it met them (else the plan carries the whole deployment's misses and leaves
+    the meeting plans)."""
     lengths = (found.prompt_len, found.output_len)
+    tried = plan.replicas
     for _ in range(MAX_GROWTH + 1):
         if found.trace is not None:
             whole = _simulate_trace(found.spec, plan.unit, plan.replicas, found.trace, stack, calibration,
@@ -564,8 +768,9 @@ def _confirm(found: Capacity, plan: Plan, stack, calibration, seed: int) -> bool
         plan.confirmed = whole
         if not (misses := missed(whole, found.slos)):
             return True
-        plan.replicas += 1
-    plan.replicas -= 1
+        tried = plan.replicas
+        plan.replicas = whole_nodes(plan.replicas + 1, plan.unit.gpus, plan.unit.system.gpus_per_node)
+    plan.replicas = tried
     plan.misses = [f"the whole deployment: {m}" for m in misses]
     return False
 
@@ -581,7 +786,7 @@ def _rank(plan: Plan, objective: str, max_gpus: int | None, slos: dict[str, floa
 def _estimated_key(unit: Unit, rate: float, objective: str) -> tuple[float, float]:
     """A screened unit's rank: the objective of the replicas its estimate needs for `rate` (whole replicas: a
     2-GPU unit that serves the rate alone beats a 4-GPU one with more to spare), then GPUs per request/s."""
-    replicas = math.ceil(rate / unit.estimated_rate * (1 - 1e-12))
+    replicas = whole_nodes(math.ceil(rate / unit.estimated_rate * (1 - 1e-12)), unit.gpus, unit.system.gpus_per_node)
     plan = Plan(unit, rate / replicas, replicas, None, [], 0)
     return _value(plan, objective), unit.gpus / unit.estimated_rate
 
@@ -606,7 +811,7 @@ def rows(found: Capacity) -> list[dict[str, Any]]:
                         confirmed=p.confirmed is not None))
     for u in found.screened:
         if id(u) not in simulated:
-            replicas = math.ceil(found.request_rate / u.estimated_rate)
+            replicas = whole_nodes(math.ceil(found.request_rate / u.estimated_rate), u.gpus, u.system.gpus_per_node)
             out.append(_row(found, u, simulated=False, rate=None, rate_missed=None, replicas=replicas, result=None,
                             misses=[], confirmed=False))
     return out
@@ -617,8 +822,15 @@ def _row(found: Capacity, u: Unit, *, simulated: bool, rate: float | None, rate_
          result: ServingResult | None, misses: list[str], confirmed: bool) -> dict[str, Any]:
     gpus = replicas * u.gpus if replicas else None
     per_hour = u.usd_per_hour(gpus) if gpus else None
-    row = {"system": u.system.name, "replica": u.label, "tp": u.tp, "pp": u.pp, "ep": u.ep, "etp": u.etp,
-           "attention_dp": u.attention_dp, "dtype": u.dtype, "kv_dtype": u.kv_dtype, "gpus_per_replica": u.gpus,
+    p, d = u.prefill, u.decode
+    layout = ({"tp": None, "pp": None, "ep": None, "etp": None, "attention_dp": None} if u.disaggregated else
+              {"tp": u.tp, "pp": u.pp, "ep": u.ep, "etp": u.etp, "attention_dp": u.attention_dp})
+    row = {"system": u.system.name, "deployment": "disaggregated" if u.disaggregated else "aggregated",
+           "replica": u.label, **layout,
+           "prefill_workers": p.count if p else None, "prefill_tp": p.tp if p else None,
+           "prefill_ep": p.ep if p else None, "decode_workers": d.count if d else None,
+           "decode_tp": d.tp if d else None, "decode_ep": d.ep if d else None,
+           "dtype": u.dtype, "kv_dtype": u.kv_dtype, "gpus_per_replica": u.gpus,
            "simulated": simulated, "estimated_rate_per_replica": u.estimated_rate,
            "rate_per_replica": rate, "rate_missed_per_replica": rate_missed, "replicas": replicas,
            "num_gpus": gpus,

@@ -10,6 +10,8 @@ from __future__ import annotations
 import csv
 import functools
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -141,11 +143,11 @@ def _lengths_note(lengths: Lengths, prompt_mean: float, output_mean: float) -> l
 
 def _lengths(request: Request, lengths: Lengths) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Prompt and output tokens of every request, and arrivals (rate mode: Poisson or the arrivals CSV). Drawn
-    lengths are sampled here too (the first num_requests, or 1,000), for the means that size the engine."""
+    lengths are sampled here too (the first num_requests, or RATE_REQUESTS), for the means that size the engine."""
     t = request.task
     if t.arrivals is not None:
         return read_arrivals(Path(t.arrivals), request.spec.max_seq_len)
-    n = t.num_requests or 1000
+    n = t.num_requests or modes.RATE_REQUESTS
     arrival = modes.poisson_arrivals(t.request_rate, n, t.seed) if t.request_rate else np.zeros(n)
     prompt, output = lengths.draw(n)
     return prompt, output, arrival
@@ -279,7 +281,8 @@ def _result(request: Request, dep: modes.Deployment, fmt: Formats, stack: Servin
                                                                        dec_prog.step).compute_by_kind,
                                           stack.host_step_s)}
     latency = goodput = None
-    if t.mode is ServingMode.RATE or t.max_ttft_s or t.max_tpot_s:
+    served_at_rate = t.mode is ServingMode.RATE or (t.mode is ServingMode.DISAGGREGATED and t.request_rate)
+    if served_at_rate or t.max_ttft_s or t.max_tpot_s:
         latency, goodput = _latency(outcome, t.max_ttft_s, t.max_tpot_s)
     launches, launch_note = _launches(request, dep, fmt, stack, prefill_dep)
     kv_per_token = sum(rep.plan.kv_bytes(s, prompt + output) for s in range(rep.plan.num_stages)) * rep.plan.tp
@@ -395,10 +398,31 @@ def _trace(dep: modes.Deployment, prefill, decode):
     return schedule(pre.program)
 
 
-def _disaggregated(request: Request, requested: Strategy, stack: ServingStack, fmt: Formats, lengths: Lengths,
-                   prompt: float, output: float, keep_schedule: bool) -> ServingResult:
-    """Prefill workers and decode workers (strategy prefill_workers, prefill_tp, ..., decode_pp)."""
+@dataclass(frozen=True)
+class Workers:
+    """The prefill and decode workers of a disaggregated deployment, as launched: their Deployments (each worker's
+    attention-data-parallel ranks its replicas), strategies, stacks, launch notes, and the KV transfer."""
+
+    prefill: modes.Deployment
+    decode: modes.Deployment
+    prefill_strategy: Strategy
+    decode_strategy: Strategy
+    decode_stack: ServingStack
+    notes: list[str]
+    prompt_kv: Callable[[float], float]  # the busiest prefill stage's share of a prompt's cache, bytes per GPU
+    transfer_s: Callable[[float], float]  # seconds to send a prompt's cache from a prefill to a decode worker
+
+
+def disaggregated_workers(request: Request, requested: Strategy, stack: ServingStack, fmt: Formats | None = None,
+                          lengths: Lengths | None = None, prompt: float | None = None,
+                          output: float | None = None) -> Workers:
+    """The workers of strategy prefill_workers, prefill_tp, ..., decode_pp over the request's GPUs, checked (the
+    formats, lengths and mean prompt and output default to the request's)."""
     t, n = request.task, request.num_gpus
+    fmt = formats(request) if fmt is None else fmt
+    lengths = _request_lengths(request) if lengths is None else lengths
+    prompt = float(t.prompt_len) if prompt is None else prompt
+    output = float(t.output_len) if output is None else output
     pw, dw = requested.prefill_workers, requested.decode_workers
     if pw is None or dw is None:
         raise ConfigError("mode disaggregated needs strategy.prefill_workers and strategy.decode_workers (with "
@@ -430,26 +454,39 @@ def _disaggregated(request: Request, requested: Strategy, stack: ServingStack, f
     domain = request.system.scale_up_domain
     span = Span(2, 1) if n <= domain else Span(1, 2)
 
-    def prompt_kv(tokens: float) -> float:  # the busiest stage's share of a prompt's cache, per GPU
+    def prompt_kv(tokens: float) -> float:
         return max(pre_rep.plan.kv_bytes(s, tokens) for s in range(pre_rep.plan.num_stages))
 
     @functools.cache
     def transfer_s(tokens: float) -> float:  # each request's, for its own prompt
         return runtime.network.collective_s(Collective.SEND_RECV, prompt_kv(tokens), span)
 
-    per_gpu, transfer = prompt_kv(prompt), transfer_s(prompt)  # the mean prompt's, for the note
-    total = t.num_requests or modes.REQUESTS_PER_SLOT * max(concurrency, 1)
+    notes = [*(f"prefill workers: {note}" for note in pre_notes), *(f"decode workers: {note}" for note in dec_notes)]
+    return Workers(pre, dec, ps, ds, dec_stack, notes, prompt_kv, transfer_s)
+
+
+def _disaggregated(request: Request, requested: Strategy, stack: ServingStack, fmt: Formats, lengths: Lengths,
+                   prompt: float, output: float, keep_schedule: bool) -> ServingResult:
+    """Prefill workers and decode workers (strategy prefill_workers, prefill_tp, ..., decode_pp)."""
+    t = request.task
+    w = disaggregated_workers(request, requested, stack, fmt, lengths, prompt, output)
+    pre, dec, ps, ds, dec_stack = w.prefill, w.decode, w.prefill_strategy, w.decode_strategy, w.decode_stack
+    pw, dw = requested.prefill_workers, requested.decode_workers
+    concurrency = t.batch or 0
+    span_inter = request.num_gpus > request.system.scale_up_domain
+    per_gpu, transfer = w.prompt_kv(prompt), w.transfer_s(prompt)  # the mean prompt's, for the note
+    total = t.num_requests or (modes.RATE_REQUESTS if t.request_rate
+                               else modes.REQUESTS_PER_SLOT * max(concurrency, 1))
     arrival = modes.poisson_arrivals(t.request_rate, total, t.seed) if t.request_rate else None
-    outcome = modes.disaggregated(modes.Disaggregated(pre, dec, transfer_s), arrival, concurrency, lengths, total)
+    outcome = modes.disaggregated(modes.Disaggregated(pre, dec, w.transfer_s), arrival, concurrency, lengths, total)
     text = (f"prefill_workers={pw},prefill_tp={ps.tp},prefill_pp={ps.pp},decode_workers={dw},decode_tp={ds.tp},"
             f"decode_pp={ds.pp}")
     if request.spec.has_experts:
         text += f",prefill_ep={ps.ep},decode_ep={ds.ep}" + _overlap(ps)
-    notes = [*(f"prefill workers: {note}" for note in pre_notes), *(f"decode workers: {note}" for note in dec_notes),
-             *_lengths_note(lengths, prompt, output),
+    notes = [*w.notes, *_lengths_note(lengths, prompt, output),
              f"KV cache of {'a mean' if lengths.spread else 'a'} prompt sent from prefill to decode worker in "
              f"{transfer * 1e3:.3f} ms ({per_gpu / 2**20:.1f} MiB per GPU over the "
-             f"{'scale-up' if span.inter == 1 else 'scale-out'} fabric)"
+             f"{'scale-out' if span_inter else 'scale-up'} fabric)"
              + ("; each request sends its own prompt's cache" if lengths.spread else "")]
     return _result(request, dec, fmt, dec_stack, outcome, concurrency, prompt, output, notes, keep_schedule, text,
                    prefill_dep=pre)

@@ -51,6 +51,9 @@ DECODE_SAMPLES = 17
 # aiperf finishes each phase before starting the next (ai-dynamo/aiperf aiperf/timing/credit_issuing_strategy.py
 # _execute_phases: "Wait for the credits to be returned before continuing to the next phase").
 REQUESTS_PER_SLOT = 20
+# Requests of a run at a request rate (rate mode, disaggregated workers at a rate) unless num_requests says: a p99
+# rests on 10 of them.
+RATE_REQUESTS = 1000
 # Requests per client of each batch a saturation solve tries (its steady throughput shows in fewer rounds).
 SATURATION_PER_SLOT = 10
 

@@ -8,7 +8,7 @@ const MAX_UPLOAD_BYTES = 2 ** 20;  // the server's body limit (GET /health max_b
 // Form fields kept in the URL (#model=...&system=...), so a view can be shared.
 const STATE_FIELDS = ["model", "system", "num_gpus", "task", "global_batch", "seq_len", "prompt_len", "output_len",
                       "batch", "mode", "dtype", "kv_dtype", "stack", "training_stack", "request_rate", "slo", "scenario",
-                      "prefix_len",
+                      "deployments", "prefix_len",
                       "speculative", "draft_len", "acceptance", "strategy", "price", "power", "tokens", "reliability",
                       "objective", "top", "max_tp", "max_pp", "max_ttft", "max_tpot", "time_limit_s"];
 const INT_FIELDS = new Set(["num_gpus", "global_batch", "seq_len", "prompt_len", "output_len", "batch", "top",
@@ -157,7 +157,8 @@ const SEARCH_FIELDS = ["model", "system", "num_gpus", "task", "global_batch", "s
 // A serving search: with a request rate, the capacity search (GPUs in all: num_gpus caps them), else the layouts
 // of num_gpus GPUs; the weight and KV formats chosen narrow the formats tried.
 const CAPACITY_FIELDS = ["model", "system", "num_gpus", "task", "prompt_len", "output_len", "request_rate", "slo",
-                         "scenario", "stack", "objective", "price", "power", "top", "max_tp", "max_pp", "time_limit_s"];
+                         "scenario", "deployments", "stack", "objective", "price", "power", "top", "max_tp", "max_pp",
+                         "time_limit_s"];
 const LAYOUT_FIELDS = ["model", "system", "num_gpus", "task", "prompt_len", "output_len", "mode", "stack", "top",
                        "max_tp", "max_pp", "max_ttft", "max_tpot", "time_limit_s"];
 
