@@ -45,7 +45,8 @@ def simulate(model: str | Path | dict | ModelSpec, system: str | Path | dict | S
              checkpoint_interval: float | None = None, slo: str | dict | None = None,
              scenario: str | None = None, prefix_len: int | None = None,
              prefix_hit: float | None = None, speculative: str | None = None, draft_len: int | None = None,
-             acceptance: float | None = None) -> Result | ServingResult:
+             acceptance: float | None = None, draft_model: str | Path | dict | None = None
+             ) -> Result | ServingResult:
     """Predict one training iteration, or a serving deployment, of `model` on `system` with `strategy`.
 
     Mirrors `madmax simulate`: names are catalog names or files; `strategy` uses the grammar
@@ -72,9 +73,9 @@ def simulate(model: str | Path | dict | ModelSpec, system: str | Path | dict | S
     rate mode within its benchmark's p99 TTFT and TPOT limits, for the models a benchmark runs). `prefix_len`
     (tokens every prompt shares, a system prompt) turns on prefix caching: each engine keeps the prefix's KV cache
     once and a share `prefix_hit` (default 1) of the requests prefill only the rest of their prompt. `speculative`
-    (ngram, eagle, mtp) with `draft_len` k and `acceptance` a (mtp: 1 and 0.85 by default) verifies k + 1 tokens a
-    request each decode step and gains (1 - a^(k+1)) / (1 - a) on average, after k passes of the draft head. Returns
-    a `ServingResult`.
+    (ngram, eagle, mtp; or draft, a smaller model `draft_model` beside the served one) with `draft_len` k and
+    `acceptance` a (mtp: 1 and 0.85 by default) verifies k + 1 tokens a request each decode step and gains
+    (1 - a^(k+1)) / (1 - a) on average, after k passes of the drafter. Returns a `ServingResult`.
 
     Training takes `stack`, the training framework (`madmax.config.training_stack`): megatron-core
     (default), megatron-lm-2021, pytorch, fsdp2, deepspeed, megatron-deepspeed, automodel, torchtitan,
@@ -112,7 +113,9 @@ def simulate(model: str | Path | dict | ModelSpec, system: str | Path | dict | S
                               lora_rank=lora_rank, frozen_layers=frozen_layers, lora_targets=lora_targets,
                               expert_load=None if expert_load is None else str(expert_load),
                               capacity_factor=capacity_factor, prefix_len=prefix_len, prefix_hit=prefix_hit,
-                              speculative=speculative, draft_len=draft_len, acceptance=acceptance)
+                              speculative=speculative, draft_len=draft_len, acceptance=acceptance,
+                              draft_model=None if draft_model is None else (
+                                  draft_model if isinstance(draft_model, dict) else str(draft_model)))
     if price is not None or power is not None:
         request = dataclasses.replace(request, system=request.system.with_costs(price, power))
     if builder_for(request.task.kind, request.workload) is SERVING:

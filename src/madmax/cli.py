@@ -163,8 +163,10 @@ PrefixLenOpt = Annotated[int | None, typer.Option(help="Prompt tokens every requ
                                                     "cached once per engine; inference).")]
 PrefixHitOpt = Annotated[float | None, typer.Option(help="Share of requests that find the shared prefix cached "
                                                       "(0-1, default 1).")]
-SpeculativeOpt = Annotated[str | None, typer.Option(help="Speculative decoding (inference): ngram, eagle or mtp "
-                                                         "(the model's MTP modules).")]
+SpeculativeOpt = Annotated[str | None, typer.Option(help="Speculative decoding (inference): ngram, eagle, mtp "
+                                                         "(the model's MTP modules) or draft (--draft-model).")]
+DraftModelOpt = Annotated[str | None, typer.Option(help="The draft model of --speculative draft: a catalog model or "
+                                                        "a file, smaller than --model, with its vocabulary.")]
 DraftLenOpt = Annotated[int | None, typer.Option(help="Tokens drafted a step (speculative; mtp default 1).")]
 AcceptanceOpt = Annotated[float | None, typer.Option(help="Chance each drafted token is accepted, 0-1 "
                                                           "(speculative; mtp default 0.85).")]
@@ -225,6 +227,7 @@ def simulate(
     speculative: SpeculativeOpt = None,
     draft_len: DraftLenOpt = None,
     acceptance: AcceptanceOpt = None,
+    draft_model: DraftModelOpt = None,
     stack: StackOpt = None,
     launch: LaunchOpt = None,
     engine: EngineOpt = None,
@@ -269,7 +272,7 @@ def simulate(
                               power=power, tokens=tokens, reliability=reliability,
                               checkpoint_interval=checkpoint_interval, slo=slo, scenario=scenario,
                               prefix_len=prefix_len, prefix_hit=prefix_hit, speculative=speculative,
-                              draft_len=draft_len, acceptance=acceptance)
+                              draft_len=draft_len, acceptance=acceptance, draft_model=draft_model)
         if trace is not None:
             from madmax.report.trace import write_trace
 
@@ -609,6 +612,7 @@ def search(
     speculative: SpeculativeOpt = None,
     draft_len: DraftLenOpt = None,
     acceptance: AcceptanceOpt = None,
+    draft_model: DraftModelOpt = None,
     progress: Annotated[bool, typer.Option(help="Show a progress bar of the strategies simulated (on a "
                                                 "terminal).")] = True,
 ) -> None:
@@ -645,7 +649,8 @@ def search(
         _search_capacity(model, system, num_gpus, prompt_len, output_len, request_rate=request_rate,
                          arrivals=arrivals, slo=slo, deployments=deployments,
                          scenario=scenario, prefix_len=prefix_len, prefix_hit=prefix_hit, speculative=speculative,
-                         draft_len=draft_len, acceptance=acceptance, prompt_len_std=prompt_len_std,
+                         draft_len=draft_len, acceptance=acceptance, draft_model=draft_model,
+                         prompt_len_std=prompt_len_std,
                          output_len_std=output_len_std,
                          stack=stack, dtypes=dtypes, kv_dtypes=kv_dtypes, max_tp=max_tp, max_pp=max_pp,
                          objective=objective, top=top, exact=exact, num_requests=num_requests, price=price,
@@ -654,7 +659,8 @@ def search(
     capacity_only = {"num_requests": num_requests, "scenario": scenario, "deployments": deployments,
                      "prefix_len": prefix_len,
                      "prefix_hit": prefix_hit, "speculative": speculative, "draft_len": draft_len,
-                     "acceptance": acceptance, "prompt_len_std": prompt_len_std, "output_len_std": output_len_std}
+                     "acceptance": acceptance, "draft_model": draft_model, "prompt_len_std": prompt_len_std,
+                     "output_len_std": output_len_std}
     if given := [name for name, value in capacity_only.items() if value is not None]:
         _fail(f"{given[0]} applies to a capacity search; allowed: --task inference with --request-rate and --slo or "
               "--scenario")

@@ -20,7 +20,7 @@ from madmax.config.hardware import System
 from madmax.config.loaders import load_model, load_system, validate
 from madmax.config.model import ModelSpec
 from madmax.config.task import COMPUTE_DTYPES, INFERENCE_ONLY_DTYPES, FinetuneMethod, Task, TaskKind
-from madmax.errors import ConfigError
+from madmax.errors import ConfigError, MadmaxError
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,8 @@ class Request:
     seq_len: int
     calibration: str | Path | None
     assumptions: tuple[str, ...]
+    draft: Any = None  # speculative=draft: the draft model (ModelSpec) and its workload
+    draft_workload: Any = None
 
     @property
     def num_gpus(self) -> int:
@@ -102,8 +104,36 @@ def resolve_request(model: Any, system: Any, num_gpus: int | None = None, task: 
         assumptions.append(f"the checkpoint's weights are {checkpoint} (its config.json quantization_config); "
                            f"simulated in {t.dtype.value} (--dtype)")
     workload = build_workload(spec, t, flash=flash)
+    draft = _draft_model(spec, t)
     return Request(spec=spec, system=sysm, task=t, workload=workload, seq_len=seq, calibration=calibration,
-                   assumptions=tuple(assumptions))
+                   assumptions=tuple(assumptions), draft=draft,
+                   draft_workload=None if draft is None else build_workload(draft, t, flash=flash))
+
+
+def _draft_model(spec: Any, t: Task) -> Any:
+    """The draft model of speculative=draft, checked: a model that generates tokens, with the served model's
+    vocabulary (the engine verifies its token ids against the target's) and fewer parameters than it."""
+    if t.draft_model is None:
+        return None
+    from madmax.workload import param_counts
+
+    try:
+        draft = load_model(t.draft_model)
+    except MadmaxError as exc:
+        raise ConfigError(f"task.draft_model: {exc}") from None
+    name = draft.name
+    if draft.family != spec.family or not hasattr(draft, "vocab_size"):
+        raise ConfigError(f"task.draft_model={name} is a {draft.family} model; allowed: a {spec.family} model that "
+                          "generates tokens")
+    if draft.vocab_size != spec.vocab_size:
+        raise ConfigError(f"task.draft_model={name} has a vocabulary of {draft.vocab_size:,} tokens, {spec.name} of "
+                          f"{spec.vocab_size:,}; allowed: a draft with the served model's vocabulary (its tokens are "
+                          "verified by id)")
+    size, served = sum(param_counts(draft).values()), sum(param_counts(spec).values())
+    if size >= served:
+        raise ConfigError(f"task.draft_model={name} has {size / 1e9:.2f}B parameters, not fewer than {spec.name}'s "
+                          f"{served / 1e9:.2f}B; allowed: a smaller draft model")
+    return draft
 
 
 @dataclass(frozen=True)

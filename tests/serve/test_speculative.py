@@ -116,11 +116,57 @@ def test_mtp_holds_the_models_prediction_modules_and_one_more_layers_cache():
     ({"speculative": "medusa"}, "speculative"),
     ({"speculative": "mtp"}, "llama-3.1-8b has none"),
     ({"speculative": "mtp", "mode": "disaggregated", "strategy": "prefill_workers=1,decode_workers=1"},
-     "modelled on aggregated engines")])
+     "modelled on aggregated engines"),
+    ({"speculative": "draft", "draft_len": 3, "acceptance": 0.6}, "speculative=draft needs task.draft_model"),
+    ({"speculative": "eagle", "draft_len": 3, "acceptance": 0.6, "draft_model": "llama-3.2-1b"},
+     "task.draft_model applies to speculative=draft, not eagle"),
+    ({"speculative": "draft", "draft_len": 3, "acceptance": 0.6, "draft_model": "qwen3-0.6b"},
+     "has a vocabulary of 151,936 tokens, llama-3.1-8b of 128,256"),
+    ({"speculative": "draft", "draft_len": 3, "acceptance": 0.6, "draft_model": "llama-3.1-70b"},
+     "has 70.55B parameters, not fewer than llama-3.1-8b's 8.03B"),
+    ({"speculative": "draft", "draft_len": 3, "acceptance": 0.6, "draft_model": "dlrm-a"}, "is a dlrm model"),
+    ({"speculative": "draft", "draft_len": 3, "acceptance": 0.6, "draft_model": "nope-1b"}, "task.draft_model: model"),
+    ({"speculative": "draft", "draft_len": 3, "acceptance": 0.6, "draft_model": "llama-3.2-1b", "strategy": "pp=2"},
+     "pp=1 with a draft model")])
 def test_bad_speculative_settings_are_refused(kwargs, names):
     args = {"task": "inference", "prompt_len": 512, "output_len": 64, "batch": 1, **kwargs}
     with pytest.raises(ConfigError, match=names):
-        api.simulate("llama-3.1-8b", "dgx-h100", 2 if "mode" in kwargs else 1, **args)
+        api.simulate("llama-3.1-8b", "dgx-h100", 2 if "mode" in kwargs or "strategy" in kwargs else 1, **args)
+
+
+DRAFT = {"speculative": "draft", "draft_model": "llama-3.2-1b", "draft_len": 4}
+
+
+def test_a_draft_model_holds_its_weights_and_cache_and_costs_its_own_steps():
+    from madmax.config.stack import load_stack
+    from madmax.config.strategy import Strategy
+    from madmax.request import resolve_request
+    from madmax.serve.deployment import formats, replica
+
+    args = {**BASE, "batch": 16}
+    plain = api.simulate("llama-3.1-70b", "dgx-h100", 4, **args)
+    drafted = api.simulate("llama-3.1-70b", "dgx-h100", 4, **args, **DRAFT, acceptance=0.7)
+    # memory: the draft's weights and its KV cache, beside the target's on each tensor-parallel rank
+    request = resolve_request("llama-3.1-70b", "dgx-h100", 4, "inference", prompt_len=1024, output_len=256,
+                              dtype="fp8", **DRAFT, acceptance=0.7)
+    rep = replica(request, Strategy(tp=4), load_stack(None), formats(request), 8192, 256, 1280)
+    draft = rep.draft_plan
+    assert draft is not None and draft.tp == 4
+    assert drafted.weights_bytes_per_gpu == pytest.approx(plain.weights_bytes_per_gpu + draft.weights_bytes(0),
+                                                          rel=1e-12)
+    # Llama-3.2-1B's cache: 16 layers x 8 KV heads x 64 x 2 (K and V) x 2 bytes (bf16) = 32 KiB a token, 80 layers x
+    # 8 x 128 x 2 x 2 = 320 KiB for Llama-3.1-70B
+    assert drafted.kv_cache_bytes_per_token == pytest.approx(plain.kv_cache_bytes_per_token + 32 * 1024, rel=1e-9)
+    assert plain.kv_cache_bytes_per_token == pytest.approx(320 * 1024, rel=1e-9)
+    # time: the prefill adds the draft's, and with every draft refused (acceptance 0) a step gains one token for
+    # the verifying step and 4 draft steps: slower than plain decoding; accepted, faster
+    refused = api.simulate("llama-3.1-70b", "dgx-h100", 4, **args, **DRAFT, acceptance=0.0)
+    assert drafted.ttft_s > plain.ttft_s and refused.tpot_s > plain.tpot_s > drafted.tpot_s
+    bigger = api.simulate("llama-3.1-70b", "dgx-h100", 4, **args, **{**DRAFT, "draft_model": "llama-3.1-8b"},
+                          acceptance=0.7)
+    assert bigger.tpot_s > drafted.tpot_s  # an 8B draft's steps cost more than a 1B draft's
+    note = next(a for a in drafted.assumptions if a.startswith("speculative decoding"))
+    assert "4 token(s) drafted a step by the draft model llama-3.2-1b" in note
 
 
 def test_cli_speculative_options():
@@ -130,4 +176,10 @@ def test_cli_speculative_options():
     assert ok.exit_code == 0 and "speculative decoding: 3 token(s) drafted" in ok.output
     bad = CliRunner().invoke(app, [*argv, "--speculative", "mtp"])
     assert bad.exit_code == 2 and "has none (mtp_layers=0)" in bad.output
+    drafted = CliRunner().invoke(app, [*argv, "--speculative", "draft", "--draft-model", "llama-3.2-1b",
+                                       "--draft-len", "3", "--acceptance", "0.6"])
+    assert drafted.exit_code == 0 and "by the draft model llama-3.2-1b" in " ".join(drafted.output.split())
+    larger = CliRunner().invoke(app, [*argv, "--speculative", "draft", "--draft-model", "llama-3.1-70b",
+                                      "--draft-len", "3", "--acceptance", "0.6"])
+    assert larger.exit_code == 2 and "allowed: a smaller draft model" in larger.output
     assert math.isfinite(1.0)

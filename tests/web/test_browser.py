@@ -257,6 +257,21 @@ def test_a_rate_simulation_within_slos_shows_the_highest_rate(page, live_server)
     assert page.locator("#result-table tr[data-key='slo_p99_tpot']").count() == 1
 
 
+def test_a_draft_model_reaches_the_api(page, live_server):
+    # issue 27: speculative decoding with a draft model, chosen on the page
+    state = {"model": "llama-3.1-8b", "system": "dgx-h100", "num_gpus": 1, "task": "inference", "prompt_len": 512,
+             "output_len": 64, "batch": 4, "strategy": "tp=1", "speculative": "draft", "draft_model": "llama-3.2-1b",
+             "draft_len": 3, "acceptance": 0.6, "stack": "vllm"}
+    open_page(page, live_server, state, run="simulate")
+    page.wait_for_selector("#result-table tr[data-key='tpot_s']", timeout=TIMEOUT_MS)
+    result = json.loads(post(live_server, "/simulate", state))
+    assert shown(page.text_content("#result-table tr[data-key='tpot_s'] td"), "s") == pytest.approx(
+        result["tpot_s"], rel=5e-4)
+    notes = page.eval_on_selector_all("#assumptions li", "items => items.map(i => i.textContent)")
+    assert any("by the draft model llama-3.2-1b" in n for n in notes)
+    assert '"model":"meta-llama/Llama-3.2-1B"' in page.text_content("#launch-body pre.launch-command")
+
+
 def test_speculative_decoding_and_a_shared_prefix_reach_the_api(page, live_server):
     state = {"model": "llama-3.1-8b", "system": "dgx-h100", "num_gpus": 1, "task": "inference", "prompt_len": 1024,
              "output_len": 64, "batch": 4, "strategy": "tp=1", "speculative": "eagle", "draft_len": 3,

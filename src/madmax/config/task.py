@@ -62,6 +62,7 @@ class Speculative(StrEnum):
     NGRAM = "ngram"
     EAGLE = "eagle"
     MTP = "mtp"
+    DRAFT = "draft"
 
 
 # Most tokens a speculative step drafts (engines take a handful: vLLM's examples 1-7, EAGLE's trees up to ~60
@@ -126,8 +127,12 @@ class Task(Schema):
     prefix_hit: float = Field(1.0, ge=0, le=1, description="Share of the requests whose shared prefix an engine "
                               "finds cached once it holds it (0-1; the others prefill their whole prompt).")
     speculative: Speculative | None = Field(None, description="Speculative decoding (inference): ngram (drafts "
-                                            "from the context, no GPU work), eagle (a one-layer draft head) or mtp "
-                                            "(the model's multi-token-prediction modules).")
+                                            "from the context, no GPU work), eagle (a one-layer draft head), mtp "
+                                            "(the model's multi-token-prediction modules) or draft (a smaller model, "
+                                            "draft_model).")
+    draft_model: str | dict | None = Field(None, description="The draft model of speculative=draft: a catalog "
+                                           "model, a file or a mapping, smaller than the served model and with its "
+                                           "vocabulary (e.g. llama-3.2-1b for llama-3.1-70b).")
     draft_len: PositiveInt | None = Field(None, le=MAX_DRAFT_LEN, description="Tokens drafted a step, k "
                                           "(speculative decoding; mtp default 1).")
     acceptance: float | None = Field(None, ge=0, le=1, description="Chance that each drafted token is accepted, "
@@ -222,11 +227,16 @@ class Task(Schema):
         """Speculative decoding's draft length and acceptance: mtp takes DeepSeek-V3's (1, 0.85) by default;
         ngram and eagle depend on the workload and the head, so both are asked for; neither applies without it."""
         if self.speculative is None:
-            given = [n for n in ("draft_len", "acceptance") if getattr(self, n) is not None]
+            given = [n for n in ("draft_len", "acceptance", "draft_model") if getattr(self, n) is not None]
             if given:
                 raise ValueError(f"task.{given[0]} applies to speculative decoding; allowed: give speculative "
-                                 "(ngram, eagle, mtp) too")
+                                 "(ngram, eagle, mtp, draft) too")
             return
+        if (self.draft_model is None) == (self.speculative is Speculative.DRAFT):
+            raise ValueError("task.speculative=draft needs task.draft_model (the smaller model that drafts)"
+                             if self.draft_model is None else
+                             f"task.draft_model applies to speculative=draft, not {self.speculative.value}; "
+                             "allowed: speculative=draft with it, or leave it out")
         if self.mode is ServingMode.DISAGGREGATED:
             raise ValueError("task.speculative is modelled on aggregated engines; allowed: modes static, "
                              "concurrency, saturation, rate")
@@ -365,4 +375,4 @@ KV_DTYPES = ("bf16", "fp16", "fp8")
 SERVING_FIELDS = ("batch", "prompt_len", "output_len", "prompt_len_std", "output_len_std", "mode", "kv_dtype",
                   "request_rate", "num_requests", "arrivals",
                   "max_ttft_s", "max_tpot_s", "seed", "launch", "engine", "prefix_len", "prefix_hit", "speculative",
-                  "draft_len", "acceptance")
+                  "draft_len", "acceptance", "draft_model")

@@ -269,8 +269,9 @@ class LaunchedReplica:
     engines: int  # copies of the engine the deployment runs
     kv_fp8: bool
     weights: str  # the dtype label: bf16, fp16, fp8, fp4, int8, int4, mxfp4
-    speculative: str | None = None  # ngram, eagle, mtp
+    speculative: str | None = None  # ngram, eagle, mtp, draft
     draft_len: int = 0
+    draft_model: str | None = None  # speculative draft: the draft model's Hugging Face id
 
 
 def model_id(model: Any) -> str:
@@ -381,6 +382,8 @@ def _vllm(name: str, r: LaunchedReplica, stack, notes: list[str], part: Disaggre
 
 
 def _vllm_speculative(r: LaunchedReplica) -> dict[str, Any]:
+    if r.speculative == "draft":  # a draft model: no method, vLLM infers draft_model from model
+        return {"model": r.draft_model, "num_speculative_tokens": r.draft_len}
     if r.speculative == "eagle":
         return {"method": "eagle3", "model": "<EAGLE-3 draft head>", "num_speculative_tokens": r.draft_len}
     return {"method": r.speculative, "num_speculative_tokens": r.draft_len}
@@ -412,9 +415,9 @@ def _sglang(name: str, r: LaunchedReplica, stack, notes: list[str], part: Disagg
         line.set("spec_algorithm", "NGRAM")
         line.set("spec_tokens", r.draft_len)
     elif r.speculative:
-        line.set("spec_algorithm", "EAGLE3" if r.speculative == "eagle" else "NEXTN")
-        if r.speculative == "eagle":
-            line.set("spec_draft", "<EAGLE-3 draft head>")
+        line.set("spec_algorithm", {"eagle": "EAGLE3", "draft": "STANDALONE"}.get(r.speculative, "NEXTN"))
+        if r.speculative in ("eagle", "draft"):
+            line.set("spec_draft", r.draft_model if r.speculative == "draft" else "<EAGLE-3 draft head>")
         line.set("spec_steps", r.draft_len)
         line.set("spec_topk", 1)
         line.set("spec_tokens", r.draft_len + 1)
@@ -458,7 +461,10 @@ def _trtllm(name: str, r: LaunchedReplica, stack, notes: list[str], part: Disagg
         config[tool.flag("no_overlap")] = True
     if part is not None:  # both sides exchange the KV cache (UCX: DEFAULT in release/1.0's example)
         config[tool.flag("cache_transceiver")] = {"backend": "DEFAULT"}
-    if r.speculative:
+    if r.speculative == "draft":
+        notes.append(f"speculative decoding with the draft model {r.draft_model}: not among the TensorRT-LLM 1.0 "
+                     "options of catalog launchers.yaml (MTP, Eagle, NGram); the command serves without it")
+    elif r.speculative:
         config[tool.flag("speculative")] = _trtllm_speculative(r)
         if r.speculative == "ngram":
             notes.append("max_matching_ngram_size 5: vLLM's default prompt_lookup_max (TensorRT-LLM's default, 0, "

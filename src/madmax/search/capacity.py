@@ -254,7 +254,8 @@ def find_capacity(model: Any, systems: Any, *, request_rate: float | None = None
                   price: float | None = None, power: float | None = None, calibration: Any = None,
                   scenario: str | None = None, prefix_len: int | None = None, prefix_hit: float | None = None,
                   speculative: str | None = None, draft_len: int | None = None,
-                  acceptance: float | None = None, arrivals: str | Path | None = None,
+                  acceptance: float | None = None, draft_model: str | None = None,
+                  arrivals: str | Path | None = None,
                   prompt_len_std: float | None = None, output_len_std: float | None = None,
                   deployments: list[str] | str | None = None) -> Capacity:
     """Search the deployments that serve `request_rate` requests/s within `slo` (see the module docstring), or
@@ -300,7 +301,8 @@ def find_capacity(model: Any, systems: Any, *, request_rate: float | None = None
     per_replica = num_requests or DEFAULT_REQUESTS
     features = {k: v for k, v in (("prefix_len", prefix_len), ("prefix_hit", prefix_hit),
                                   ("speculative", speculative), ("draft_len", draft_len),
-                                  ("acceptance", acceptance), ("prompt_len_std", prompt_len_std),
+                                  ("acceptance", acceptance), ("draft_model", draft_model),
+                                  ("prompt_len_std", prompt_len_std),
                                   ("output_len_std", output_len_std)) if v is not None}
     kinds = _deployments(deployments, features, arrivals)
     stack_spec = load_stack(stack)
@@ -377,7 +379,8 @@ def _deployments(value: list[str] | str | None, features: dict[str, Any], arriva
         raise ConfigError(f"deployments={bad!r} is not a kind of deployment; allowed: {', '.join(DEPLOYMENTS)} "
                           "(one or both, comma-separated)")
     if "disaggregated" in kinds:
-        given = [k for k in ("prefix_len", "prefix_hit", "speculative", "draft_len", "acceptance") if k in features]
+        given = [k for k in ("prefix_len", "prefix_hit", "speculative", "draft_len", "acceptance", "draft_model")
+                 if k in features]
         if given:
             raise ConfigError(f"{given[0]} is modelled on aggregated engines, not on disaggregated workers; allowed: "
                               "deployments=aggregated, or leave it out")

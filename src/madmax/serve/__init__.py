@@ -26,7 +26,7 @@ from madmax.config.units import GIB
 from madmax.errors import ConfigError
 from madmax.program.serving import build_step, stage_times
 from madmax.request import Request
-from madmax.results.launch import LaunchedReplica, disaggregated_launches, serving_launch
+from madmax.results.launch import LaunchedReplica, disaggregated_launches, model_id, serving_launch
 from madmax.results.serving import ServingResult, percentiles, step_breakdown
 from madmax.serve import modes
 from madmax.serve.deployment import (
@@ -109,10 +109,13 @@ def simulate_serving(request: Request, requested: Strategy, stack: str | Path | 
 def _speculative_note(request: Request, dep: modes.Deployment) -> str:
     t = request.task
     a, k = t.drafting
+    draft = request.draft
     drafter = {"ngram": "n-gram lookups in the context (no GPU work)",
                "eagle": f"an EAGLE head (each drafted token {dep.draft_fraction:.1%} of a decode step's weight reads)",
                "mtp": f"the model's MTP modules (each drafted token {dep.draft_fraction:.1%} of a decode step's "
-                      "weight reads)"}[t.speculative.value]
+                      "weight reads)",
+               "draft": f"the draft model {draft.name if draft else ''} on the same GPUs (each drafted token one "
+                        "decode step of it; it prefills every prompt into its own KV cache)"}[t.speculative.value]
     return (f"speculative decoding: {k} token(s) drafted a step by {drafter}, each accepted with chance {a:g}: "
             f"{dep.tokens_per_step:.3g} tokens a step on average, each step verifying {k + 1} tokens a request; "
             "tokens come in bursts (mean-field: inter-token latency is the step over the tokens it gains)")
@@ -215,7 +218,8 @@ def _static_prefill_s(dep: modes.Deployment, batch: int, prompt: int, notes: lis
     if len(sizes) > 1:
         notes.append(f"static batch: {per_engine} prompts of {prompt} tokens exceed stack {stack.name}'s "
                      f"{stack.max_num_tokens}-token step; prefilled in {len(sizes)} steps of up to {fit} prompts")
-    last = dep.simulate(dep.prefill_step(sizes[-1], prompt))[0]
+    step = dep.prefill_step(sizes[-1], prompt)
+    last = dep.simulate(step)[0] + dep.draft_s(step)  # a draft model prefills the prompts too
     # the steps before the last are all full ones: timed once, times their count (a batch of millions of
     # prompts is as quick to answer as one of a few)
     return (len(sizes) - 1) * dep.step_s(dep.prefill_step(fit, prompt)) + last if len(sizes) > 1 else last
@@ -288,6 +292,8 @@ def _result(request: Request, dep: modes.Deployment, fmt: Formats, stack: Servin
     kv_per_token = sum(rep.plan.kv_bytes(s, prompt + output) for s in range(rep.plan.num_stages)) * rep.plan.tp
     if (drafter := draft_head(request)) is not None:  # the draft head caches one more layer
         kv_per_token *= 1 + 1 / drafter.layers
+    if rep.draft_plan is not None:  # a draft model caches its own keys and values
+        kv_per_token += rep.draft_plan.kv_bytes(0, prompt + output) * rep.draft_plan.tp
     return ServingResult(
         model=request.spec.name, system=sysm.name, num_gpus=n, task=t.kind.value, mode=t.mode.value,
         stack=stack.name, strategy=strategy_text, dtype=fmt.label, kv_dtype=fmt.kv.value, batch=batch,
@@ -373,7 +379,8 @@ def _launched(request: Request, dep: modes.Deployment, fmt: Formats) -> Launched
     _, k = t.drafting
     return LaunchedReplica(tp=s.tp, pp=s.pp, ep=s.ep, etp=s.etp, attention_dp=a, engines=max(1, dep.replicas // a),
                            kv_fp8=fmt.kv is DType.FP8, weights=fmt.label,
-                           speculative=t.speculative.value if t.speculative is not None else None, draft_len=k)
+                           speculative=t.speculative.value if t.speculative is not None else None, draft_len=k,
+                           draft_model=None if request.draft is None else model_id(request.draft))
 
 
 def _assumed(request: Request, stack: ServingStack, fmt: Formats) -> list[str]:

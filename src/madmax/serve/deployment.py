@@ -63,6 +63,7 @@ class Replica:
     pool_bytes: float  # KV pool per GPU of the tightest stage
     kv_bytes_per_sequence: float  # KV of one request of the run's length on that stage
     pool_by_stage: tuple[float, ...]  # KV pool per GPU of each stage
+    draft_plan: ServingPlan | None = None  # speculative=draft: the draft model beside the target, same tp
 
     @property
     def max_sequences(self) -> int:
@@ -230,6 +231,10 @@ def replica(request: Request, strategy: Strategy, stack: ServingStack, fmt: Form
     if head is not None:  # the draft head on the last stage: its share of the weights and one more layer's cache
         weights[-1] += head.weight_share * sum(weights)
         per_sequence[-1] += sum(per_sequence) / head.layers
+    drafter = draft_plan(request, strategy, fmt)
+    if drafter is not None:  # the draft model on the replica's tp ranks: its weights and its own KV cache
+        weights[-1] += drafter.weights_bytes(0)
+        per_sequence[-1] += drafter.kv_bytes(0, context)
     # The training reserve (parallel.memory.Reserve): the context, a communicator per group of the replica
     # (tp, pp, ep) and the fragmentation of the step's workspace.
     reserve = runtime_reserve()
@@ -243,7 +248,26 @@ def replica(request: Request, strategy: Strategy, stack: ServingStack, fmt: Form
     # The tightest stage: the one whose pool holds the fewest requests (the first on a tie).
     s = min(range(plan.num_stages), key=lambda s: pools[s] / per_sequence[s] if per_sequence[s] else math.inf)
     room = tuple(max(0.0, pool) for pool in pools)
-    return Replica(strategy, plan, weights[s], workspace[s], reserved[s], room[s], per_sequence[s], room)
+    return Replica(strategy, plan, weights[s], workspace[s], reserved[s], room[s], per_sequence[s], room, drafter)
+
+
+def draft_plan(request: Request, strategy: Strategy, fmt: Formats) -> ServingPlan | None:
+    """The draft model's plan (speculative=draft) over the replica's tensor-parallel ranks, in the replica's
+    formats; None without one. vLLM and SGLang run the draft at the target's tensor parallelism by default
+    (vLLM SpeculativeConfig.draft_tensor_parallel_size, SGLang --speculative-draft-model-path)."""
+    if request.draft_workload is None:
+        return None
+    name = request.draft.name
+    if strategy.pp > 1:
+        raise ConfigError(f"task.draft_model={name} runs beside the tensor-parallel ranks of the model it drafts for, "
+                          f"which pp={strategy.pp} splits into stages; allowed: pp=1 with a draft model")
+    if not tp_splits(request.draft, strategy.tp):
+        raise ConfigError(f"task.draft_model={name} cannot be split over tp={strategy.tp} (its heads or FFN); "
+                          "allowed: a tp that splits both models, or another draft model")
+    return build_serving_plan(request.draft_workload, Strategy(tp=strategy.tp),
+                              domain_size=request.system.scale_up_domain, act_dtype=fmt.act, gemm_dtype=fmt.gemm,
+                              weight_width=fmt.weight_width, weight_bytes_per_param=fmt.weight_bytes_per_param,
+                              kv_dtype=fmt.kv, routing=request.task.routing)
 
 
 @dataclass(frozen=True)

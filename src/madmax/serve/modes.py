@@ -136,10 +136,17 @@ class Deployment:
 
     def draft_s(self, step: Step) -> float:
         """Drafting the k = width - 1 tokens a verifying step checks: k passes of a draft head over the decoding
-        requests, each `draft_fraction` of a plain decode step of them (0 for n-gram drafts, found on the host)."""
+        requests, each `draft_fraction` of a plain decode step of them (0 for n-gram drafts, found on the host);
+        or, with a draft model (`Replica.draft_plan`), k decode steps of it and its prefill of the step's prompt
+        chunks (it keeps its own cache of every prompt)."""
+        drafter = self.replica.draft_plan
+        plain = Step(decode=step.decode, decode_kv_tokens=step.decode_kv_tokens, sampled=step.decode)
+        if drafter is not None:
+            drafts = (step.decode_width - 1) * step_time(drafter, self.runtime, plain) if step.decode else 0.0
+            prompts = step_time(drafter, self.runtime, Step(prefill=step.prefill)) if step.prefill else 0.0
+            return drafts + prompts
         if step.decode_width == 1 or not self.draft_fraction:
             return 0.0
-        plain = Step(decode=step.decode, decode_kv_tokens=step.decode_kv_tokens, sampled=step.decode)
         return (step.decode_width - 1) * self.draft_fraction * step_time(self.replica.plan, self.runtime, plain)
 
     def decode_step(self, batch: int, context: float) -> Step:

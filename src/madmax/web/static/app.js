@@ -9,8 +9,8 @@ const MAX_UPLOAD_BYTES = 2 ** 20;  // the server's body limit (GET /health max_b
 const STATE_FIELDS = ["model", "system", "num_gpus", "task", "global_batch", "seq_len", "prompt_len", "output_len",
                       "batch", "mode", "dtype", "kv_dtype", "stack", "training_stack", "request_rate", "slo", "scenario",
                       "deployments", "prefix_len",
-                      "speculative", "draft_len", "acceptance", "strategy", "price", "power", "tokens", "reliability",
-                      "objective", "top", "max_tp", "max_pp", "max_ttft", "max_tpot", "time_limit_s"];
+                      "speculative", "draft_len", "acceptance", "draft_model", "strategy", "price", "power", "tokens",
+                      "reliability", "objective", "top", "max_tp", "max_pp", "max_ttft", "max_tpot", "time_limit_s"];
 const INT_FIELDS = new Set(["num_gpus", "global_batch", "seq_len", "prompt_len", "output_len", "batch", "top",
                             "max_tp", "max_pp", "prefix_len", "draft_len"]);
 const FLOAT_FIELDS = new Set(["price", "power", "tokens", "time_limit_s", "request_rate", "max_ttft", "max_tpot",
@@ -149,7 +149,8 @@ function requestBody(fields) {
 const SIMULATE_FIELDS = ["model", "system", "num_gpus", "task", "global_batch", "seq_len", "prompt_len",
                          "output_len", "batch", "mode", "dtype", "kv_dtype", "stack", "training_stack", "request_rate",
                          "slo",
-                         "scenario", "prefix_len", "speculative", "draft_len", "acceptance", "strategy", "price",
+                         "scenario", "prefix_len", "speculative", "draft_len", "acceptance", "draft_model", "strategy",
+                         "price",
                          "power", "tokens", "reliability"];
 const SEARCH_FIELDS = ["model", "system", "num_gpus", "task", "global_batch", "seq_len", "training_stack",
                        "prompt_len", "output_len", "objective", "top", "max_tp", "max_pp", "time_limit_s", "tokens",
