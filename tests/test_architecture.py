@@ -30,15 +30,17 @@ ALLOWED = {
     # serving: the modes over a deployment's steps, assembled into a result
     "serve": {"config", "collective", "workload", "parallel", "hardware", "sim", "program", "results", "request"},
     "bench": {"config", "hardware"},
-    "validate": ANALYSIS | {"api"},
+    "validate": ANALYSIS | {"api", "rl"},
     "search": ANALYSIS | {"api"},
+    # RL post-training: one step composed of the serving, forward and training simulations
+    "rl": ANALYSIS | {"api"},
     "sweep": ANALYSIS | {"api", "search"},
     "report": ANALYSIS | {"sweep", "search"},
     "api": ANALYSIS | {"validate"},
-    "cli": ANALYSIS | {"api", "bench", "report", "search", "sweep", "validate", "web"},
+    "cli": ANALYSIS | {"api", "bench", "report", "search", "sweep", "validate", "web", "rl"},
     # the HTTP API and page over api, search and sweep (madmax web)
     "web": ANALYSIS | {"api", "search", "sweep", "report"},
-    "__init__": {"api", "search"},
+    "__init__": {"api", "search", "rl"},
     "__main__": {"cli"},
 }
 

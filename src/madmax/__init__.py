@@ -1,7 +1,8 @@
 """madmax: predict how fast large ML models train and serve on distributed GPU systems.
 
-`madmax.simulate(...)`, `madmax.search(...)` and `madmax.inspect(...)` are the public API (`madmax.api`,
-`madmax.search.api`), imported on first use so that `import madmax` and `madmax --help` stay fast.
+`madmax.simulate(...)`, `madmax.search(...)`, `madmax.inspect(...)` and `madmax.simulate_rl(...)` are the public API
+(`madmax.api`, `madmax.search.api`, `madmax.rl`), imported on first use so that `import madmax` and `madmax --help`
+stay fast.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["inspect", "search", "simulate"]
+__all__ = ["inspect", "search", "simulate", "simulate_rl"]
 
 
 def __getattr__(name: str) -> Any:
@@ -17,6 +18,10 @@ def __getattr__(name: str) -> Any:
         from madmax import api
 
         return getattr(api, name)
+    if name == "simulate_rl":
+        from madmax.rl import simulate_rl
+
+        return simulate_rl
     if name == "search":  # the package, which calls madmax.search.search
         import madmax.search
 

@@ -297,6 +297,33 @@ def _simulate_training(run: TrainingRequest, keep_schedule: bool) -> Result:
                                launch=[launch.to_dict() for launch in launches], launch_note=why)
 
 
+def forward_pass(model: str | Path | dict | ModelSpec, system: str | Path | dict | System, num_gpus: int | None = None,
+                 *, batch: int, seq_len: int, dtype: str | None = None, strategy: str | Strategy | None = None,
+                 stack: str | Path | dict | None = None, calibration: str | Path | None = None) -> Result:
+    """One forward pass of a language model over `batch` sequences of `seq_len` tokens, logits of every token and no
+    backward: the scoring pass of RL post-training (`madmax.rl`: the log-probabilities of generated responses under
+    the policy, a frozen reference, a critic or a reward model), run as the training stack runs it. Every block is
+    frozen; the strategy's tp, pp, cp and expert degrees split it (no optimizer, so no ZeRO stage)."""
+    request = resolve_request(model, system, num_gpus, "pretrain", calibration=calibration, global_batch=batch,
+                              seq_len=seq_len, dtype=dtype)
+    frozen = tuple(dataclasses.replace(b, trainable=False, ops=tuple(dataclasses.replace(op, trainable=False)
+                                                                     for op in b.ops))
+                   for b in request.workload.blocks)
+    workload = dataclasses.replace(request.workload, blocks=frozen, generates_tokens=False)
+    task = request.task.model_copy(update={"kind": TaskKind.INFERENCE, "batch": batch})
+    request = dataclasses.replace(request, task=task, workload=workload)
+    requested = strategy if isinstance(strategy, Strategy) else parse_strategy(strategy)
+    keep = {"tp", "pp", "cp", "ep", "etp", "mbs", "sp", "vp", "flash"} & requested.model_fields_set
+    requested = Strategy(**{k: getattr(requested, k) for k in keep})
+    training_stack = load_training_stack(stack)
+    runtime = training_stack.calibration_for(True)
+    if runtime and calibration is None:
+        request = dataclasses.replace(request, calibration=runtime)
+    with gc_paused():
+        run = dataclasses.replace(resolve_training(request, requested), stack=training_stack)
+        return _simulate_training(run, False)
+
+
 def _has_attention(plan) -> bool:
     """Whether the plan runs an attention kernel (a transformer; not a recommendation model)."""
     from madmax.parallel.kernels import KernelKind

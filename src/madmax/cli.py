@@ -81,6 +81,7 @@ class SchemaKind(StrEnum):
     gpu = "gpu"
     task = "task"
     strategy = "strategy"
+    rl = "rl"
 
 
 def _fail(message: str) -> None:
@@ -120,7 +121,7 @@ def _options(version: Annotated[bool, typer.Option("--version", callback=_print_
 ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Catalog name, HF id, or a YAML/JSON/config.json file.")]
 SystemOpt = Annotated[str, typer.Option("--system", "-s", help="Catalog system name or a YAML/JSON file.")]
 NumGpusOpt = Annotated[int | None, typer.Option(help="Cluster size in GPUs (default: one node).")]
-TaskOpt = Annotated[str, typer.Option(help="pretrain, finetune or inference.")]
+TaskOpt = Annotated[str, typer.Option(help="pretrain, finetune, inference or rl (RL post-training: --rl).")]
 SeqLenOpt = Annotated[int | None, typer.Option(help="Tokens per sequence (default: the model's).")]
 PromptLenOpt = Annotated[int | None, typer.Option(help="Prompt tokens per request (inference).")]
 PromptLenStdOpt = Annotated[float | None, typer.Option(
@@ -253,10 +254,35 @@ def simulate(
                                                               "Megatron-LM and torchtitan flags (training), the "
                                                               "serving stack's engine (vllm serve, "
                                                               "sglang.launch_server, trtllm-serve).")] = False,
+    rl: Annotated[str | None, typer.Option(help='--task rl: the RL step, e.g. "prompts=64,samples=32,'
+                                                'layout=disaggregated,rollout_gpus=8" or a YAML file (docs/rl.md); '
+                                                "--prompt-len and --output-len (the mean response) per sample, "
+                                                "--strategy and --stack the training step's.")] = None,
 ) -> None:
-    """Predict one training iteration, or a serving deployment: time, throughput, breakdown and memory."""
+    """Predict one training iteration, a serving deployment or an RL post-training step: time, throughput,
+    breakdown and memory."""
     from madmax import api
 
+    if task == "rl":
+        given = {"global_batch": global_batch, "seq_len": seq_len, "batch": batch, "mode": mode,
+                 "prompt_len_std": prompt_len_std, "kv_dtype": kv_dtype, "request_rate": request_rate,
+                 "num_requests": num_requests, "arrivals": arrivals, "max_ttft": max_ttft, "max_tpot": max_tpot,
+                 "seed": seed, "launch": launch, "engine": engine, "finetune": finetune, "lora_rank": lora_rank,
+                 "frozen_layers": frozen_layers, "lora_targets": lora_targets, "price": price, "power": power,
+                 "tokens": tokens, "reliability": reliability, "checkpoint_interval": checkpoint_interval,
+                 "slo": slo, "scenario": scenario, "prefix_len": prefix_len, "speculative": speculative,
+                 "trace": trace, "commands": commands or None}
+        if extra := [name for name, value in given.items() if value is not None]:
+            _fail(f"{extra[0]} does not apply to task=rl; allowed: --rl, --prompt-len, --output-len (the mean "
+                  "response), --output-len-std, --dtype, --strategy, --stack (the training step's), --calibration, "
+                  "--json")
+            return
+        _simulate_rl(model, system, num_gpus, rl, prompt_len, output_len, output_len_std, dtype, strategy, stack,
+                     calibration, as_json)
+        return
+    if rl is not None:
+        _fail("rl describes an RL post-training step; allowed: --task rl with it, or leave it out")
+        return
     try:
         result = api.simulate(model=model, system=system, num_gpus=num_gpus, task=task,
                               global_batch=global_batch, seq_len=seq_len, dtype=dtype, strategy=strategy,
@@ -293,6 +319,31 @@ def simulate(
         print_result(result)
     if commands:
         print_launches(result.launch, result.launch_note)
+
+
+def _simulate_rl(model, system, num_gpus, rl, prompt_len, output_len, output_len_std, dtype, strategy, stack,
+                 calibration, as_json: bool) -> None:
+    """`madmax simulate --task rl`: one RL post-training step (madmax.rl)."""
+    from madmax.config.rl import load_rl
+    from madmax.rl import simulate_rl
+
+    try:
+        if prompt_len is None or output_len is None:
+            raise MadmaxError("task=rl needs --prompt-len and --output-len (the mean response) in tokens per sample")
+        setup = load_rl(rl)
+        if output_len_std is not None:
+            setup = load_rl({**setup.model_dump(exclude_unset=True), "response_len_std": output_len_std})
+        result = simulate_rl(model, system, num_gpus, setup, prompt_len=prompt_len, response_len=output_len,
+                             dtype=dtype, strategy=strategy, stack=stack, calibration=calibration)
+    except MadmaxError as exc:
+        _fail(str(exc))
+        return
+    if as_json:
+        _emit_json(result.to_dict())
+        return
+    from madmax.report.text import print_rl
+
+    print_rl(result)
 
 
 @app.command()
@@ -375,14 +426,16 @@ def catalog_template(
 
 
 @app.command()
-def schema(kind: Annotated[SchemaKind, typer.Argument(help="model, system, gpu, task or strategy.")]) -> None:
+def schema(kind: Annotated[SchemaKind, typer.Argument(help="model, system, gpu, task, strategy or rl.")]) -> None:
     """Print the JSON Schema of an input file kind."""
     from madmax.config.hardware import GPU, System
     from madmax.config.model import DecoderModel
+    from madmax.config.rl import RLSetup
     from madmax.config.strategy import Strategy
     from madmax.config.task import Task
 
-    schema_of = {"model": DecoderModel, "system": System, "gpu": GPU, "task": Task, "strategy": Strategy}
+    schema_of = {"model": DecoderModel, "system": System, "gpu": GPU, "task": Task, "strategy": Strategy,
+                 "rl": RLSetup}
     _emit_json(schema_of[kind.value].model_json_schema())
 
 

@@ -156,6 +156,45 @@ def _print_time_to_train(t: dict[str, Any], num_gpus: int, console: Console) -> 
     console.print(table)
 
 
+def print_rl(result: Any, console: Console | None = None) -> None:
+    """One RL step (`madmax.results.rl.RLResult`): its time and throughput, each phase, each pool's use."""
+    console = console or make_console()
+    layout = result.layout + (", asynchronous" if result.asynchronous else "")
+    console.print(f"[bold]{result.model}[/bold] on {result.num_gpus} x {result.system} (rl, {layout}; rollout "
+                  f"{result.rollout_stack}, training {result.train_stack})\nrollout {result.rollout_strategy}\n"
+                  f"training {result.train_strategy}", soft_wrap=True)
+    head = Table(show_header=False)
+    head.add_column(style="bold", no_wrap=True)
+    head.add_column(justify="right", overflow="fold")
+    for key, value in (
+            ("step", f"{result.prompts:,} prompts x {result.samples} samples, {result.prompt_len:,} + "
+                     f"{result.response_len:,.0f} tokens (longest response {result.longest_response:,})"),
+            ("step time", _ms(result.step_time_s)),
+            ("samples/s", f"{result.samples_per_s:,.2f}"),
+            ("response tokens/s", f"{result.tokens_per_s:,.0f} ({result.tokens_per_s_per_gpu:,.0f} per GPU)"),
+            ("fits", "yes" if result.fits else f"[red]NO[/red]: {result.fits_reason}")):
+        head.add_row(key, value)
+    console.print(head)
+    phases = Table(title="Phases of the step", title_justify="left")
+    for col in ("phase", "time", "share"):
+        phases.add_column(col, justify="left" if col == "phase" else "right")
+    total = sum(result.phases_s.values())
+    for name, seconds in result.phases_s.items():
+        phases.add_row(name.replace("_", " "), _ms(seconds), f"{seconds / total:.0%}" if total else "-")
+        if name == "scoring":
+            for part, t in result.passes_s.items():
+                phases.add_row(f"  {part}", _ms(t), "")
+    console.print(phases)
+    pools = Table(title="Pools", title_justify="left")
+    for col in ("pool", "GPUs", "busy"):
+        pools.add_column(col, justify="left" if col == "pool" else "right")
+    for name, pool in result.pools.items():
+        pools.add_row(name, f"{pool['gpus']:,}", f"{pool['busy_fraction']:.0%}")
+    console.print(pools)
+    for note in result.assumptions:
+        console.print(f"[dim]assumed: {note}[/dim]")
+
+
 def print_serving(result: ServingResult, console: Console | None = None) -> None:
     """Headline serving metrics, the breakdown of a prefill and a decode step, and memory."""
     console = console or make_console()
