@@ -33,13 +33,13 @@ ALLOWED = {
     "validate": ANALYSIS | {"api", "rl"},
     "search": ANALYSIS | {"api"},
     # RL post-training: one step composed of the serving, forward and training simulations
-    "rl": ANALYSIS | {"api"},
+    "rl": ANALYSIS | {"api", "search"},
     "sweep": ANALYSIS | {"api", "search"},
     "report": ANALYSIS | {"sweep", "search"},
     "api": ANALYSIS | {"validate"},
     "cli": ANALYSIS | {"api", "bench", "report", "search", "sweep", "validate", "web", "rl"},
     # the HTTP API and page over api, search and sweep (madmax web)
-    "web": ANALYSIS | {"api", "search", "sweep", "report"},
+    "web": ANALYSIS | {"api", "search", "sweep", "report", "rl"},
     "__init__": {"api", "search", "rl"},
     "__main__": {"cli"},
 }

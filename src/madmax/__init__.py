@@ -1,8 +1,8 @@
 """madmax: predict how fast large ML models train and serve on distributed GPU systems.
 
-`madmax.simulate(...)`, `madmax.search(...)`, `madmax.inspect(...)` and `madmax.simulate_rl(...)` are the public API
-(`madmax.api`, `madmax.search.api`, `madmax.rl`), imported on first use so that `import madmax` and `madmax --help`
-stay fast.
+`madmax.simulate(...)`, `madmax.search(...)`, `madmax.inspect(...)`, `madmax.simulate_rl(...)` and
+`madmax.search_rl(...)` are the public API (`madmax.api`, `madmax.search.api`, `madmax.rl`, `madmax.rl.search`),
+imported on first use so that `import madmax` and `madmax --help` stay fast.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["inspect", "search", "simulate", "simulate_rl"]
+__all__ = ["inspect", "search", "search_rl", "simulate", "simulate_rl"]
 
 
 def __getattr__(name: str) -> Any:
@@ -22,6 +22,10 @@ def __getattr__(name: str) -> Any:
         from madmax.rl import simulate_rl
 
         return simulate_rl
+    if name == "search_rl":
+        from madmax.rl.search import search_rl
+
+        return search_rl
     if name == "search":  # the package, which calls madmax.search.search
         import madmax.search
 

@@ -668,9 +668,29 @@ def search(
     draft_model: DraftModelOpt = None,
     progress: Annotated[bool, typer.Option(help="Show a progress bar of the strategies simulated (on a "
                                                 "terminal).")] = True,
+    rl: Annotated[str | None, typer.Option(help='--task rl: the RL step, e.g. "prompts=64,samples=32" (docs/rl.md); '
+                                                "settings it states (layout, rollout_gpus, rollout_tp, "
+                                                "asynchronous) are held, the others searched.")] = None,
 ) -> None:
-    """Search every valid strategy (or serving layout, with --task inference); print the best, each simulated."""
+    """Search every valid strategy (or serving layout, with --task inference, or RL layout, with --task rl); print
+    the best, each simulated."""
     import time
+
+    if task == "rl":
+        others = {k: v for k, v in locals().items()
+                  if k not in ("model", "system", "num_gpus", "task", "rl", "prompt_len", "output_len",
+                               "output_len_std", "dtype", "stack", "calibration", "top", "as_json", "progress", "time")}
+        defaults = {"objective": "throughput", "refine": 2000, "workers": 1, "hybrid": True, "fp8_params": False,
+                    "mode": "static"}
+        if given := [k for k, v in others.items() if v is not None and v != defaults.get(k)]:
+            _fail(f"{given[0]} does not apply to an RL layout search; allowed: --rl, --prompt-len, --output-len (the "
+                  "mean response), --output-len-std, --dtype, --stack (the training step's), --calibration, --top, "
+                  "--json")
+        _search_rl(model, system, num_gpus, rl, prompt_len, output_len, output_len_std, dtype, stack, calibration,
+                   top, as_json, progress)
+        return
+    if rl is not None:
+        _fail("rl describes an RL post-training step; allowed: --task rl with it, or leave it out")
 
     training_only = {"global_batch": global_batch, "seq_len": seq_len, "dtype": dtype, "tokens": tokens,
                      "reliability": reliability,
@@ -779,6 +799,25 @@ def search(
                     "results": [summary(outcome, i) for i in outcome.top(top)]})
         return
     print_search(outcome, top, wall)
+
+
+def _search_rl(model, system, num_gpus, rl, prompt_len, output_len, output_len_std, dtype, stack, calibration,
+               top: int, as_json: bool, progress: bool) -> None:
+    """`madmax search --task rl`: every RL layout of the step, each simulated (madmax.rl.search)."""
+    from madmax.config.rl import load_rl
+    from madmax.report.text import print_rl_search
+    from madmax.rl.search import find_rl
+
+    def run():
+        if prompt_len is None or output_len is None:
+            raise MadmaxError("task=rl needs --prompt-len and --output-len (the mean response) in tokens per sample")
+        setup = load_rl(rl)
+        if output_len_std is not None:
+            setup = load_rl({**setup.model_dump(exclude_unset=True), "response_len_std": output_len_std})
+        return find_rl(model, system, num_gpus, setup, prompt_len=prompt_len, response_len=output_len, dtype=dtype,
+                       stack=stack, calibration=calibration)
+
+    _run_serving_search(run, lambda found, k: found.to_dict(k), print_rl_search, top, as_json, progress, "search")
 
 
 def _search_capacity(model, system, num_gpus, prompt_len, output_len, *, request_rate: float | None,

@@ -341,3 +341,36 @@ def test_a_capacity_search_streams_the_capacity_searchs_result(client):
                           ({"request_rate": None, "slo": None, "num_requests": None}, "system lists several systems")):
         wrong = client.post("/search", json={**body, **bad})
         assert wrong.status_code == 400 and sentence in wrong.json()["error"], wrong.json()
+
+
+RL_STEP = {"model": "llama-3.2-1b", "system": "dgx-h100", "num_gpus": 8, "rl": "prompts=16,samples=8",
+           "prompt_len": 128, "response_len": 256}
+
+
+def test_an_rl_step_answers_simulate_rls_to_dict(client):
+    response = client.post("/rl", json=RL_STEP)
+    assert response.status_code == 200, response.json()
+    assert response.json() == json.loads(json.dumps(madmax.simulate_rl(**RL_STEP).to_dict()))
+    for bad, text in (({"rl": "prompts=0"}, "rl.prompts='0': Input should be greater than 0"),
+                      ({"rl": "/etc/passwd"}, "reads files only under its data directory"),
+                      ({"mode": "rate"}, "mode is not a field of the request")):
+        wrong = client.post("/rl", json={**RL_STEP, **bad})
+        assert wrong.status_code in (400, 422) and text in wrong.json()["error"], wrong.json()
+
+
+def test_an_rl_layout_search_streams_find_rls_result(client):
+    body = {**RL_STEP, "task": "rl", "rl": "prompts=16,samples=8,layout=colocated", "top": 2}
+    status, events = search_events(client, body)
+    assert status == 200 and events[-1]["event"] == "result", events[-1]
+    from madmax.rl.search import find_rl
+
+    options = {k: v for k, v in body.items() if k not in ("task", "top")}
+    expected = find_rl(**options).to_dict(2)
+    found = events[-1]["result"]
+    assert found["candidates"] == 4 and [r["candidate"] for r in found["results"]] == [
+        r["candidate"] for r in expected["results"]]
+    assert found["results"][0]["step_time_s"] == pytest.approx(expected["results"][0]["step_time_s"], rel=1e-12)
+    for bad, sentence in (({"global_batch": 8}, "global_batch does not apply to an RL layout search (task=rl)"),
+                          ({"rl": "samples=4"}, "rl.prompts is required")):
+        wrong = client.post("/search", json={**body, **bad})
+        assert wrong.status_code == 400 and sentence in wrong.json()["error"], wrong.json()

@@ -86,7 +86,7 @@ def load_rl(spec: Any) -> RLSetup:
     field otherwise."""
     from pathlib import Path
 
-    from madmax.config.checks import is_file
+    from madmax.config.checks import is_file, path_rule
     from madmax.config.loaders import read_file, validate
 
     if isinstance(spec, RLSetup):
@@ -95,6 +95,9 @@ def load_rl(spec: Any) -> RLSetup:
         raise ConfigError("rl is required for task=rl: prompts (per step) at least, e.g. prompts=256,samples=8")
     if isinstance(spec, str) and is_file(spec):
         spec = read_file(Path(spec), "rl")
+    elif isinstance(spec, str) and "=" not in spec and spec.strip():  # a file's name, not settings
+        raise ConfigError(f"rl {spec!r} is neither key=value settings nor a file{path_rule(spec)}; allowed: e.g. "
+                          "prompts=256,samples=8, or a YAML file of them")
     elif isinstance(spec, str):
         spec = _pairs(spec)
     if not isinstance(spec, dict):

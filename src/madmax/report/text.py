@@ -195,6 +195,31 @@ def print_rl(result: Any, console: Console | None = None) -> None:
         console.print(f"[dim]assumed: {note}[/dim]")
 
 
+def print_rl_search(found: Any, top: int, wall_s: float, console: Console | None = None) -> None:
+    """The RL layouts searched (`madmax.rl.search.RLSearch`): the best `top` by step time, each pool size's training
+    strategy, and the candidates that could not run with their reasons."""
+    console = console or make_console()
+    total = len(found.ranked) + len(found.refused)
+    console.print(f"[bold]{found.model}[/bold] on {found.num_gpus} x {found.system} (rl): {total} layouts, "
+                  f"{len(found.ranked)} simulated, {len(found.refused)} refused; {found.setup.prompts:,} prompts x "
+                  f"{found.setup.samples} samples a step; wall time {wall_s:.1f} s", soft_wrap=True)
+    for gpus, strategy in sorted(found.train_strategies.items(), reverse=True):
+        console.print(f"training on {gpus} GPUs: {strategy} (the training search's best)", soft_wrap=True)
+    table = Table(title=f"Top {min(top, len(found.ranked))} by step time", title_justify="left",
+                  caption="busy: the share of the step each pool works (rollout / training)", caption_justify="left")
+    for col in ("#", "layout", "step s", "samples/s", "gen s", "score s", "train s", "sync s", "busy", "fits"):
+        table.add_column(col, justify="left" if col == "layout" else "right", no_wrap=col == "layout")
+    for rank, (c, r) in enumerate(found.ranked[:top], 1):
+        p = r.phases_s
+        busy = " / ".join(f"{pool['busy_fraction']:.0%}" for pool in r.pools.values())
+        table.add_row(str(rank), c.describe(found.num_gpus), f"{r.step_time_s:,.1f}", f"{r.samples_per_s:,.1f}",
+                      f"{p['generation']:,.1f}", f"{p['scoring']:,.1f}", f"{p['training']:,.1f}",
+                      f"{p['weight_sync']:,.2f}", busy, "yes" if r.fits else "[red]NO[/red]")
+    console.print(table)
+    for c, reason in found.refused:
+        console.print(f"[dim]refused: {c.describe(found.num_gpus)}: {reason}[/dim]", soft_wrap=True)
+
+
 def print_serving(result: ServingResult, console: Console | None = None) -> None:
     """Headline serving metrics, the breakdown of a prefill and a decode step, and memory."""
     console = console or make_console()

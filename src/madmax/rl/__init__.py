@@ -55,7 +55,7 @@ def simulate_rl(model: Any, system: Any, num_gpus: int | None = None, rl: Any = 
         raise ConfigError(f"task=rl post-trains a language model; {spec.name} is a {spec.family} model")
     cluster = load_system(system, num_gpus)
     n = cluster.cluster_gpus
-    rollout_gpus, train_gpus = _pools(setup, n, cluster.gpus_per_node)
+    rollout_gpus, train_gpus = split_pools(setup, n, cluster.gpus_per_node)
     longest = setup.max_response_len or max(1, spec.max_seq_len - prompt_len)
     if prompt_len + min(longest, math.ceil(response_len)) > spec.max_seq_len:
         raise ConfigError(f"prompt_len + response_len = {prompt_len + response_len:g} exceeds max_seq_len="
@@ -66,10 +66,9 @@ def simulate_rl(model: Any, system: Any, num_gpus: int | None = None, rl: Any = 
     reward = None if setup.reward_model is None else load_model(setup.reward_model)
     if reward is not None and reward.family != "decoder":  # another tokenizer is fine: the text is re-tokenized
         raise ConfigError(f"rl.reward_model={reward.name} is a {reward.family} model; allowed: a language model")
-    responses = _responses(setup, response_len, longest)
+    responses, seq_len = step_shape(setup, spec, prompt_len, response_len)
     sequences = setup.prompts * setup.samples
     mean = float(responses.mean())
-    seq_len = max(1, round(prompt_len + mean))
     notes: list[str] = []
 
     # training: mini_batches optimizer steps of the policy, full fine-tuning at the mean sequence length
@@ -156,6 +155,14 @@ def simulate_rl(model: Any, system: Any, num_gpus: int | None = None, rl: Any = 
                     assumptions=notes)
 
 
+def step_shape(setup: RLSetup, spec: Any, prompt_len: int, response_len: float) -> tuple[np.ndarray, int]:
+    """The step's response lengths (drawn, seeded) and the sequence length its scoring and training run at: the
+    prompt plus the mean response (responses are packed, not padded)."""
+    longest = setup.max_response_len or max(1, spec.max_seq_len - prompt_len)
+    responses = _responses(setup, response_len, longest)
+    return responses, max(1, round(prompt_len + float(responses.mean())))
+
+
 def spec_params(spec: Any) -> float:
     from madmax.workload import param_counts
 
@@ -168,7 +175,7 @@ def _stack_name(stack: Any) -> str:
     return load_training_stack(stack).name
 
 
-def _pools(setup: RLSetup, n: int, node: int) -> tuple[int, int]:
+def split_pools(setup: RLSetup, n: int, node: int) -> tuple[int, int]:
     """(rollout GPUs, training GPUs): both the whole cluster when colocated, else the split asked for, each a
     cluster simulate takes (at most one node, or whole nodes)."""
     if setup.layout is RLLayout.COLOCATED:

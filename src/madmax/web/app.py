@@ -43,8 +43,10 @@ from madmax.web.jobs import Jobs
 from madmax.web.schemas import (
     CAPACITY_RENAMED,
     CAPACITY_SEARCH_FIELDS,
+    RL_SEARCH_FIELDS,
     SERVING_SEARCH_FIELDS,
     TRAINING_SEARCH_FIELDS,
+    RLRequest,
     SearchRequest,
     SimulateRequest,
     SweepRequest,
@@ -111,14 +113,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     _error_handlers(app)
 
     async def run_simulation(body: SimulateRequest, view: bool) -> dict[str, Any]:
-        kwargs = body.model_dump(exclude_unset=True)
+        return await in_pool(work.simulate, body.model_dump(exclude_unset=True), view,
+                             (settings.timeline_segments, settings.timeline_merge))
+
+    async def in_pool(call: Any, *args: Any) -> dict[str, Any]:
+        """`call(*args)` in the simulation pool, within the server's simulate time limit."""
         loop = asyncio.get_running_loop()
         pool = state["pool"]
         try:
-            answer = await asyncio.wait_for(
-                loop.run_in_executor(pool, work.simulate, kwargs, view,
-                                     (settings.timeline_segments, settings.timeline_merge)),
-                settings.simulate_time_limit_s)
+            answer = await asyncio.wait_for(loop.run_in_executor(pool, call, *args), settings.simulate_time_limit_s)
         except TimeoutError:
             if state["pool"] is pool:
                 state["pool"] = work.simulation_pool(settings.workers, settings.data_dir)
@@ -149,6 +152,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         while len(traces) > TRACES_KEPT:
             traces.popitem(last=False)
         return {**data, "trace_url": f"/trace/{trace_id}.json"}
+
+    @app.post("/rl", summary="madmax.simulate_rl(...).to_dict(): one RL post-training step")
+    async def rl_step(body: RLRequest) -> dict[str, Any]:
+        return await in_pool(work.simulate_rl, body.model_dump(exclude_unset=True))
 
     @app.get("/trace/{trace_id}.json", summary="Chrome trace of a /simulate/view result (Perfetto)")
     async def trace(trace_id: str) -> Response:
@@ -253,19 +260,23 @@ def _under(root: Path, call: Any, *args: Any) -> Any:
 
 
 def _search_call(body: SearchRequest) -> tuple[str, dict[str, Any]]:
-    """("training" | "serving" | "capacity", the search function's keyword arguments) of a request: with
-    task=inference, a request_rate, slo or scenario makes it a capacity search."""
+    """("training" | "serving" | "capacity" | "rl", the search function's keyword arguments) of a request: with
+    task=inference, a request_rate, slo or scenario makes it a capacity search; task=rl is the RL layout search."""
     given = {k: getattr(body, k) for k in body.model_fields_set if k != "time_limit_s"}
     if "model" not in given or "system" not in given:
         raise ConfigError("model and system are required")
     serving = str(given.get("task", "")).lower() == "inference"
+    rl = str(given.get("task", "")).lower() == "rl"
     given = {k: v for k, v in given.items() if v is not None}
     capacity = serving and any(k in given for k in ("request_rate", "slo", "scenario"))
-    kind = "capacity" if capacity else "serving" if serving else "training"
+    kind = "rl" if rl else "capacity" if capacity else "serving" if serving else "training"
     allowed = {"capacity": CAPACITY_SEARCH_FIELDS, "serving": SERVING_SEARCH_FIELDS,
-               "training": TRAINING_SEARCH_FIELDS}[kind]
+               "training": TRAINING_SEARCH_FIELDS, "rl": RL_SEARCH_FIELDS}[kind]
     if extra := sorted(k for k in given if k not in allowed | {"task"}):
         name = extra[0]
+        if rl:
+            raise ConfigError(f"{name} does not apply to an RL layout search (task=rl); allowed here: "
+                              f"{', '.join(sorted(allowed))}")
         which = ("training searches" if name in TRAINING_SEARCH_FIELDS
                  else "serving searches (task=inference)" if name in SERVING_SEARCH_FIELDS & CAPACITY_SEARCH_FIELDS
                  else "capacity searches (task=inference with a request_rate)" if name in CAPACITY_SEARCH_FIELDS
@@ -274,7 +285,7 @@ def _search_call(body: SearchRequest) -> tuple[str, dict[str, Any]]:
     if isinstance(given["system"], list) and kind != "capacity":
         raise ConfigError("system lists several systems, which only a capacity search (task=inference with a "
                           "request_rate) compares; allowed: one system")
-    if serving:  # the serving searches have no task argument: they are inference
+    if serving or rl:  # the serving and RL searches have no task argument
         del given["task"]
     if capacity:
         arguments = {v: k for k, v in CAPACITY_RENAMED.items()}  # system -> systems, num_gpus -> max_gpus

@@ -1,9 +1,10 @@
 """Request bodies of the HTTP API, built from the Python API's signatures so both take the same fields.
 
-`SimulateRequest` has the keyword arguments of `madmax.simulate`; `SearchRequest` those of the training
-search (`madmax.search.api.find`), of the serving search (`find_serving`, with `task="inference"`) and of
-the capacity search (`find_capacity`, with `task="inference"` and a request_rate; its systems and max_gpus
-named system and num_gpus), plus the time limit. A field that takes a typed object in Python (a `ModelSpec`, a
+`SimulateRequest` has the keyword arguments of `madmax.simulate`; `RLRequest` those of `madmax.simulate_rl`;
+`SearchRequest` those of the training search (`madmax.search.api.find`), of the serving search (`find_serving`,
+with `task="inference"`), of the capacity search (`find_capacity`, with `task="inference"` and a request_rate; its
+systems and max_gpus named system and num_gpus) and of the RL layout search (`find_rl`, with `task="rl"`), plus
+the time limit. A field that takes a typed object in Python (a `ModelSpec`, a
 `Path`) takes its JSON form here (a dict, a string). Unknown fields are refused (`extra="forbid"`).
 """
 
@@ -18,6 +19,8 @@ from typing import Any, Union
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from madmax import api
+from madmax.rl import simulate_rl
+from madmax.rl.search import find_rl
 from madmax.search import api as search_api
 from madmax.search import capacity, serving
 
@@ -58,6 +61,7 @@ def _fields(function: Any) -> dict[str, tuple[Any, Any]]:
 _FORBID = ConfigDict(extra="forbid")
 
 SimulateRequest = create_model("SimulateRequest", __config__=_FORBID, **_fields(api.simulate))
+RLRequest = create_model("RLRequest", __config__=_FORBID, **_fields(simulate_rl))
 
 
 def _search_fields() -> dict[str, tuple[Any, Any]]:
@@ -68,6 +72,8 @@ def _search_fields() -> dict[str, tuple[Any, Any]]:
     for name, spec in _fields(capacity.find_capacity).items():
         if name not in CAPACITY_RENAMED:
             fields.setdefault(name, (spec[0] | None, None))
+    for name, spec in _fields(find_rl).items():
+        fields.setdefault(name, (spec[0] | None, None))
     fields["system"] = (str | list[str] | dict | None, None)  # one system, or several for a capacity search
     fields["time_limit_s"] = (float | None, Field(None, gt=0))
     return fields
@@ -80,6 +86,7 @@ SearchRequest = create_model("SearchRequest", __config__=_FORBID, **_search_fiel
 SERVING_SEARCH_FIELDS = frozenset(_fields(serving.find_serving))
 CAPACITY_SEARCH_FIELDS = frozenset(CAPACITY_RENAMED.get(k, k) for k in _fields(capacity.find_capacity))
 TRAINING_SEARCH_FIELDS = frozenset(_fields(search_api.find)) | frozenset(SEARCH_TASK_FIELDS)
+RL_SEARCH_FIELDS = frozenset(_fields(find_rl)) | {"top"}
 
 
 class SweepRequest(BaseModel):

@@ -76,10 +76,20 @@ def simulate(kwargs: dict[str, Any], view: bool, timeline_options: tuple[int, fl
                       "trace_gz": gzip.compress(trace, compresslevel=TRACE_GZIP_LEVEL)}
 
 
+def simulate_rl(kwargs: dict[str, Any]) -> tuple[str, Any]:
+    """("result", `madmax.simulate_rl(**kwargs).to_dict()`) or ("error", sentence)."""
+    from madmax.rl import simulate_rl as run
+
+    try:
+        return "result", run(**kwargs).to_dict()
+    except MadmaxError as exc:
+        return "error", str(exc)
+
+
 def search(kind: str, kwargs: dict[str, Any], queue: Any, file_root: Path | None = None) -> None:
     """Run one search and put its messages on `queue`: ("checked", None) once the inputs load, then
-    ("result", data) or ("error", sentence). kind: "training", "serving" or "capacity". User-named files are read only
-    under `file_root`."""
+    ("result", data) or ("error", sentence). kind: "training", "serving", "capacity" or "rl". User-named files are
+    read only under `file_root`."""
     from madmax.config.checks import restrict_files
 
     restrict_files(file_root)
@@ -92,6 +102,13 @@ def search(kind: str, kwargs: dict[str, Any], queue: Any, file_root: Path | None
 
             found = find_serving(**kwargs)
             queue.put(("result", {**summary(found, kwargs.get("top", 10)), "wall_s": time.perf_counter() - start}))
+            return
+        if kind == "rl":
+            from madmax.rl.search import find_rl
+
+            top = kwargs.pop("top", 10)
+            found = find_rl(**kwargs)
+            queue.put(("result", {**found.to_dict(top), "wall_s": time.perf_counter() - start}))
             return
         if kind == "capacity":
             from madmax.search.capacity import find_capacity
@@ -131,6 +148,14 @@ def _check(kind: str, kwargs: dict[str, Any]) -> None:
         for system in systems:
             resolve_request(kwargs["model"], system, None, "inference", prompt_len=kwargs.get("prompt_len"),
                             output_len=kwargs.get("output_len"))
+        return
+    if kind == "rl":
+        from madmax.config.loaders import load_model, load_system
+        from madmax.config.rl import load_rl
+
+        load_rl(kwargs.get("rl"))
+        load_model(kwargs["model"])
+        load_system(kwargs["system"], kwargs.get("num_gpus"))
         return
     if kind == "serving":
         from madmax.config.stack import load_stack
