@@ -324,15 +324,10 @@ def simulate(
 def _simulate_rl(model, system, num_gpus, rl, prompt_len, output_len, output_len_std, dtype, strategy, stack,
                  calibration, as_json: bool) -> None:
     """`madmax simulate --task rl`: one RL post-training step (madmax.rl)."""
-    from madmax.config.rl import load_rl
     from madmax.rl import simulate_rl
 
     try:
-        if prompt_len is None or output_len is None:
-            raise MadmaxError("task=rl needs --prompt-len and --output-len (the mean response) in tokens per sample")
-        setup = load_rl(rl)
-        if output_len_std is not None:
-            setup = load_rl({**setup.model_dump(exclude_unset=True), "response_len_std": output_len_std})
+        setup = _rl_setup(rl, prompt_len, output_len, output_len_std)
         result = simulate_rl(model, system, num_gpus, setup, prompt_len=prompt_len, response_len=output_len,
                              dtype=dtype, strategy=strategy, stack=stack, calibration=calibration)
     except MadmaxError as exc:
@@ -801,19 +796,26 @@ def search(
     print_search(outcome, top, wall)
 
 
+def _rl_setup(rl, prompt_len, output_len, output_len_std):
+    """The RL step of `--rl` with `--output-len-std` as its response spread; MadmaxError without the lengths."""
+    from madmax.config.rl import load_rl
+
+    if prompt_len is None or output_len is None:
+        raise MadmaxError("task=rl needs --prompt-len and --output-len (the mean response) in tokens per sample")
+    setup = load_rl(rl)
+    if output_len_std is not None:
+        setup = load_rl({**setup.model_dump(exclude_unset=True), "response_len_std": output_len_std})
+    return setup
+
+
 def _search_rl(model, system, num_gpus, rl, prompt_len, output_len, output_len_std, dtype, stack, calibration,
                top: int, as_json: bool, progress: bool) -> None:
     """`madmax search --task rl`: every RL layout of the step, each simulated (madmax.rl.search)."""
-    from madmax.config.rl import load_rl
     from madmax.report.text import print_rl_search
     from madmax.rl.search import find_rl
 
     def run():
-        if prompt_len is None or output_len is None:
-            raise MadmaxError("task=rl needs --prompt-len and --output-len (the mean response) in tokens per sample")
-        setup = load_rl(rl)
-        if output_len_std is not None:
-            setup = load_rl({**setup.model_dump(exclude_unset=True), "response_len_std": output_len_std})
+        setup = _rl_setup(rl, prompt_len, output_len, output_len_std)
         return find_rl(model, system, num_gpus, setup, prompt_len=prompt_len, response_len=output_len, dtype=dtype,
                        stack=stack, calibration=calibration)
 

@@ -610,15 +610,7 @@ def _decode_rate(dep, slos: dict[str, float], ttft: float, prompt: int, output: 
             return None
         return dep.replicas * batch / (steps * tpot) if tpot > 0 else math.inf
 
-    lo, hi, best = -1, len(ladder), 0.0
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        value = rate(ladder[mid])
-        if value is None:
-            hi = mid
-        else:
-            lo, best = mid, max(best, value)
-    return best
+    return _bisect_rate(ladder, rate)
 
 
 def _estimated_rate(dep, engine, slos: dict[str, float], prompt: int, output: int, cap: int) -> float:
@@ -636,9 +628,13 @@ def _estimated_rate(dep, engine, slos: dict[str, float], prompt: int, output: in
             return None
         return dep.replicas * batch / (ttft + (output - 1) * tpot)
 
-    ladder = modes.batch_ladder(max(1, cap))
-    lo, hi = -1, len(ladder)  # ladder[lo] meets, ladder[hi] misses
-    best = 0.0
+    return _bisect_rate(modes.batch_ladder(max(1, cap)), rate)
+
+
+def _bisect_rate(ladder: list[int], rate) -> float:
+    """The best `rate(batch)` over the ladder's batches that meet the SLOs (`rate` None where one misses), found by
+    bisection: a larger batch misses wherever a smaller one does (its latencies only grow)."""
+    lo, hi, best = -1, len(ladder), 0.0  # ladder[lo] meets, ladder[hi] misses
     while hi - lo > 1:
         mid = (lo + hi) // 2
         value = rate(ladder[mid])
