@@ -271,14 +271,14 @@ def simulate(
                  "frozen_layers": frozen_layers, "lora_targets": lora_targets, "price": price, "power": power,
                  "tokens": tokens, "reliability": reliability, "checkpoint_interval": checkpoint_interval,
                  "slo": slo, "scenario": scenario, "prefix_len": prefix_len, "speculative": speculative,
-                 "trace": trace, "commands": commands or None}
+                 "commands": commands or None}
         if extra := [name for name, value in given.items() if value is not None]:
             _fail(f"{extra[0]} does not apply to task=rl; allowed: --rl, --prompt-len, --output-len (the mean "
                   "response), --output-len-std, --dtype, --strategy, --stack (the training step's), --calibration, "
-                  "--json")
+                  "--trace, --json")
             return
         _simulate_rl(model, system, num_gpus, rl, prompt_len, output_len, output_len_std, dtype, strategy, stack,
-                     calibration, as_json)
+                     calibration, as_json, trace)
         return
     if rl is not None:
         _fail("rl describes an RL post-training step; allowed: --task rl with it, or leave it out")
@@ -322,7 +322,7 @@ def simulate(
 
 
 def _simulate_rl(model, system, num_gpus, rl, prompt_len, output_len, output_len_std, dtype, strategy, stack,
-                 calibration, as_json: bool) -> None:
+                 calibration, as_json: bool, trace: Path | None = None) -> None:
     """`madmax simulate --task rl`: one RL post-training step (madmax.rl)."""
     from madmax.rl import simulate_rl
 
@@ -330,6 +330,12 @@ def _simulate_rl(model, system, num_gpus, rl, prompt_len, output_len, output_len
         setup = _rl_setup(rl, prompt_len, output_len, output_len_std)
         result = simulate_rl(model, system, num_gpus, setup, prompt_len=prompt_len, response_len=output_len,
                              dtype=dtype, strategy=strategy, stack=stack, calibration=calibration)
+        if trace is not None:
+            from madmax.report.trace import write_trace
+
+            write_trace(result, trace)
+            typer.echo(f"wrote trace {trace} (three steps, one track per pool; open it in https://ui.perfetto.dev)",
+                       err=True)
     except MadmaxError as exc:
         _fail(str(exc))
         return

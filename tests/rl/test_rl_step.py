@@ -146,3 +146,29 @@ def test_the_docs_validation_table_is_current():
     start, end = (doc.index(m) for m in rl_validation.MARKERS)
     shown = doc[start + len(rl_validation.MARKERS[0]):end].strip()
     assert shown == rl_validation.table([rl_validation.predict(r) for r in rl_validation.rows()])
+
+
+def test_the_trace_draws_each_pools_phases_step_after_step(tmp_path):
+    from madmax.report.trace import rl_trace_events
+
+    r = simulate_rl("llama-3.1-8b", "dgx-h100", 16, {**RL, "layout": "disaggregated", "rollout_gpus": 8,
+                                                     "asynchronous": True}, **BASE)
+    events = rl_trace_events(r, steps=3)
+    spans = [e for e in events if e["ph"] == "X"]
+    names = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M"}
+    assert names == {0: "rollout pool (8 GPUs)", 1: "train pool (8 GPUs)"}
+    # one step off: 3 generations, the scoring and training of steps 0 and 1, a sync on each pool each step
+    count = {}
+    for e in spans:
+        count[e["name"]] = count.get(e["name"], 0) + 1
+    assert count == {"generation": 3, "scoring": 2, "training": 2, "weight sync": 6}
+    for e in spans:  # nothing on one pool overlaps, and every step ends with its sync at the period
+        same = [o for o in spans if o["pid"] == e["pid"] and o is not e]
+        assert all(o["ts"] >= e["ts"] + e["dur"] - 1e-6 or o["ts"] + o["dur"] <= e["ts"] + 1e-6 for o in same)
+    syncs = sorted(e["ts"] + e["dur"] for e in spans if e["name"] == "weight sync" and e["pid"] == 0)
+    assert syncs == pytest.approx([(k + 1) * r.step_time_s * 1e6 for k in range(3)], rel=1e-9)
+    out = CliRunner().invoke(app, [*ARGV, "--rl", "prompts=16,samples=8,mini_batches=2", "--trace",
+                                   str(tmp_path / "rl.json")])
+    assert out.exit_code == 0, out.output
+    written = json.loads((tmp_path / "rl.json").read_text())["traceEvents"]
+    assert {e["args"]["name"] for e in written if e["ph"] == "M"} == {"all pool (16 GPUs)"}
