@@ -374,3 +374,6 @@ def test_an_rl_layout_search_streams_find_rls_result(client):
                           ({"rl": "samples=4"}, "rl.prompts is required")):
         wrong = client.post("/search", json={**body, **bad})
         assert wrong.status_code == 400 and sentence in wrong.json()["error"], wrong.json()
+    wrong = client.post("/search", json={"model": "llama-3.2-1b", "system": "dgx-h100", "global_batch": 8,
+                                         "rl": "prompts=8"})
+    assert wrong.status_code == 400 and wrong.json()["error"].startswith("rl applies to the RL layout search (task=rl)")

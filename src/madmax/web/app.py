@@ -277,7 +277,8 @@ def _search_call(body: SearchRequest) -> tuple[str, dict[str, Any]]:
         if rl:
             raise ConfigError(f"{name} does not apply to an RL layout search (task=rl); allowed here: "
                               f"{', '.join(sorted(allowed))}")
-        which = ("training searches" if name in TRAINING_SEARCH_FIELDS
+        which = ("the RL layout search (task=rl)" if name in {"rl", "response_len"}
+                 else "training searches" if name in TRAINING_SEARCH_FIELDS
                  else "serving searches (task=inference)" if name in SERVING_SEARCH_FIELDS & CAPACITY_SEARCH_FIELDS
                  else "capacity searches (task=inference with a request_rate)" if name in CAPACITY_SEARCH_FIELDS
                  else "the serving layout search (task=inference without a request_rate)")
