@@ -133,6 +133,15 @@ def test_cli_bad_rl_input_exits_2(extra, names):
     assert out.exit_code == 2 and names in out.output and "Traceback" not in out.output
 
 
+@pytest.mark.parametrize("lengths, names", [
+    ({"prompt_len": 0, "response_len": 512}, "prompt_len=0 is not a positive integer"),
+    ({"prompt_len": 256, "response_len": float("nan")}, "response_len=nan is out of range"),
+    ({"prompt_len": 256, "response_len": -1}, "response_len=-1 is out of range")])
+def test_bad_lengths_are_one_sentence(lengths, names):
+    with pytest.raises(ConfigError, match=names):
+        simulate_rl("llama-3.1-8b", "dgx-h100", 8, RL, **lengths)
+
+
 def test_rl_outside_task_rl_is_refused():
     out = CliRunner().invoke(app, ["simulate", "-m", "llama-3.1-8b", "-s", "dgx-h100", "--rl", "prompts=8"])
     assert out.exit_code == 2 and "--task rl with it" in out.output

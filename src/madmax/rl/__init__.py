@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from madmax.collective import Collective, Span
-from madmax.config.checks import scratch_root
+from madmax.config.checks import positive_number, scratch_root
 from madmax.config.loaders import load_model, load_system
 from madmax.config.rl import RLLayout, RLSetup, load_rl
 from madmax.errors import ConfigError
@@ -50,13 +50,17 @@ def simulate_rl(model: Any, system: Any, num_gpus: int | None = None, rl: Any = 
     from madmax.hardware.collectives import network_model
 
     setup = load_rl(rl)
+    if isinstance(prompt_len, bool) or not isinstance(prompt_len, int) or prompt_len < 1:
+        raise ConfigError(f"prompt_len={prompt_len!r} is not a positive integer; allowed: the prompt's tokens, "
+                          "1 or more")
+    response_len = positive_number(response_len, "response_len", "tokens")
     spec = load_model(model)
     if not getattr(spec, "vocab_size", None) or spec.family != "decoder":
         raise ConfigError(f"task=rl post-trains a language model; {spec.name} is a {spec.family} model")
     cluster = load_system(system, num_gpus)
     n = cluster.cluster_gpus
     rollout_gpus, train_gpus = split_pools(setup, n, cluster.gpus_per_node)
-    longest = setup.max_response_len or max(1, spec.max_seq_len - prompt_len)
+    longest = _longest(setup, spec, prompt_len)
     if prompt_len + min(longest, math.ceil(response_len)) > spec.max_seq_len:
         raise ConfigError(f"prompt_len + response_len = {prompt_len + response_len:g} exceeds max_seq_len="
                           f"{spec.max_seq_len} of {spec.name}")
@@ -158,9 +162,13 @@ def simulate_rl(model: Any, system: Any, num_gpus: int | None = None, rl: Any = 
 def step_shape(setup: RLSetup, spec: Any, prompt_len: int, response_len: float) -> tuple[np.ndarray, int]:
     """The step's response lengths (drawn, seeded) and the sequence length its scoring and training run at: the
     prompt plus the mean response (responses are packed, not padded)."""
-    longest = setup.max_response_len or max(1, spec.max_seq_len - prompt_len)
-    responses = _responses(setup, response_len, longest)
+    responses = _responses(setup, response_len, _longest(setup, spec, prompt_len))
     return responses, max(1, round(prompt_len + float(responses.mean())))
+
+
+def _longest(setup: RLSetup, spec: Any, prompt_len: int) -> int:
+    """The longest response allowed: max_response_len, else what the model's context leaves after the prompt."""
+    return setup.max_response_len or max(1, spec.max_seq_len - prompt_len)
 
 
 def spec_params(spec: Any) -> float:
